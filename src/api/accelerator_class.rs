@@ -1,0 +1,231 @@
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{SharingMode, Vendor};
+
+/// A capability users ask for ("8 whole accelerators with lots of memory", "a
+/// partition for inference"), mapped by the platform team to concrete hardware.
+/// kaccel resolves it to one Kueue ResourceFlavor per concrete device variant.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "kaccel.io",
+    version = "v1alpha1",
+    kind = "AcceleratorClass",
+    plural = "acceleratorclasses",
+    shortname = "acls",
+    shortname = "accelclass",
+    category = "kaccel",
+    status = "AcceleratorClassStatus",
+    cel,
+    printcolumn = r#"{"name":"Sharing","type":"string","jsonPath":".spec.sharing"}"#,
+    printcolumn = r#"{"name":"Flavors","type":"string","jsonPath":".status.summary"}"#,
+    printcolumn = r#"{"name":"Healthy","type":"integer","jsonPath":".status.devices.healthy"}"#,
+    printcolumn = r#"{"name":"Degraded","type":"integer","jsonPath":".status.devices.degraded"}"#,
+    printcolumn = r#"{"name":"Failed","type":"integer","jsonPath":".status.devices.failed"}"#,
+    printcolumn = r#"{"name":"Unknown","type":"integer","jsonPath":".status.devices.unknown"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[x_kube(
+    validation = Rule::new("self.sharing != 'Partition' || (has(self.selector) && has(self.selector.partitionProfile))")
+        .message("spec.selector.partitionProfile is required when spec.sharing is Partition: name the partition profile, e.g. 1g.10gb, cpx_nps4 or 4c")
+        .field_path(".sharing"),
+    validation = Rule::new("self.sharing == 'Partition' || !has(self.selector) || !has(self.selector.partitionProfile)")
+        .message("spec.selector.partitionProfile is only valid with spec.sharing: Partition; remove it or set sharing to Partition")
+        .field_path(".sharing"),
+    validation = Rule::new("self.sharing != 'CpuOnly' || !has(self.selector) || ((!has(self.selector.vendors) || size(self.selector.vendors) == 0) && (!has(self.selector.models) || size(self.selector.models) == 0) && !has(self.selector.minMemoryMiB) && !has(self.selector.minComputeCapability) && !has(self.selector.minCudaVersion))")
+        .message("a CpuOnly class selects no accelerators: remove spec.selector.vendors, models, minMemoryMiB, minComputeCapability and minCudaVersion, or choose another spec.sharing")
+        .field_path(".sharing"),
+)]
+#[serde(rename_all = "camelCase")]
+pub struct AcceleratorClassSpec {
+    /// What this class is for, shown to users.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
+    pub description: Option<String>,
+
+    /// How a workload gets a device: Whole, Partition (MIG, AMD CPX/NPS, vNPU),
+    /// TimeShare (time-slicing/MPS, no isolation), or CpuOnly (no accelerator).
+    pub sharing: SharingMode,
+
+    /// Hard hardware requirements. A device that fails any of them never lands in
+    /// this class, whatever else is short.
+    #[serde(default)]
+    pub selector: HardwareSelector,
+
+    /// How matching devices are pooled into Kueue ResourceFlavors.
+    #[serde(default)]
+    pub pooling: Pooling,
+
+    /// Preferred models first: glob patterns over the model name (`*H100*`). Flavors
+    /// matching an earlier pattern are tried first by Kueue; the rest follow in a
+    /// stable order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    #[x_kube(validation = Rule::new("self.all(p, size(p) > 0 && size(p) <= 128)").message("spec.preference entries must be non-empty model patterns of at most 128 characters, e.g. '*H100*'"))]
+    pub preference: Vec<String>,
+
+    /// What a device-hour of this class costs in credits.
+    pub credits: CreditRate,
+}
+
+/// Hard constraints on the hardware a class may use. Empty lists mean "any".
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct HardwareSelector {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 6))]
+    pub vendors: Vec<Vendor>,
+
+    /// Model name glob patterns (`NVIDIA-H100*`, `AMD_Instinct_MI300X`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    #[x_kube(validation = Rule::new("self.all(m, size(m) > 0 && size(m) <= 128)").message("spec.selector.models entries must be non-empty patterns of at most 128 characters"))]
+    pub models: Vec<String>,
+
+    /// Minimum memory of one device (or partition), MiB.
+    #[serde(default, rename = "minMemoryMiB", skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub min_memory_mib: Option<u64>,
+
+    /// Allowed architectures or families (`hopper`, `ampere`, `cdna3`, `gaudi3`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub architectures: Vec<String>,
+
+    /// Minimum NVIDIA compute capability, `major.minor`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 16))]
+    #[x_kube(validation = Rule::new("self.matches('^[0-9]+\\\\.[0-9]+$')").message("spec.selector.minComputeCapability must be major.minor, e.g. 8.0"))]
+    pub min_compute_capability: Option<String>,
+
+    /// Minimum driver version, dotted numbers (`550.54`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32))]
+    #[x_kube(validation = Rule::new("self.matches('^[0-9]+(\\\\.[0-9]+){0,3}$')").message("spec.selector.minDriverVersion must be dotted numbers, e.g. 550.54.15"))]
+    pub min_driver_version: Option<String>,
+
+    /// Minimum CUDA driver API version (NVIDIA), `major.minor`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 16))]
+    #[x_kube(validation = Rule::new("self.matches('^[0-9]+\\\\.[0-9]+$')").message("spec.selector.minCudaVersion must be major.minor, e.g. 12.4"))]
+    pub min_cuda_version: Option<String>,
+
+    /// The partition profile a Partition class uses (`1g.10gb`, `cpx_nps4`, `4c`, `neuroncore`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 64))]
+    pub partition_profile: Option<String>,
+
+    /// Extra node labels every node of the class must carry (e.g. a pool label).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_labels: BTreeMap<String, String>,
+}
+
+/// How devices are pooled into flavors. The default is one flavor per concrete
+/// vendor + model + sharing + partition variant: two models never share a flavor.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Pooling {
+    /// Node label keys that further split a variant into separate flavors, e.g.
+    /// `topology.kubernetes.io/zone` for one flavor per zone. Every class using a
+    /// variant must split it the same way.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 4))]
+    #[x_kube(validation = Rule::new("self.all(k, size(k) > 0 && size(k) <= 253)").message("spec.pooling.splitBy entries must be node label keys, e.g. topology.kubernetes.io/zone"))]
+    pub split_by: Vec<String>,
+}
+
+/// Credits per device-hour (per partition-hour for Partition classes, per
+/// replica-hour for TimeShare, per CPU-core-hour for CpuOnly).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct CreditRate {
+    /// Decimal, non-negative, at most 6 places, e.g. "4" or "0.25".
+    #[schemars(length(max = 20))]
+    #[x_kube(validation = Rule::new("self.matches('^[0-9]{1,12}(\\\\.[0-9]{1,6})?$')").message("spec.credits.perDeviceHour must be a non-negative decimal with at most 6 places, e.g. \"2.5\""))]
+    pub per_device_hour: String,
+
+    /// Per-model rates that override `perDeviceHour` (first match wins).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub model_overrides: Vec<ModelRate>,
+}
+
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelRate {
+    /// Model glob pattern.
+    #[schemars(length(min = 1, max = 128))]
+    pub model: String,
+    #[schemars(length(max = 20))]
+    #[x_kube(validation = Rule::new("self.matches('^[0-9]{1,12}(\\\\.[0-9]{1,6})?$')").message("spec.credits.modelOverrides[].perDeviceHour must be a non-negative decimal with at most 6 places, e.g. \"6\""))]
+    pub per_device_hour: String,
+}
+
+/// Devices by normalised health status.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HealthCounts {
+    pub healthy: u32,
+    pub warning: u32,
+    pub degraded: u32,
+    pub failed: u32,
+    pub unknown: u32,
+}
+
+impl HealthCounts {
+    pub fn total(&self) -> u32 {
+        self.healthy + self.warning + self.degraded + self.failed + self.unknown
+    }
+
+    pub fn add(&mut self, other: &HealthCounts) {
+        self.healthy += other.healthy;
+        self.warning += other.warning;
+        self.degraded += other.degraded;
+        self.failed += other.failed;
+        self.unknown += other.unknown;
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AcceleratorClassStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Flavor names in the preference order in force, comma-separated (for `kubectl get`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
+    /// The flavors this class resolved to, in the preference order in force.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub flavors: Vec<ResolvedFlavor>,
+    /// All devices of the class by health.
+    #[serde(default)]
+    pub devices: HealthCounts,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ResolvedFlavor {
+    /// The Kueue ResourceFlavor name.
+    pub name: String,
+    pub vendor: String,
+    pub model: String,
+    pub sharing: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition_profile: Option<String>,
+    /// The extended resource workloads request.
+    pub resource_name: String,
+    pub nodes: u32,
+    pub devices: HealthCounts,
+    /// Devices that count towards quota: schedulable and not known to be broken.
+    pub healthy_capacity: u32,
+    /// True when health warnings moved this flavor later in the preference order.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub demoted: bool,
+}

@@ -1,0 +1,106 @@
+//! kaccel's own custom resources, group `kaccel.io`, version `v1alpha1`.
+//!
+//! Every rule that can be checked on one object at apply time is a schema
+//! constraint or a CEL rule (`x-kubernetes-validations`) with a message naming the
+//! field and the fix. Rules that need other objects (a budget naming a missing
+//! class, two classes pooling the same hardware differently) are checked by the
+//! planner and reported as status conditions.
+
+mod accelerator_class;
+mod conditions;
+mod credit_budget;
+mod credits;
+
+pub use accelerator_class::*;
+pub use conditions::*;
+pub use credit_budget::*;
+pub use credits::{Credits, CreditsParseError};
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+pub const GROUP: &str = "kaccel.io";
+pub const VERSION: &str = "v1alpha1";
+
+/// Accelerator vendors kaccel has adapters for.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Vendor {
+    /// NVIDIA GPUs (`nvidia.com/gpu`, MIG `nvidia.com/mig-*`).
+    Nvidia,
+    /// AMD Instinct GPUs (`amd.com/gpu`, partitions `amd.com/<compute>_<memory>`).
+    Amd,
+    /// Intel data-centre GPUs (`gpu.intel.com/*`) and Gaudi (`habana.ai/gaudi`).
+    Intel,
+    /// Huawei Ascend NPUs (`huawei.com/Ascend*`).
+    Huawei,
+    /// AWS Trainium / Inferentia (`aws.amazon.com/neuron`, `neuroncore`).
+    Aws,
+    /// Google Cloud TPU (`google.com/tpu`).
+    Google,
+}
+
+impl Vendor {
+    pub const ALL: [Vendor; 6] = [
+        Vendor::Nvidia,
+        Vendor::Amd,
+        Vendor::Intel,
+        Vendor::Huawei,
+        Vendor::Aws,
+        Vendor::Google,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Vendor::Nvidia => "nvidia",
+            Vendor::Amd => "amd",
+            Vendor::Intel => "intel",
+            Vendor::Huawei => "huawei",
+            Vendor::Aws => "aws",
+            Vendor::Google => "google",
+        }
+    }
+}
+
+impl std::fmt::Display for Vendor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How a workload gets an accelerator. The three operating models have different
+/// isolation and are never pooled together.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
+pub enum SharingMode {
+    /// Whole devices, exclusively.
+    #[default]
+    Whole,
+    /// A hardware partition with its own memory and compute (NVIDIA MIG, AMD CPX/NPS,
+    /// Ascend vNPU, a Neuron core).
+    Partition,
+    /// Time-slicing or MPS on a whole device: no memory or fault isolation.
+    TimeShare,
+    /// No accelerator at all: the class covers CPU and memory on accelerator-free nodes.
+    CpuOnly,
+}
+
+impl SharingMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SharingMode::Whole => "Whole",
+            SharingMode::Partition => "Partition",
+            SharingMode::TimeShare => "TimeShare",
+            SharingMode::CpuOnly => "CpuOnly",
+        }
+    }
+}
+
+impl std::fmt::Display for SharingMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

@@ -1,0 +1,149 @@
+//! `kaccel` subcommands.
+
+pub mod load;
+mod summary;
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+use crate::health::HealthSnapshot;
+use crate::inventory::Inventory;
+use crate::plan::{Plan, PlanInput, PlanOptions, plan};
+
+#[derive(Parser, Debug)]
+#[command(name = "kaccel", version, about = "A mixed GPU/NPU fleet behind Kueue")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Show the Kueue objects kaccel would write for AcceleratorClass, CreditBudget and
+    /// Node YAML, without a cluster. Output is YAML (pipe it to `kubectl apply -f -`)
+    /// followed by a summary as YAML comments.
+    Plan(PlanArgs),
+    /// Print kaccel's CustomResourceDefinitions (or write them into a folder).
+    Crds {
+        /// Write one file per CRD into this folder instead of printing.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+}
+
+#[derive(clap::Args, Debug)]
+pub struct PlanArgs {
+    /// Files or folders (searched recursively for .yaml/.yml) with AcceleratorClasses,
+    /// CreditBudgets and Nodes. Other kinds are skipped.
+    #[arg(short = 'f', long = "filename", required = true, num_args = 1..)]
+    pub files: Vec<PathBuf>,
+    /// Extra Node YAML (e.g. `kubectl get nodes -o yaml` output).
+    #[arg(long)]
+    pub nodes: Vec<PathBuf>,
+    /// What to print.
+    #[arg(short, long, value_enum, default_value_t = Output::Yaml)]
+    pub output: Output,
+    /// Reference this AdmissionCheck from every ClusterQueue (as `kaccel run` does when
+    /// the credit ledger is on).
+    #[arg(long)]
+    pub admission_check: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+pub enum Output {
+    /// Kueue objects as YAML, then the summary as comments.
+    Yaml,
+    /// Kueue objects as one JSON document.
+    Json,
+    /// Only the summary table.
+    Summary,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))]
+    Load(Vec<load::LoadError>),
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot write output: {0}")]
+    Output(#[from] std::io::Error),
+}
+
+pub fn run_plan(args: &PlanArgs, out: &mut impl Write) -> Result<(), CliError> {
+    let mut paths = args.files.clone();
+    paths.extend(args.nodes.iter().cloned());
+    let loaded = load::load(&paths).map_err(CliError::Load)?;
+    let inventory = Inventory::from_nodes(&loaded.nodes);
+    let health = HealthSnapshot::default();
+    let options = PlanOptions {
+        admission_check: args.admission_check.clone(),
+        ..Default::default()
+    };
+    let plan = plan(&PlanInput {
+        classes: &loaded.classes,
+        budgets: &loaded.budgets,
+        inventory: &inventory,
+        health: &health,
+        options: &options,
+    });
+    match args.output {
+        Output::Yaml => {
+            write!(out, "{}", plan_yaml(&plan))?;
+            for line in summary::render(&plan, &inventory).lines() {
+                writeln!(out, "# {line}")?;
+            }
+        }
+        Output::Json => {
+            let objects = plan_objects(&plan);
+            let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": objects});
+            writeln!(
+                out,
+                "{}",
+                serde_json::to_string_pretty(&list).expect("plan serialises")
+            )?;
+        }
+        Output::Summary => write!(out, "{}", summary::render(&plan, &inventory))?,
+    }
+    Ok(())
+}
+
+/// Every object of the plan, in apply order (flavors and cohorts before the queues
+/// that name them).
+pub fn plan_objects(plan: &Plan) -> Vec<serde_json::Value> {
+    fn json<T: serde::Serialize>(object: &T) -> serde_json::Value {
+        serde_json::to_value(object).expect("Kueue objects serialise")
+    }
+    let mut objects: Vec<serde_json::Value> = plan.resource_flavors.iter().map(json).collect();
+    objects.extend(plan.cohorts.iter().map(json));
+    objects.extend(plan.cluster_queues.iter().map(json));
+    objects.extend(plan.local_queues.iter().map(json));
+    objects
+}
+
+pub fn plan_yaml(plan: &Plan) -> String {
+    let mut out = String::new();
+    for object in plan_objects(plan) {
+        out.push_str("---\n");
+        out.push_str(&serde_yaml::to_string(&object).expect("Kueue objects serialise"));
+    }
+    out
+}
+
+pub fn run_crds(out_dir: Option<&PathBuf>, out: &mut impl Write) -> Result<(), CliError> {
+    for (file, crd) in crate::crds::all() {
+        let yaml = crate::crds::to_yaml(&crd);
+        match out_dir {
+            Some(dir) => {
+                let path = dir.join(file);
+                std::fs::write(&path, yaml).map_err(|source| CliError::Write { path, source })?;
+            }
+            None => write!(out, "---\n{yaml}")?,
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,100 @@
+//! The human summary of a plan: class -> flavors -> devices by health -> quota per team.
+
+use std::fmt::Write;
+
+use crate::inventory::Inventory;
+use crate::plan::Plan;
+
+pub fn render(plan: &Plan, inventory: &Inventory) -> String {
+    let mut s = String::new();
+    let devices: u32 = inventory.groups().map(|(_, g)| g.capacity).sum();
+    let _ = writeln!(
+        s,
+        "kaccel plan: {} node(s), {} device(s); {} flavor(s), {} ClusterQueue(s), {} LocalQueue(s)",
+        inventory.nodes.len(),
+        devices,
+        plan.resource_flavors.len(),
+        plan.cluster_queues.len(),
+        plan.local_queues.len()
+    );
+    let _ = writeln!(s);
+    let _ = writeln!(
+        s,
+        "{:<22} {:<34} {:>5} {:>7} {:>7} {:>8} {:>6} {:>7} {:>8} {:>7} {:>6}",
+        "CLASS", "FLAVOR (preference order)", "NODES", "HEALTHY", "WARNING", "DEGRADED", "FAILED",
+        "UNKNOWN", "CAPACITY", "GRANTED", "SPARE"
+    );
+    for (class, report) in &plan.classes {
+        if report.flavors.is_empty() {
+            let why = report
+                .conditions
+                .iter()
+                .find(|c| c.type_ == "Ready")
+                .map(|c| format!("{}: {}", c.reason, c.message))
+                .unwrap_or_default();
+            let _ = writeln!(s, "{class:<22} -- {why}");
+            continue;
+        }
+        for (i, f) in report.flavors.iter().enumerate() {
+            let flavor = &plan.flavors[&f.name];
+            let label = if f.demoted {
+                format!("{} (demoted)", f.name)
+            } else {
+                f.name.clone()
+            };
+            let _ = writeln!(
+                s,
+                "{:<22} {:<34} {:>5} {:>7} {:>7} {:>8} {:>6} {:>7} {:>8} {:>7} {:>6}",
+                if i == 0 { class.as_str() } else { "" },
+                label,
+                f.nodes,
+                f.devices.healthy,
+                f.devices.warning,
+                f.devices.degraded,
+                f.devices.failed,
+                f.devices.unknown,
+                flavor.healthy_capacity,
+                flavor.granted,
+                flavor.spare
+            );
+        }
+    }
+    let _ = writeln!(s);
+    let _ = writeln!(
+        s,
+        "{:<20} {:<20} {:<36} {:>10}",
+        "BUDGET", "CLASS", "FLAVOR", "QUOTA"
+    );
+    for (budget, report) in &plan.budgets {
+        if report.grants.is_empty() {
+            let _ = writeln!(s, "{budget:<20} (no guaranteed quota)");
+        }
+        for ((class, flavor), amount) in &report.grants {
+            let _ = writeln!(s, "{budget:<20} {class:<20} {flavor:<36} {amount:>10}");
+        }
+    }
+    let problems: Vec<String> = plan
+        .classes
+        .iter()
+        .flat_map(|(n, r)| {
+            r.conditions
+                .iter()
+                .filter(|c| c.status && c.type_ != "Ready")
+                .map(move |c| format!("AcceleratorClass {n}: {}: {}", c.type_, c.message))
+        })
+        .chain(plan.budgets.iter().flat_map(|(n, r)| {
+            r.conditions
+                .iter()
+                .filter(|c| c.status && c.type_ != "Ready")
+                .map(move |c| format!("CreditBudget {n}: {}: {}", c.type_, c.message))
+        }))
+        .collect();
+    if !problems.is_empty() {
+        let _ = writeln!(s);
+        let _ = writeln!(s, "Conditions:");
+        for p in problems {
+            let _ = writeln!(s, "  {p}");
+        }
+    }
+    s
+}

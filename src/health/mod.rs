@@ -1,0 +1,109 @@
+//! Normalised device health, as the planner consumes it.
+//!
+//! Vendor health adapters (exporters, node conditions, DRA device taints) report per
+//! device; the planner needs, per node and device group, how many devices are in
+//! each status. A group with no report falls back to what the node itself says
+//! (see [`HealthSnapshot::counts_for`]).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::api::HealthCounts;
+use crate::inventory::{DeviceGroup, NodeInventory};
+
+/// Normalised status of one device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum DeviceStatus {
+    /// Fine.
+    Healthy,
+    /// Still schedulable, but its flavor is moved later in the preference order.
+    Warning,
+    /// Out of healthy capacity: quota shrinks, no new work.
+    Degraded,
+    /// Confirmed failure: out of capacity, node action per policy.
+    Failed,
+    /// No fresh, parseable signal. Not unhealthy: counts as capacity and never
+    /// triggers an action on its own.
+    Unknown,
+}
+
+/// Health of the devices in one group on one node, keyed by node name and
+/// extended resource name.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct HealthSnapshot {
+    pub groups: BTreeMap<(String, String), HealthCounts>,
+}
+
+impl HealthSnapshot {
+    pub fn set(&mut self, node: &str, resource: &str, counts: HealthCounts) {
+        self.groups
+            .insert((node.to_string(), resource.to_string()), counts);
+    }
+
+    /// Counts for a group. Devices the vendor plugin withdrew (capacity above
+    /// allocatable) are Degraded unless a source says worse; a node whose Ready
+    /// condition is False or Unknown makes its unreported devices Unknown. Reports
+    /// are clamped to the group's capacity so a confused source cannot invent devices.
+    pub fn counts_for(&self, node: &NodeInventory, group: &DeviceGroup) -> HealthCounts {
+        let withdrawn = group.capacity.saturating_sub(group.allocatable);
+        let key = (node.name.clone(), group.variant.resource_name.clone());
+        match self.groups.get(&key) {
+            Some(reported) => clamp(*reported, group.capacity, withdrawn),
+            None if node.ready != Some(true) => HealthCounts {
+                unknown: group.allocatable,
+                degraded: withdrawn,
+                ..Default::default()
+            },
+            None => HealthCounts {
+                healthy: group.allocatable,
+                degraded: withdrawn,
+                ..Default::default()
+            },
+        }
+    }
+}
+
+/// Fit a report to the group: at least `withdrawn` devices are out (degraded or
+/// failed), and the total equals the capacity (missing devices are Unknown).
+fn clamp(reported: HealthCounts, capacity: u32, withdrawn: u32) -> HealthCounts {
+    let mut c = reported;
+    // Trim from the most optimistic statuses first if the source reports too many.
+    let mut excess = c.total().saturating_sub(capacity);
+    for field in [&mut c.healthy, &mut c.unknown, &mut c.warning, &mut c.degraded, &mut c.failed] {
+        let cut = excess.min(*field);
+        *field -= cut;
+        excess -= cut;
+    }
+    let out = c.degraded + c.failed;
+    if out < withdrawn {
+        let mut missing = withdrawn - out;
+        for field in [&mut c.healthy, &mut c.unknown, &mut c.warning] {
+            let moved = missing.min(*field);
+            *field -= moved;
+            missing -= moved;
+        }
+        c.degraded += withdrawn - out - missing;
+    }
+    c.unknown += capacity.saturating_sub(c.total());
+    c
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn clamp_keeps_total_and_withdrawn(
+            h in 0u32..20, w in 0u32..20, d in 0u32..20, f in 0u32..20, u in 0u32..20,
+            capacity in 0u32..40, withdrawn_raw in 0u32..40,
+        ) {
+            let withdrawn = withdrawn_raw.min(capacity);
+            let c = clamp(HealthCounts { healthy: h, warning: w, degraded: d, failed: f, unknown: u }, capacity, withdrawn);
+            prop_assert_eq!(c.total(), capacity);
+            prop_assert!(c.degraded + c.failed >= withdrawn);
+        }
+    }
+}

@@ -1,0 +1,175 @@
+//! The few Kueue `v1beta2` types kaccel writes and reads, hand-written and minimal.
+//! Field names follow Kueue v0.17's `apis/kueue/v1beta2`. Fields kaccel does not
+//! set are omitted; server-side apply leaves them to their other owners.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Toleration;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kube::CustomResource;
+use serde::{Deserialize, Serialize};
+
+pub const GROUP: &str = "kueue.x-k8s.io";
+pub const VERSION: &str = "v1beta2";
+
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "kueue.x-k8s.io",
+    version = "v1beta2",
+    kind = "ResourceFlavor",
+    schema = "disabled"
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceFlavorSpec {
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
+}
+
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "kueue.x-k8s.io",
+    version = "v1beta2",
+    kind = "Cohort",
+    schema = "disabled"
+)]
+#[serde(rename_all = "camelCase")]
+pub struct CohortSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resource_groups: Vec<ResourceGroup>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fair_sharing: Option<FairSharing>,
+}
+
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "kueue.x-k8s.io",
+    version = "v1beta2",
+    kind = "ClusterQueue",
+    schema = "disabled",
+    status = "ClusterQueueStatus"
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterQueueSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cohort_name: Option<String>,
+    /// kaccel always sets a selector: the budget's namespaces, so no other
+    /// namespace can reach the team's quota.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector:
+        Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resource_groups: Vec<ResourceGroup>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queueing_strategy: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flavor_fungibility: Option<FlavorFungibility>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_policy: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fair_sharing: Option<FairSharing>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admission_checks_strategy: Option<AdmissionChecksStrategy>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceGroup {
+    pub covered_resources: Vec<String>,
+    pub flavors: Vec<FlavorQuotas>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct FlavorQuotas {
+    pub name: String,
+    pub resources: Vec<ResourceQuota>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceQuota {
+    pub name: String,
+    pub nominal_quota: Quantity,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub borrowing_limit: Option<Quantity>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lending_limit: Option<Quantity>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct FairSharing {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<Quantity>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct FlavorFungibility {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub when_can_borrow: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub when_can_preempt: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct AdmissionChecksStrategy {
+    pub admission_checks: Vec<AdmissionCheckStrategyRule>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct AdmissionCheckStrategyRule {
+    pub name: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterQueueStatus {
+    #[serde(default)]
+    pub flavors_reservation: Vec<FlavorUsage>,
+    #[serde(default)]
+    pub flavors_usage: Vec<FlavorUsage>,
+    #[serde(default)]
+    pub pending_workloads: i32,
+    #[serde(default)]
+    pub admitted_workloads: i32,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct FlavorUsage {
+    pub name: String,
+    #[serde(default)]
+    pub resources: Vec<ResourceUsage>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceUsage {
+    pub name: String,
+    #[serde(default)]
+    pub total: Option<Quantity>,
+    #[serde(default)]
+    pub borrowed: Option<Quantity>,
+}
+
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "kueue.x-k8s.io",
+    version = "v1beta2",
+    kind = "LocalQueue",
+    namespaced,
+    schema = "disabled"
+)]
+#[serde(rename_all = "camelCase")]
+pub struct LocalQueueSpec {
+    pub cluster_queue: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_policy: Option<String>,
+}

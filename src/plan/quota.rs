@@ -1,0 +1,165 @@
+//! Splitting healthy capacity into nominal quotas (invariant 1).
+//!
+//! Each (budget, class) asks for its guaranteed amount and walks the class's
+//! flavors in preference order. At preference level k every unmet demand asks its
+//! k-th flavor; a flavor that cannot serve all askers at a level is shared in
+//! proportion to what each still needs (largest remainder, ties by name), and the
+//! rest spills to the next level. By construction the total granted on a flavor
+//! never exceeds its capacity, and the result depends only on the input.
+
+use std::collections::BTreeMap;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Demand {
+    pub budget: String,
+    pub class: String,
+    pub amount: u64,
+    /// Flavor names in preference order.
+    pub flavors: Vec<String>,
+}
+
+/// Returns, for each demand (same order), the amount granted per flavor.
+pub fn allocate(demands: &[Demand], capacity: &BTreeMap<String, u64>) -> Vec<BTreeMap<String, u64>> {
+    let mut remaining_capacity = capacity.clone();
+    let mut unmet: Vec<u64> = demands.iter().map(|d| d.amount).collect();
+    let mut granted: Vec<BTreeMap<String, u64>> = vec![BTreeMap::new(); demands.len()];
+    let levels = demands.iter().map(|d| d.flavors.len()).max().unwrap_or(0);
+
+    for level in 0..levels {
+        // flavor -> demand indices asking it at this level
+        let mut askers: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+        for (i, d) in demands.iter().enumerate() {
+            if unmet[i] > 0
+                && let Some(f) = d.flavors.get(level)
+            {
+                askers.entry(f.as_str()).or_default().push(i);
+            }
+        }
+        for (flavor, idx) in askers {
+            let available = remaining_capacity.get(flavor).copied().unwrap_or(0);
+            if available == 0 {
+                continue;
+            }
+            let asked: u128 = idx.iter().map(|&i| u128::from(unmet[i])).sum();
+            let shares: Vec<(usize, u64)> = if asked <= u128::from(available) {
+                idx.iter().map(|&i| (i, unmet[i])).collect()
+            } else {
+                proportional(&idx, &unmet, available, asked, demands)
+            };
+            let mut used = 0u64;
+            for (i, share) in shares {
+                if share == 0 {
+                    continue;
+                }
+                *granted[i].entry(flavor.to_string()).or_default() += share;
+                unmet[i] -= share;
+                used += share;
+            }
+            remaining_capacity.insert(flavor.to_string(), available - used);
+        }
+    }
+    granted
+}
+
+fn proportional(
+    idx: &[usize],
+    unmet: &[u64],
+    available: u64,
+    asked: u128,
+    demands: &[Demand],
+) -> Vec<(usize, u64)> {
+    let mut shares: Vec<(usize, u64, u128)> = idx
+        .iter()
+        .map(|&i| {
+            let exact = u128::from(unmet[i]) * u128::from(available);
+            let floor = (exact / asked) as u64;
+            (i, floor, exact % asked)
+        })
+        .collect();
+    let mut left = available - shares.iter().map(|s| s.1).sum::<u64>();
+    let mut order: Vec<usize> = (0..shares.len()).collect();
+    order.sort_by(|&a, &b| {
+        let (ia, ib) = (shares[a].0, shares[b].0);
+        shares[b]
+            .2
+            .cmp(&shares[a].2)
+            .then_with(|| demands[ia].budget.cmp(&demands[ib].budget))
+            .then_with(|| demands[ia].class.cmp(&demands[ib].class))
+    });
+    for k in order {
+        if left == 0 {
+            break;
+        }
+        let (i, floor, _) = shares[k];
+        if floor < unmet[i] {
+            shares[k].1 += 1;
+            left -= 1;
+        }
+    }
+    shares.into_iter().map(|(i, s, _)| (i, s)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn d(budget: &str, amount: u64, flavors: &[&str]) -> Demand {
+        Demand {
+            budget: budget.into(),
+            class: "c".into(),
+            amount,
+            flavors: flavors.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn spills_to_next_preference() {
+        let cap = BTreeMap::from([("a".to_string(), 4), ("b".to_string(), 10)]);
+        let g = allocate(&[d("t1", 6, &["a", "b"])], &cap);
+        assert_eq!(g[0]["a"], 4);
+        assert_eq!(g[0]["b"], 2);
+    }
+
+    #[test]
+    fn oversubscribed_flavor_is_shared_proportionally() {
+        let cap = BTreeMap::from([("a".to_string(), 10)]);
+        let g = allocate(&[d("t1", 10, &["a"]), d("t2", 5, &["a"])], &cap);
+        assert_eq!(g[0]["a"] + g[1]["a"], 10);
+        assert_eq!(g[0]["a"], 7); // 6.67 -> 6 + largest remainder
+        assert_eq!(g[1]["a"], 3);
+    }
+
+    proptest! {
+        #[test]
+        fn never_exceeds_capacity_nor_demand(
+            caps in proptest::collection::vec(0u64..50, 1..6),
+            raw in proptest::collection::vec((0u64..60, proptest::collection::vec(0usize..6, 0..4)), 0..12),
+        ) {
+            let capacity: BTreeMap<String, u64> = caps.iter().enumerate().map(|(i, c)| (format!("f{i}"), *c)).collect();
+            let demands: Vec<Demand> = raw.iter().enumerate().map(|(i, (amount, fl))| {
+                let mut flavors: Vec<String> = fl.iter().map(|f| format!("f{}", f % caps.len())).collect();
+                flavors.dedup();
+                Demand { budget: format!("b{i}"), class: "c".into(), amount: *amount, flavors }
+            }).collect();
+            let granted = allocate(&demands, &capacity);
+            for (f, cap) in &capacity {
+                let total: u64 = granted.iter().map(|g| g.get(f).copied().unwrap_or(0)).sum();
+                prop_assert!(total <= *cap);
+            }
+            for (d, g) in demands.iter().zip(&granted) {
+                prop_assert!(g.values().sum::<u64>() <= d.amount);
+            }
+            // Nothing left idle that an unmet demand could have used.
+            for (d, g) in demands.iter().zip(&granted) {
+                if g.values().sum::<u64>() < d.amount {
+                    for f in &d.flavors {
+                        let total: u64 = granted.iter().map(|g| g.get(f).copied().unwrap_or(0)).sum();
+                        prop_assert_eq!(total, capacity[f]);
+                    }
+                }
+            }
+            prop_assert_eq!(allocate(&demands, &capacity), granted);
+        }
+    }
+}

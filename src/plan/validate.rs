@@ -1,0 +1,198 @@
+//! Checks of one object that the CRD schema and CEL rules cannot express (or that
+//! must hold even when a cluster runs an older CRD). Each problem names the field
+//! and the fix.
+
+use crate::api::{AcceleratorClassSpec, CreditBudgetSpec, Credits, SharingMode, Vendor};
+
+use super::names::{valid_label_key, valid_label_value, version_at_least};
+
+/// One problem with a field, in words a platform engineer can act on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FieldError {
+    pub field: String,
+    pub message: String,
+}
+
+impl std::fmt::Display for FieldError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+fn err(field: impl Into<String>, message: impl Into<String>) -> FieldError {
+    FieldError {
+        field: field.into(),
+        message: message.into(),
+    }
+}
+
+pub fn validate_class(spec: &AcceleratorClassSpec) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    let sel = &spec.selector;
+
+    if spec.sharing == SharingMode::Partition && sel.partition_profile.is_none() {
+        errors.push(err(
+            "spec.selector.partitionProfile",
+            "required when spec.sharing is Partition: name the profile, e.g. 1g.10gb",
+        ));
+    }
+    if spec.sharing != SharingMode::Partition && sel.partition_profile.is_some() {
+        errors.push(err(
+            "spec.selector.partitionProfile",
+            "only valid with spec.sharing: Partition; remove it or change spec.sharing",
+        ));
+    }
+    if spec.sharing == SharingMode::CpuOnly
+        && (!sel.vendors.is_empty()
+            || !sel.models.is_empty()
+            || sel.min_memory_mib.is_some()
+            || sel.min_compute_capability.is_some()
+            || sel.min_cuda_version.is_some())
+    {
+        errors.push(err(
+            "spec.selector",
+            "a CpuOnly class selects no accelerators: remove vendors, models, minMemoryMiB, minComputeCapability and minCudaVersion",
+        ));
+    }
+    // NVIDIA-only constraints on a class that cannot contain NVIDIA devices would
+    // silently match nothing: say so instead.
+    let nvidia_possible = sel.vendors.is_empty() || sel.vendors.contains(&Vendor::Nvidia);
+    for (field, set) in [
+        (
+            "spec.selector.minComputeCapability",
+            sel.min_compute_capability.is_some(),
+        ),
+        ("spec.selector.minCudaVersion", sel.min_cuda_version.is_some()),
+    ] {
+        if set && !nvidia_possible {
+            errors.push(err(
+                field,
+                "only NVIDIA devices have this property, but spec.selector.vendors excludes nvidia: add nvidia or remove the constraint",
+            ));
+        }
+    }
+    for (field, value) in [
+        (
+            "spec.selector.minComputeCapability",
+            &sel.min_compute_capability,
+        ),
+        ("spec.selector.minDriverVersion", &sel.min_driver_version),
+        ("spec.selector.minCudaVersion", &sel.min_cuda_version),
+    ] {
+        if let Some(v) = value
+            && version_at_least(v, "0").is_none()
+        {
+            errors.push(err(
+                field,
+                format!("{v:?} is not a dotted version number, e.g. 12.4"),
+            ));
+        }
+    }
+    for (key, value) in &sel.node_labels {
+        if !valid_label_key(key) {
+            errors.push(err(
+                format!("spec.selector.nodeLabels[{key}]"),
+                "not a valid label key: use [prefix/]name, e.g. kaccel.io/pool",
+            ));
+        }
+        if !valid_label_value(value) {
+            errors.push(err(
+                format!("spec.selector.nodeLabels[{key}]"),
+                format!(
+                    "{value:?} is not a valid label value (63 characters of [A-Za-z0-9._-], alphanumeric at both ends)"
+                ),
+            ));
+        }
+    }
+    for (i, key) in spec.pooling.split_by.iter().enumerate() {
+        if !valid_label_key(key) {
+            errors.push(err(
+                format!("spec.pooling.splitBy[{i}]"),
+                format!("{key:?} is not a label key, e.g. topology.kubernetes.io/zone"),
+            ));
+        }
+        if sel.node_labels.contains_key(key) {
+            errors.push(err(
+                format!("spec.pooling.splitBy[{i}]"),
+                format!(
+                    "{key:?} is already fixed by spec.selector.nodeLabels, so splitting by it yields one flavor: remove one of them"
+                ),
+            ));
+        }
+    }
+    if let Err(e) = spec.credits.per_device_hour.parse::<Credits>() {
+        errors.push(err("spec.credits.perDeviceHour", e.to_string()));
+    }
+    for (i, o) in spec.credits.model_overrides.iter().enumerate() {
+        if let Err(e) = o.per_device_hour.parse::<Credits>() {
+            errors.push(err(
+                format!("spec.credits.modelOverrides[{i}].perDeviceHour"),
+                e.to_string(),
+            ));
+        }
+        if o.model.is_empty() {
+            errors.push(err(
+                format!("spec.credits.modelOverrides[{i}].model"),
+                "must be a model pattern, e.g. *H100*",
+            ));
+        }
+    }
+    errors
+}
+
+pub fn validate_budget(spec: &CreditBudgetSpec) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    if spec.namespaces.is_empty() {
+        errors.push(err(
+            "spec.namespaces",
+            "list at least one namespace for the team's LocalQueues",
+        ));
+    }
+    for (i, ns) in spec.namespaces.iter().enumerate() {
+        if !super::names::valid_dns_subdomain(ns) || ns.len() > 63 || ns.contains('.') {
+            errors.push(err(
+                format!("spec.namespaces[{i}]"),
+                format!("{ns:?} is not a namespace name (a DNS label)"),
+            ));
+        }
+        if spec.namespaces[..i].contains(ns) {
+            errors.push(err(
+                format!("spec.namespaces[{i}]"),
+                format!("{ns:?} is listed twice: list each namespace once"),
+            ));
+        }
+    }
+    if spec.classes.is_empty() {
+        errors.push(err(
+            "spec.classes",
+            "name at least one AcceleratorClass the team may use",
+        ));
+    }
+    for (i, c) in spec.classes.iter().enumerate() {
+        if spec.classes[..i].iter().any(|d| d.name == c.name) {
+            errors.push(err(
+                format!("spec.classes[{i}].name"),
+                format!("class {:?} is listed twice: merge the entries", c.name),
+            ));
+        }
+    }
+    if let Err(e) = spec.credits.per_period.parse::<Credits>() {
+        errors.push(err("spec.credits.perPeriod", e.to_string()));
+    }
+    if !(1..=366).contains(&spec.credits.period.days) {
+        errors.push(err(
+            "spec.credits.period.days",
+            "must be between 1 and 366",
+        ));
+    }
+    if let Some(w) = &spec.fair_share_weight {
+        match w.parse::<Credits>() {
+            Ok(c) if c.micros() > 0 && c.micros() % 1000 == 0 => {}
+            _ => errors.push(err(
+                "spec.fairShareWeight",
+                format!("{w:?} must be a positive decimal with at most 3 places, e.g. \"2\""),
+            )),
+        }
+    }
+    errors
+}
