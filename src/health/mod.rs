@@ -75,6 +75,8 @@ fn clamp(reported: HealthCounts, capacity: u32, withdrawn: u32) -> HealthCounts 
         *field -= cut;
         excess -= cut;
     }
+    // Devices nobody reported are Unknown; then at least `withdrawn` are out.
+    c.unknown += capacity.saturating_sub(c.total());
     let out = c.degraded + c.failed;
     if out < withdrawn {
         let mut missing = withdrawn - out;
@@ -85,7 +87,6 @@ fn clamp(reported: HealthCounts, capacity: u32, withdrawn: u32) -> HealthCounts 
         }
         c.degraded += withdrawn - out - missing;
     }
-    c.unknown += capacity.saturating_sub(c.total());
     c
 }
 

@@ -428,8 +428,17 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
     }
 
     // Stage 5: budgets -> demands -> quotas (invariant 1).
+    // Oldest first, so a budget created later can never take a namespace from an
+    // existing team (files without timestamps fall back to name order).
     let mut budgets: Vec<&CreditBudget> = input.budgets.iter().collect();
-    budgets.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    budgets.sort_by(|a, b| {
+        let created = |x: &CreditBudget| x.metadata.creation_timestamp.as_ref().map(|t| t.0);
+        (created(a).is_none(), created(a), &a.metadata.name).cmp(&(
+            created(b).is_none(),
+            created(b),
+            &b.metadata.name,
+        ))
+    });
     let class_by_name: BTreeMap<String, &AcceleratorClass> =
         classes.iter().map(|c| (name_of(&c.metadata), *c)).collect();
     let mut budget_reports: BTreeMap<String, BudgetReport> = BTreeMap::new();

@@ -127,7 +127,6 @@ pub fn valid_dns_subdomain(s: &str) -> bool {
         && s.len() <= 253
         && s.split('.').all(|label| {
             !label.is_empty()
-                && label.len() <= 63
                 && label
                     .chars()
                     .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
