@@ -44,8 +44,14 @@ mod tests {
     fn crds_carry_cel_rules_and_printer_columns() {
         for (file, crd) in all() {
             let yaml = to_yaml(&crd);
-            assert!(yaml.contains("x-kubernetes-validations"), "{file} has no CEL rules");
-            assert!(yaml.contains("additionalPrinterColumns"), "{file} has no columns");
+            assert!(
+                yaml.contains("x-kubernetes-validations"),
+                "{file} has no CEL rules"
+            );
+            assert!(
+                yaml.contains("additionalPrinterColumns"),
+                "{file} has no columns"
+            );
             assert_eq!(crd.spec.scope, "Cluster", "{file} must be cluster-scoped");
         }
     }

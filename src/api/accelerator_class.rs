@@ -88,7 +88,11 @@ pub struct HardwareSelector {
     pub models: Vec<String>,
 
     /// Minimum memory of one device (or partition), MiB.
-    #[serde(default, rename = "minMemoryMiB", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        rename = "minMemoryMiB",
+        skip_serializing_if = "Option::is_none"
+    )]
     #[schemars(range(min = 1))]
     pub min_memory_mib: Option<u64>,
 

@@ -113,7 +113,16 @@ mod tests {
     #[test]
     fn rejects_bad_amounts() {
         for bad in [
-            "", "-1", "1.", ".5", "1.1234567", "abc", "1e3", " 1", "1,5", "+2",
+            "",
+            "-1",
+            "1.",
+            ".5",
+            "1.1234567",
+            "abc",
+            "1e3",
+            " 1",
+            "1,5",
+            "+2",
         ] {
             assert!(bad.parse::<Credits>().is_err(), "{bad:?} accepted");
         }

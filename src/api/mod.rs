@@ -73,7 +73,18 @@ impl std::fmt::Display for Vendor {
 /// How a workload gets an accelerator. The three operating models have different
 /// isolation and are never pooled together.
 #[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    JsonSchema,
 )]
 pub enum SharingMode {
     /// Whole devices, exclusively.
@@ -104,3 +115,6 @@ impl std::fmt::Display for SharingMode {
         f.write_str(self.as_str())
     }
 }
+
+#[cfg(test)]
+mod tests;

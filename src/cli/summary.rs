@@ -21,8 +21,17 @@ pub fn render(plan: &Plan, inventory: &Inventory) -> String {
     let _ = writeln!(
         s,
         "{:<22} {:<34} {:>5} {:>7} {:>7} {:>8} {:>6} {:>7} {:>8} {:>7} {:>6}",
-        "CLASS", "FLAVOR (preference order)", "NODES", "HEALTHY", "WARNING", "DEGRADED", "FAILED",
-        "UNKNOWN", "CAPACITY", "GRANTED", "SPARE"
+        "CLASS",
+        "FLAVOR (preference order)",
+        "NODES",
+        "HEALTHY",
+        "WARNING",
+        "DEGRADED",
+        "FAILED",
+        "UNKNOWN",
+        "CAPACITY",
+        "GRANTED",
+        "SPARE"
     );
     for (class, report) in &plan.classes {
         if report.flavors.is_empty() {

@@ -70,7 +70,13 @@ fn clamp(reported: HealthCounts, capacity: u32, withdrawn: u32) -> HealthCounts 
     let mut c = reported;
     // Trim from the most optimistic statuses first if the source reports too many.
     let mut excess = c.total().saturating_sub(capacity);
-    for field in [&mut c.healthy, &mut c.unknown, &mut c.warning, &mut c.degraded, &mut c.failed] {
+    for field in [
+        &mut c.healthy,
+        &mut c.unknown,
+        &mut c.warning,
+        &mut c.degraded,
+        &mut c.failed,
+    ] {
         let cut = excess.min(*field);
         *field -= cut;
         excess -= cut;

@@ -59,8 +59,7 @@ pub struct ClusterQueueSpec {
     /// kaccel always sets a selector: the budget's namespaces, so no other
     /// namespace can reach the team's quota.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub namespace_selector:
-        Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
+    pub namespace_selector: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub resource_groups: Vec<ResourceGroup>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -182,6 +182,14 @@ impl FlavorKey {
 /// Where a group of devices lives: node index and group index (None = the node's CPU).
 type Member = (usize, Option<usize>);
 
+/// Device groups that passed a class's hardware requirements: the variant (None
+/// for a CPU pool), its pin labels, and where the groups are.
+type Candidate<'a> = (
+    Option<&'a DeviceVariant>,
+    &'a BTreeMap<String, String>,
+    &'a [Member],
+);
+
 #[derive(Default)]
 struct FlavorAcc {
     members: Vec<Member>,
@@ -270,8 +278,7 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
         let mut conflicts: BTreeSet<String> = BTreeSet::new();
         let mut keys: BTreeSet<FlavorKey> = BTreeSet::new();
 
-        let mut candidates: Vec<(Option<&DeviceVariant>, &BTreeMap<String, String>, &[Member])> =
-            Vec::new();
+        let mut candidates: Vec<Candidate<'_>> = Vec::new();
         let empty = BTreeMap::new();
         if spec.sharing == SharingMode::CpuOnly {
             candidates.push((None, &empty, &cpu_nodes));
@@ -281,9 +288,7 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
                     None => candidates.push((Some(sig.variant), sig.pins, members)),
                     Some(reason) => {
                         if spec.sharing == sig.variant.sharing {
-                            rejected
-                                .entry(sig.variant.model.clone())
-                                .or_insert(reason);
+                            rejected.entry(sig.variant.model.clone()).or_insert(reason);
                         }
                     }
                 }
@@ -312,12 +317,14 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
                     }
                 }
                 if !split_ok {
-                    rejected.entry(format!("node {}", node.name)).or_insert_with(|| {
-                        format!(
-                            "lacks a pooling.splitBy label ({})",
-                            spec.pooling.split_by.join(", ")
-                        )
-                    });
+                    rejected
+                        .entry(format!("node {}", node.name))
+                        .or_insert_with(|| {
+                            format!(
+                                "lacks a pooling.splitBy label ({})",
+                                spec.pooling.split_by.join(", ")
+                            )
+                        });
                     continue;
                 }
                 let key = FlavorKey {
@@ -391,7 +398,10 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
         let mut name = flavor_name(key);
         if !used_names.insert(name.clone()) {
             name = names::bounded(
-                &[&name, &format!("{:08x}", names::fnv1a(format!("{key:?}").as_bytes()) as u32)],
+                &[
+                    &name,
+                    &format!("{:08x}", names::fnv1a(format!("{key:?}").as_bytes()) as u32),
+                ],
                 63,
             );
             used_names.insert(name.clone());
@@ -522,7 +532,9 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
         .collect();
     let granted = allocate(&demands, &capacity);
     for (demand, grant) in demands.iter().zip(&granted) {
-        let report = budget_reports.get_mut(&demand.budget).expect("budget report");
+        let report = budget_reports
+            .get_mut(&demand.budget)
+            .expect("budget report");
         let total: u64 = grant.values().sum();
         for (flavor, amount) in grant {
             report
@@ -558,7 +570,8 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
             &class_by_name,
         ));
     }
-    plan.resource_flavors.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    plan.resource_flavors
+        .sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     plan.cohorts.push(build_root_cohort(options, &reports));
 
     for budget in &budgets {
@@ -656,7 +669,12 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
                     .iter()
                     .find(|c| c.status)
                     .expect("a true condition");
-                DesiredCondition::new(api::READY, false, first.reason.clone(), first.message.clone())
+                DesiredCondition::new(
+                    api::READY,
+                    false,
+                    first.reason.clone(),
+                    first.message.clone(),
+                )
             },
         );
     }
@@ -669,8 +687,10 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
             let _ = bname;
         }
     }
-    plan.cohorts.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-    plan.cluster_queues.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    plan.cohorts
+        .sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    plan.cluster_queues
+        .sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     plan.local_queues.sort_by(|a, b| {
         (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name))
     });
@@ -696,7 +716,10 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
             devices.add(&r.devices);
             report.flavors.push(ResolvedFlavor {
                 name: fname.clone(),
-                vendor: r.vendor.map(|v| v.to_string()).unwrap_or_else(|| "none".into()),
+                vendor: r
+                    .vendor
+                    .map(|v| v.to_string())
+                    .unwrap_or_else(|| "none".into()),
                 model: r.model.clone(),
                 sharing: r.sharing.to_string(),
                 partition_profile: r.partition_profile.clone(),
@@ -727,9 +750,12 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
                     demoted.join(", ")
                 ));
             }
-            report
-                .conditions
-                .push(DesiredCondition::new(api::DEGRADED, true, "UnhealthyDevices", msg));
+            report.conditions.push(DesiredCondition::new(
+                api::DEGRADED,
+                true,
+                "UnhealthyDevices",
+                msg,
+            ));
         } else {
             report.conditions.push(DesiredCondition::new(
                 api::DEGRADED,
@@ -738,13 +764,19 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
                 "no device of this class is degraded or failed",
             ));
         }
-        let capacity: u64 = report.flavors.iter().map(|f| u64::from(f.healthy_capacity)).sum();
+        let capacity: u64 = report
+            .flavors
+            .iter()
+            .map(|f| u64::from(f.healthy_capacity))
+            .sum();
         let blocking = report
             .conditions
             .iter()
             .find(|c| c.status && (c.type_ == api::NO_MATCHING_HARDWARE));
         let ready = match blocking {
-            Some(c) => DesiredCondition::new(api::READY, false, c.reason.clone(), c.message.clone()),
+            Some(c) => {
+                DesiredCondition::new(api::READY, false, c.reason.clone(), c.message.clone())
+            }
             None if capacity == 0 => DesiredCondition::new(
                 api::READY,
                 false,
@@ -834,7 +866,11 @@ fn hardware_mismatch(
             &sel.min_compute_capability,
             sig.compute_capability,
         ),
-        ("minDriverVersion", &sel.min_driver_version, sig.driver_version),
+        (
+            "minDriverVersion",
+            &sel.min_driver_version,
+            sig.driver_version,
+        ),
         ("minCudaVersion", &sel.min_cuda_version, sig.cuda_version),
     ] {
         if let Some(want) = want {
@@ -862,9 +898,9 @@ fn flavor_name(key: &FlavorKey) -> String {
             parts.push(model);
             match v.sharing {
                 SharingMode::TimeShare => parts.push("shared".into()),
-                SharingMode::Partition => {
-                    parts.push(names::slug(v.partition_profile.as_deref().unwrap_or("part")))
-                }
+                SharingMode::Partition => parts.push(names::slug(
+                    v.partition_profile.as_deref().unwrap_or("part"),
+                )),
                 _ => {}
             }
         }
@@ -876,7 +912,11 @@ fn flavor_name(key: &FlavorKey) -> String {
             parts.push(part);
         }
     }
-    let refs: Vec<&str> = parts.iter().map(String::as_str).filter(|p| !p.is_empty()).collect();
+    let refs: Vec<&str> = parts
+        .iter()
+        .map(String::as_str)
+        .filter(|p| !p.is_empty())
+        .collect();
     names::bounded(&refs, 63)
 }
 
@@ -901,7 +941,10 @@ fn flavor_report(
             .as_ref()
             .map(|v| v.sharing)
             .unwrap_or(SharingMode::CpuOnly),
-        partition_profile: key.variant.as_ref().and_then(|v| v.partition_profile.clone()),
+        partition_profile: key
+            .variant
+            .as_ref()
+            .and_then(|v| v.partition_profile.clone()),
         resource_name: key
             .variant
             .as_ref()
@@ -932,8 +975,7 @@ fn flavor_report(
                     report.healthy_capacity += u64::from(usable.min(group.allocatable));
                     // The node's CPU and memory are shared by its device groups in
                     // proportion to their device counts.
-                    let node_devices: u64 =
-                        node.groups.iter().map(|g| u64::from(g.capacity)).sum();
+                    let node_devices: u64 = node.groups.iter().map(|g| u64::from(g.capacity)).sum();
                     let share = |total: u64| -> u64 {
                         if node_devices == 0 {
                             0
@@ -1061,8 +1103,7 @@ fn build_root_cohort(options: &PlanOptions, reports: &BTreeMap<String, FlavorRep
     let resource_groups = if reports.is_empty() {
         vec![]
     } else {
-        let flavors: Vec<&FlavorReport> =
-            reports.values().take(MAX_FLAVORS_PER_GROUP).collect();
+        let flavors: Vec<&FlavorReport> = reports.values().take(MAX_FLAVORS_PER_GROUP).collect();
         let covered = covered_resources(flavors.iter().copied());
         vec![ResourceGroup {
             flavors: flavors
@@ -1141,7 +1182,7 @@ fn quotas_for(
 }
 
 fn cpu_quantity(millis: u64) -> Quantity {
-    if millis % 1000 == 0 {
+    if millis.is_multiple_of(1000) {
         Quantity((millis / 1000).to_string())
     } else {
         Quantity(format!("{millis}m"))

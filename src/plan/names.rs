@@ -115,8 +115,14 @@ pub fn valid_label_key(key: &str) -> bool {
 pub fn valid_label_value(value: &str) -> bool {
     value.len() <= 63
         && (value.is_empty()
-            || (value.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
-                && value.chars().last().is_some_and(|c| c.is_ascii_alphanumeric())
+            || (value
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_alphanumeric())
+                && value
+                    .chars()
+                    .last()
+                    .is_some_and(|c| c.is_ascii_alphanumeric())
                 && value
                     .chars()
                     .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))))

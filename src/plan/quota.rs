@@ -19,7 +19,10 @@ pub struct Demand {
 }
 
 /// Returns, for each demand (same order), the amount granted per flavor.
-pub fn allocate(demands: &[Demand], capacity: &BTreeMap<String, u64>) -> Vec<BTreeMap<String, u64>> {
+pub fn allocate(
+    demands: &[Demand],
+    capacity: &BTreeMap<String, u64>,
+) -> Vec<BTreeMap<String, u64>> {
     let mut remaining_capacity = capacity.clone();
     let mut unmet: Vec<u64> = demands.iter().map(|d| d.amount).collect();
     let mut granted: Vec<BTreeMap<String, u64>> = vec![BTreeMap::new(); demands.len()];

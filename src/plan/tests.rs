@@ -102,19 +102,29 @@ fn examples() -> (Vec<AcceleratorClass>, Vec<CreditBudget>, Vec<Node>) {
 }
 
 fn qty(q: &Quantity) -> u64 {
-    q.0.parse().unwrap_or_else(|_| panic!("device quantity {q:?} is not an integer"))
+    q.0.parse()
+        .unwrap_or_else(|_| panic!("device quantity {q:?} is not an integer"))
 }
 
 /// Invariant 1, recounted from scratch: for each flavor, the nominal quota of its
 /// resource across every ClusterQueue and the root Cohort is at most the healthy,
 /// schedulable devices on nodes carrying all of the flavor's node labels.
-fn assert_quota_within_healthy_capacity(plan: &Plan, inventory: &Inventory, health: &HealthSnapshot, unknown_counts: bool) {
+fn assert_quota_within_healthy_capacity(
+    plan: &Plan,
+    inventory: &Inventory,
+    health: &HealthSnapshot,
+    unknown_counts: bool,
+) {
     let mut quota: BTreeMap<(String, String), u64> = BTreeMap::new();
     let groups = plan
         .cluster_queues
         .iter()
         .flat_map(|q| q.spec.resource_groups.iter())
-        .chain(plan.cohorts.iter().flat_map(|c| c.spec.resource_groups.iter()));
+        .chain(
+            plan.cohorts
+                .iter()
+                .flat_map(|c| c.spec.resource_groups.iter()),
+        );
     for rg in groups {
         for f in &rg.flavors {
             for r in &f.resources {
@@ -150,7 +160,11 @@ fn assert_quota_within_healthy_capacity(plan: &Plan, inventory: &Inventory, heal
                 if node.unschedulable || node.ready == Some(false) || tainted {
                     continue;
                 }
-                for g in node.groups.iter().filter(|g| &g.variant.resource_name == resource) {
+                for g in node
+                    .groups
+                    .iter()
+                    .filter(|g| &g.variant.resource_name == resource)
+                {
                     let c = health.counts_for(node, g);
                     let usable = c.healthy + c.warning + if unknown_counts { c.unknown } else { 0 };
                     healthy += u64::from(usable.min(g.allocatable));
@@ -172,7 +186,11 @@ fn example_fleet_plans_every_class_and_budget() {
         assert!(report.valid, "{name}: {:?}", report.errors);
         assert!(!report.flavors.is_empty(), "{name} resolved to no flavor");
         assert_eq!(report.conditions[0].type_, api::READY);
-        assert!(report.conditions[0].status, "{name} not ready: {:?}", report.conditions[0]);
+        assert!(
+            report.conditions[0].status,
+            "{name} not ready: {:?}",
+            report.conditions[0]
+        );
     }
     // One ClusterQueue per (budget, class), one LocalQueue per namespace and class.
     let expected_queues: usize = budgets.iter().map(|b| b.spec.classes.len()).sum();
@@ -188,9 +206,18 @@ fn example_fleet_plans_every_class_and_budget() {
     // and the preference order puts H100 first.
     let large = &plan.classes["large-training"];
     assert!(large.flavors.iter().all(|f| !f.model.contains("L40S")));
-    assert!(large.flavors[0].model.contains("H100"), "{:?}", large.flavors);
+    assert!(
+        large.flavors[0].model.contains("H100"),
+        "{:?}",
+        large.flavors
+    );
     // Inference needs compute capability 8.9: A100 (8.0) is excluded.
-    assert!(plan.classes["inference"].flavors.iter().all(|f| !f.model.contains("A100")));
+    assert!(
+        plan.classes["inference"]
+            .flavors
+            .iter()
+            .all(|f| !f.model.contains("A100"))
+    );
 }
 
 #[test]
@@ -203,29 +230,60 @@ fn queues_are_wired_to_cohorts_namespaces_and_flavors() {
         .find(|q| q.metadata.name.as_deref() == Some("vision-large-training"))
         .expect("vision-large-training exists");
     assert_eq!(cq.spec.cohort_name.as_deref(), Some("kaccel-vision"));
-    let ns = &cq.spec.namespace_selector.as_ref().unwrap().match_expressions.as_ref().unwrap()[0];
-    assert_eq!(ns.values.as_ref().unwrap(), &vec!["vision-research".to_string(), "vision-prod".to_string()]);
+    let ns = &cq
+        .spec
+        .namespace_selector
+        .as_ref()
+        .unwrap()
+        .match_expressions
+        .as_ref()
+        .unwrap()[0];
+    assert_eq!(
+        ns.values.as_ref().unwrap(),
+        &vec!["vision-research".to_string(), "vision-prod".to_string()]
+    );
     let rg = &cq.spec.resource_groups[0];
     assert!(rg.covered_resources.contains(&"nvidia.com/gpu".to_string()));
     assert!(rg.covered_resources.contains(&"amd.com/gpu".to_string()));
-    assert!(rg.covered_resources.ends_with(&["cpu".to_string(), "memory".to_string()]));
+    assert!(
+        rg.covered_resources
+            .ends_with(&["cpu".to_string(), "memory".to_string()])
+    );
     for f in &rg.flavors {
-        assert_eq!(f.resources.len(), rg.covered_resources.len(), "Kueue requires every covered resource per flavor");
+        assert_eq!(
+            f.resources.len(),
+            rg.covered_resources.len(),
+            "Kueue requires every covered resource per flavor"
+        );
     }
-    let team = plan.cohorts.iter().find(|c| c.metadata.name.as_deref() == Some("kaccel-vision")).unwrap();
+    let team = plan
+        .cohorts
+        .iter()
+        .find(|c| c.metadata.name.as_deref() == Some("kaccel-vision"))
+        .unwrap();
     assert_eq!(team.spec.parent_name.as_deref(), Some("kaccel"));
     assert!(team.spec.fair_sharing.as_ref().unwrap().weight.is_some());
     let lq = plan
         .local_queues
         .iter()
-        .find(|q| q.metadata.namespace.as_deref() == Some("vision-prod") && q.metadata.name.as_deref() == Some("inference"))
+        .find(|q| {
+            q.metadata.namespace.as_deref() == Some("vision-prod")
+                && q.metadata.name.as_deref() == Some("inference")
+        })
         .unwrap();
     assert_eq!(lq.spec.cluster_queue, "vision-inference");
     for obj in &plan.resource_flavors {
-        assert_eq!(obj.metadata.labels.as_ref().unwrap()[MANAGED_BY_LABEL], MANAGED_BY);
+        assert_eq!(
+            obj.metadata.labels.as_ref().unwrap()[MANAGED_BY_LABEL],
+            MANAGED_BY
+        );
     }
     // No AdmissionCheck unless the ledger is on: an unanswered check blocks admission.
-    assert!(plan.cluster_queues.iter().all(|q| q.spec.admission_checks_strategy.is_none()));
+    assert!(
+        plan.cluster_queues
+            .iter()
+            .all(|q| q.spec.admission_checks_strategy.is_none())
+    );
 }
 
 #[test]
@@ -237,24 +295,56 @@ fn failed_devices_shrink_quota_and_warnings_demote_a_flavor() {
 
     let mut health = HealthSnapshot::default();
     let h100_nodes: Vec<&String> = healthy_plan.flavors[h100].nodes.iter().collect();
-    health.set(h100_nodes[0], "nvidia.com/gpu", HealthCounts { healthy: 5, failed: 3, ..Default::default() });
+    health.set(
+        h100_nodes[0],
+        "nvidia.com/gpu",
+        HealthCounts {
+            healthy: 5,
+            failed: 3,
+            ..Default::default()
+        },
+    );
     let (plan, _) = run(&classes, &budgets, &nodes, &health);
     assert!(plan.flavors[h100].healthy_capacity < before);
     assert!(plan.flavors[h100].granted <= plan.flavors[h100].healthy_capacity);
     assert_quota_within_healthy_capacity(&plan, &inventory, &health, true);
     let large = &plan.classes["large-training"];
-    assert!(large.conditions.iter().any(|c| c.type_ == api::DEGRADED && c.status));
+    assert!(
+        large
+            .conditions
+            .iter()
+            .any(|c| c.type_ == api::DEGRADED && c.status)
+    );
 
     // Every H100 node warns: H100 moves behind MI300X in every class using it.
     let mut health = HealthSnapshot::default();
     for n in &h100_nodes {
-        health.set(n, "nvidia.com/gpu", HealthCounts { healthy: 4, warning: 4, ..Default::default() });
+        health.set(
+            n,
+            "nvidia.com/gpu",
+            HealthCounts {
+                healthy: 4,
+                warning: 4,
+                ..Default::default()
+            },
+        );
     }
     let (plan, _) = run(&classes, &budgets, &nodes, &health);
     let large = &plan.classes["large-training"];
     assert_ne!(large.flavors[0].name, h100);
-    assert!(large.flavors.iter().find(|f| f.name == h100).unwrap().demoted);
-    let cq = plan.cluster_queues.iter().find(|q| q.metadata.name.as_deref() == Some("vision-large-training")).unwrap();
+    assert!(
+        large
+            .flavors
+            .iter()
+            .find(|f| f.name == h100)
+            .unwrap()
+            .demoted
+    );
+    let cq = plan
+        .cluster_queues
+        .iter()
+        .find(|q| q.metadata.name.as_deref() == Some("vision-large-training"))
+        .unwrap();
     assert_ne!(cq.spec.resource_groups[0].flavors[0].name, h100);
 }
 
@@ -266,10 +356,20 @@ fn unknown_health_keeps_capacity_but_is_visible() {
     let before = plan.flavors[h100].healthy_capacity;
     let mut health = HealthSnapshot::default();
     for n in &plan.flavors[h100].nodes {
-        health.set(n, "nvidia.com/gpu", HealthCounts { unknown: 8, ..Default::default() });
+        health.set(
+            n,
+            "nvidia.com/gpu",
+            HealthCounts {
+                unknown: 8,
+                ..Default::default()
+            },
+        );
     }
     let (plan, _) = run(&classes, &budgets, &nodes, &health);
-    assert_eq!(plan.flavors[h100].healthy_capacity, before, "a dead exporter must not drain quota");
+    assert_eq!(
+        plan.flavors[h100].healthy_capacity, before,
+        "a dead exporter must not drain quota"
+    );
     assert!(plan.flavors[h100].devices.unknown >= 31);
 }
 
@@ -280,7 +380,10 @@ fn cordoned_and_not_ready_nodes_leave_capacity() {
     let h100 = "nvidia-h100-80gb-hbm3";
     let before = plan.flavors[h100].healthy_capacity;
     let target = plan.flavors[h100].nodes.iter().next().unwrap().clone();
-    let node = nodes.iter_mut().find(|n| n.metadata.name.as_ref() == Some(&target)).unwrap();
+    let node = nodes
+        .iter_mut()
+        .find(|n| n.metadata.name.as_ref() == Some(&target))
+        .unwrap();
     node.spec.get_or_insert_with(Default::default).unschedulable = Some(true);
     let (plan, inventory) = run(&classes, &budgets, &nodes, &HealthSnapshot::default());
     assert!(plan.flavors[h100].healthy_capacity < before);
@@ -290,8 +393,16 @@ fn cordoned_and_not_ready_nodes_leave_capacity() {
 #[test]
 fn bad_references_become_conditions_not_panics() {
     let (mut classes, mut budgets, nodes) = examples();
-    budgets.push(budget("ghost", &["ghost-ns"], &[("does-not-exist", 4), ("inference", 1)]));
-    let created = |secs| Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::from_second(secs).unwrap()));
+    budgets.push(budget(
+        "ghost",
+        &["ghost-ns"],
+        &[("does-not-exist", 4), ("inference", 1)],
+    ));
+    let created = |secs| {
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::from_second(secs).unwrap(),
+        ))
+    };
     for b in budgets.iter_mut() {
         b.metadata.creation_timestamp = created(1_700_000_000);
     }
@@ -299,45 +410,97 @@ fn bad_references_become_conditions_not_panics() {
     let mut squatter = budget("squatter", &["vision-prod"], &[("inference", 1)]);
     squatter.metadata.creation_timestamp = created(1_800_000_000);
     budgets.push(squatter);
-    let mut bad = class("bad-partition", SharingMode::Partition, HardwareSelector::default());
+    let mut bad = class(
+        "bad-partition",
+        SharingMode::Partition,
+        HardwareSelector::default(),
+    );
     bad.spec.credits.per_device_hour = "-1".into();
     classes.push(bad);
     classes.push(class(
         "impossible",
         SharingMode::Whole,
-        HardwareSelector { min_memory_mib: Some(10_000_000), ..Default::default() },
+        HardwareSelector {
+            min_memory_mib: Some(10_000_000),
+            ..Default::default()
+        },
     ));
     let (plan, _) = run(&classes, &budgets, &nodes, &HealthSnapshot::default());
 
     let ghost = &plan.budgets["ghost"];
-    assert!(ghost.conditions.iter().any(|c| c.type_ == "ClassNotFound" && c.message.contains("does-not-exist")));
-    assert!(plan.cluster_queues.iter().any(|q| q.metadata.name.as_deref() == Some("ghost-inference")));
-    assert!(!plan.cluster_queues.iter().any(|q| q.metadata.name.as_deref().unwrap().contains("does-not-exist")));
+    assert!(
+        ghost
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "ClassNotFound" && c.message.contains("does-not-exist"))
+    );
+    assert!(
+        plan.cluster_queues
+            .iter()
+            .any(|q| q.metadata.name.as_deref() == Some("ghost-inference"))
+    );
+    assert!(!plan.cluster_queues.iter().any(|q| {
+        q.metadata
+            .name
+            .as_deref()
+            .unwrap()
+            .contains("does-not-exist")
+    }));
 
     let squatter = &plan.budgets["squatter"];
-    assert!(squatter.conditions.iter().any(|c| c.type_ == api::CONFLICT && c.message.contains("vision-prod")));
-    assert!(!plan.local_queues.iter().any(|q| q.metadata.labels.as_ref().unwrap()[BUDGET_LABEL] == "squatter"));
+    assert!(
+        squatter
+            .conditions
+            .iter()
+            .any(|c| c.type_ == api::CONFLICT && c.message.contains("vision-prod"))
+    );
+    assert!(
+        !plan
+            .local_queues
+            .iter()
+            .any(|q| q.metadata.labels.as_ref().unwrap()[BUDGET_LABEL] == "squatter")
+    );
 
     let bad = &plan.classes["bad-partition"];
     assert!(!bad.valid);
-    let invalid = bad.conditions.iter().find(|c| c.type_ == api::INVALID).unwrap();
+    let invalid = bad
+        .conditions
+        .iter()
+        .find(|c| c.type_ == api::INVALID)
+        .unwrap();
     assert!(invalid.message.contains("spec.selector.partitionProfile"));
     assert!(invalid.message.contains("spec.credits.perDeviceHour"));
 
     let impossible = &plan.classes["impossible"];
-    let nmh = impossible.conditions.iter().find(|c| c.type_ == api::NO_MATCHING_HARDWARE).unwrap();
+    let nmh = impossible
+        .conditions
+        .iter()
+        .find(|c| c.type_ == api::NO_MATCHING_HARDWARE)
+        .unwrap();
     assert!(nmh.message.contains("minMemoryMiB"), "{}", nmh.message);
 }
 
 #[test]
 fn classes_pooling_the_same_hardware_differently_conflict() {
     let (_, _, nodes) = examples();
-    let sel = HardwareSelector { models: vec!["*H100*".into()], ..Default::default() };
+    let sel = HardwareSelector {
+        models: vec!["*H100*".into()],
+        ..Default::default()
+    };
     let a = class("a-plain", SharingMode::Whole, sel.clone());
     let mut b = class("b-zoned", SharingMode::Whole, sel);
     b.spec.pooling.split_by = vec!["topology.kubernetes.io/zone".into()];
-    let (plan, inventory) = run(&[a, b], &[budget("t", &["t"], &[("a-plain", 8), ("b-zoned", 8)])], &nodes, &HealthSnapshot::default());
-    let conflict = plan.classes["b-zoned"].conditions.iter().find(|c| c.type_ == api::CONFLICT).expect("conflict");
+    let (plan, inventory) = run(
+        &[a, b],
+        &[budget("t", &["t"], &[("a-plain", 8), ("b-zoned", 8)])],
+        &nodes,
+        &HealthSnapshot::default(),
+    );
+    let conflict = plan.classes["b-zoned"]
+        .conditions
+        .iter()
+        .find(|c| c.type_ == api::CONFLICT)
+        .expect("conflict");
     assert!(conflict.message.contains("a-plain"));
     assert_quota_within_healthy_capacity(&plan, &inventory, &HealthSnapshot::default(), true);
 }
@@ -352,20 +515,48 @@ fn exhausted_budget_holds_its_queues_and_admission_check_is_referenced() {
         ..Default::default()
     };
     let health = HealthSnapshot::default();
-    let plan = plan(&PlanInput { classes: &classes, budgets: &budgets, inventory: &inventory, health: &health, options: &options });
+    let plan = plan(&PlanInput {
+        classes: &classes,
+        budgets: &budgets,
+        inventory: &inventory,
+        health: &health,
+        options: &options,
+    });
     for q in &plan.cluster_queues {
         let budget = &q.metadata.labels.as_ref().unwrap()[BUDGET_LABEL];
-        let want = if budget == "vision" { "HoldAndDrain" } else { "None" };
+        let want = if budget == "vision" {
+            "HoldAndDrain"
+        } else {
+            "None"
+        };
         assert_eq!(q.spec.stop_policy.as_deref(), Some(want));
-        assert_eq!(q.spec.admission_checks_strategy.as_ref().unwrap().admission_checks[0].name, "kaccel-credits");
+        assert_eq!(
+            q.spec
+                .admission_checks_strategy
+                .as_ref()
+                .unwrap()
+                .admission_checks[0]
+                .name,
+            "kaccel-credits"
+        );
     }
-    assert!(plan.budgets["vision"].conditions.iter().any(|c| c.type_ == api::EXHAUSTED && c.status));
+    assert!(
+        plan.budgets["vision"]
+            .conditions
+            .iter()
+            .any(|c| c.type_ == api::EXHAUSTED && c.status)
+    );
 }
 
 // ---- properties over random fleets ----
 
 fn vendor_subset(bits: u8) -> Vec<Vendor> {
-    Vendor::ALL.iter().enumerate().filter(|(i, _)| bits & (1 << i) != 0).map(|(_, v)| *v).collect()
+    Vendor::ALL
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| bits & (1 << i) != 0)
+        .map(|(_, v)| *v)
+        .collect()
 }
 
 prop_compose! {
@@ -398,7 +589,11 @@ fn arb_classes() -> impl Strategy<Value = Vec<AcceleratorClass>> {
 }
 
 fn arb_budgets(classes: usize) -> impl Strategy<Value = Vec<CreditBudget>> {
-    prop::collection::vec(prop::collection::vec((0..classes + 1, 0u32..120), 1..5), 1..6).prop_map(|budgets| {
+    prop::collection::vec(
+        prop::collection::vec((0..classes + 1, 0u32..120), 1..5),
+        1..6,
+    )
+    .prop_map(|budgets| {
         budgets
             .into_iter()
             .enumerate()
@@ -424,18 +619,22 @@ fn arb_health(nodes: &[Node], seed: u64) -> HealthSnapshot {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        if x % 3 == 0 {
+        if x.is_multiple_of(3) {
             let cap = group.capacity;
             let failed = (x >> 8) as u32 % (cap + 1);
             let warning = (x >> 16) as u32 % (cap - failed + 1);
             let unknown = (x >> 24) as u32 % (cap - failed - warning + 1);
-            health.set(&node.name, &group.variant.resource_name, HealthCounts {
-                healthy: cap - failed - warning - unknown,
-                warning,
-                failed,
-                unknown,
-                ..Default::default()
-            });
+            health.set(
+                &node.name,
+                &group.variant.resource_name,
+                HealthCounts {
+                    healthy: cap - failed - warning - unknown,
+                    warning,
+                    failed,
+                    unknown,
+                    ..Default::default()
+                },
+            );
         }
     }
     health

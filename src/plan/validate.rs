@@ -62,7 +62,10 @@ pub fn validate_class(spec: &AcceleratorClassSpec) -> Vec<FieldError> {
             "spec.selector.minComputeCapability",
             sel.min_compute_capability.is_some(),
         ),
-        ("spec.selector.minCudaVersion", sel.min_cuda_version.is_some()),
+        (
+            "spec.selector.minCudaVersion",
+            sel.min_cuda_version.is_some(),
+        ),
     ] {
         if set && !nvidia_possible {
             errors.push(err(
@@ -180,14 +183,11 @@ pub fn validate_budget(spec: &CreditBudgetSpec) -> Vec<FieldError> {
         errors.push(err("spec.credits.perPeriod", e.to_string()));
     }
     if !(1..=366).contains(&spec.credits.period.days) {
-        errors.push(err(
-            "spec.credits.period.days",
-            "must be between 1 and 366",
-        ));
+        errors.push(err("spec.credits.period.days", "must be between 1 and 366"));
     }
     if let Some(w) = &spec.fair_share_weight {
         match w.parse::<Credits>() {
-            Ok(c) if c.micros() > 0 && c.micros() % 1000 == 0 => {}
+            Ok(c) if c.micros() > 0 && c.micros().is_multiple_of(1000) => {}
             _ => errors.push(err(
                 "spec.fairShareWeight",
                 format!("{w:?} must be a positive decimal with at most 3 places, e.g. \"2\""),

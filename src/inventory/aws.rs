@@ -1,0 +1,150 @@
+//! AWS Trainium / Inferentia: the Neuron device plugin.
+//!
+//! Resources (AWS Neuron docs, "Neuron device plugin"): `aws.amazon.com/neuron`
+//! allocates whole Neuron devices (all cores of a device), `aws.amazon.com/neuroncore`
+//! single NeuronCores; the older `aws.amazon.com/neurondevice` is read like
+//! `neuron`. Devices are read as [`SharingMode::Whole`], cores as
+//! [`SharingMode::Partition`] with profile `neuroncore`.
+//!
+//! The plugin publishes no product label; the EC2 instance type
+//! (`node.kubernetes.io/instance-type`, e.g. `trn1.32xlarge`) identifies the chip:
+//! `trn1*` Trainium, `trn2*` Trainium2, `trn3*` Trainium3, `inf1` Inferentia,
+//! `inf2` Inferentia2. The instance type is the pin label (it is what EKS node
+//! groups and Karpenter set and what the plugin's own DaemonSet selects on), and is
+//! kept in the raw labels. Because the pin names one instance size, two sizes of one
+//! family are one variant with two pin sets. Taint key `aws.amazon.com/neuron`.
+
+use std::collections::BTreeMap;
+
+use super::{DeviceGroup, DeviceVariant, NodeView, SharingMode, Vendor};
+
+pub(crate) const DEVICE_RESOURCE: &str = "aws.amazon.com/neuron";
+const LEGACY_DEVICE_RESOURCE: &str = "aws.amazon.com/neurondevice";
+pub(crate) const CORE_RESOURCE: &str = "aws.amazon.com/neuroncore";
+pub(crate) const INSTANCE_TYPE: &str = "node.kubernetes.io/instance-type";
+const INSTANCE_TYPE_BETA: &str = "beta.kubernetes.io/instance-type";
+pub(crate) const TAINT_KEY: &str = "aws.amazon.com/neuron";
+
+pub(crate) fn read(view: &NodeView<'_>, warnings: &mut Vec<String>) -> Vec<DeviceGroup> {
+    let mut groups = Vec::new();
+    let devices = view
+        .count_checked(DEVICE_RESOURCE, warnings)
+        .map(|c| (DEVICE_RESOURCE, c))
+        .or_else(|| {
+            view.count_checked(LEGACY_DEVICE_RESOURCE, warnings)
+                .map(|c| (LEGACY_DEVICE_RESOURCE, c))
+        });
+    let cores = view.count_checked(CORE_RESOURCE, warnings);
+    if devices.is_none() && cores.is_none() {
+        return groups;
+    }
+    let (instance_key, instance) = match view.label(INSTANCE_TYPE) {
+        Some(t) => (INSTANCE_TYPE, Some(t)),
+        None => (INSTANCE_TYPE_BETA, view.label(INSTANCE_TYPE_BETA)),
+    };
+    let chip = instance.and_then(chip_for_instance);
+    let (model, pins) = match (chip, instance) {
+        (Some(chip), Some(t)) => (
+            chip.name.to_string(),
+            BTreeMap::from([(instance_key.to_string(), t.to_string())]),
+        ),
+        _ => {
+            let resource = devices.map_or(CORE_RESOURCE, |(r, _)| r);
+            view.fallback_model(resource, INSTANCE_TYPE, warnings)
+        }
+    };
+    let mut raw = view.raw_labels(&["aws.amazon.com/", "karpenter.k8s.aws/instance-accelerator"]);
+    if let Some(t) = instance {
+        raw.insert(instance_key.to_string(), t.to_string());
+    }
+    let taints = view.taint_keys(&[TAINT_KEY]);
+
+    let mut push = |resource: &str, cap: u32, alloc: u32, sharing, memory_mib| {
+        let mut g = DeviceGroup::new(
+            DeviceVariant {
+                vendor: Vendor::Aws,
+                model: model.clone(),
+                sharing,
+                partition_profile: (sharing == SharingMode::Partition)
+                    .then(|| "neuroncore".to_string()),
+                resource_name: resource.to_string(),
+            },
+            cap,
+            alloc,
+        );
+        g.memory_mib = memory_mib;
+        g.architecture = chip.map(|c| c.architecture.to_string());
+        g.pin_labels = pins.clone();
+        g.vendor_taint_keys = taints.clone();
+        g.raw_labels = raw.clone();
+        groups.push(g);
+    };
+    if let Some((resource, (cap, alloc))) = devices {
+        push(
+            resource,
+            cap,
+            alloc,
+            SharingMode::Whole,
+            chip.map(|c| c.device_memory_mib),
+        );
+    }
+    if let Some((cap, alloc)) = cores {
+        // Memory per core: the device's HBM split over its cores, when both counts are known.
+        let per_core = match (chip, devices) {
+            (Some(c), Some((_, (dev_cap, _)))) if cap > 0 => c
+                .device_memory_mib
+                .checked_mul(u64::from(dev_cap))
+                .map(|total| total / u64::from(cap)),
+            _ => None,
+        };
+        push(CORE_RESOURCE, cap, alloc, SharingMode::Partition, per_core);
+    }
+    groups
+}
+
+#[derive(Clone, Copy)]
+struct Chip {
+    name: &'static str,
+    architecture: &'static str,
+    device_memory_mib: u64,
+}
+
+fn chip_for_instance(instance_type: &str) -> Option<Chip> {
+    let family = instance_type.split('.').next()?;
+    let chip = |name, architecture, gib: u64| Chip {
+        name,
+        architecture,
+        device_memory_mib: gib * 1024,
+    };
+    match family {
+        "trn1" | "trn1n" => Some(chip("Trainium", "neuron-v2", 32)),
+        "trn2" | "trn2u" => Some(chip("Trainium2", "neuron-v3", 96)),
+        "trn3" | "trn3u" => Some(chip("Trainium3", "neuron-v4", 144)),
+        "inf1" => Some(chip("Inferentia", "neuron-v1", 8)),
+        "inf2" => Some(chip("Inferentia2", "neuron-v2", 32)),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn instance_types() {
+        assert_eq!(
+            chip_for_instance("trn1.32xlarge").map(|c| c.name),
+            Some("Trainium")
+        );
+        assert_eq!(
+            chip_for_instance("trn2.48xlarge").map(|c| c.name),
+            Some("Trainium2")
+        );
+        assert_eq!(
+            chip_for_instance("inf2.48xlarge").map(|c| c.name),
+            Some("Inferentia2")
+        );
+        assert!(chip_for_instance("p5.48xlarge").is_none());
+        assert!(chip_for_instance("").is_none());
+    }
+}

@@ -1,0 +1,179 @@
+//! Huawei Ascend: the Ascend device plugin (MindCluster / MindX DL).
+//!
+//! Resources: whole NPUs `huawei.com/Ascend910`, `huawei.com/Ascend310P`,
+//! `huawei.com/Ascend310`; static vNPU templates as `huawei.com/<chip>-<template>`,
+//! e.g. `huawei.com/Ascend910-4c` or `huawei.com/Ascend310P-2c.1cpu` (partition
+//! profile = the template). Names ending in `-memory`/`-core` (HAMi-style
+//! accounting resources) are not devices and are skipped.
+//!
+//! Labels (Ascend "Kubernetes labels" tables): `accelerator=huawei-Ascend910`,
+//! `accelerator-type` = server form factor (`module`, `half`, `card`,
+//! `module-910b-8`, `card-910b-2`, `module-910b-16`), `servertype`
+//! (`Ascend910B-20`), and on newer releases `node.kubernetes.io/npu.chip.name`
+//! (`910B3`). The model is the resource's chip name, refined by the chip-name label
+//! (`Ascend910` + `910B3` -> `Ascend910B3`) or, failing that, by a 910B form factor
+//! in `accelerator-type` (-> `Ascend910B`).
+//!
+//! Pin labels: `accelerator` (chip family) plus the most specific of
+//! `node.kubernetes.io/npu.chip.name` or `accelerator-type` that the node carries,
+//! so an Ascend 910B flavor never matches a first-generation 910 node (both expose
+//! `huawei.com/Ascend910`).
+
+use std::collections::BTreeMap;
+
+use super::{DeviceGroup, DeviceVariant, NodeView, SharingMode, Vendor};
+
+pub(crate) const PREFIX: &str = "huawei.com/";
+pub(crate) const ACCELERATOR: &str = "accelerator";
+pub(crate) const ACCELERATOR_TYPE: &str = "accelerator-type";
+pub(crate) const CHIP_NAME: &str = "node.kubernetes.io/npu.chip.name";
+const CHIP_MEMORY: &str = "mind-cluster/npu-chip-memory";
+
+pub(crate) fn read(view: &NodeView<'_>, warnings: &mut Vec<String>) -> Vec<DeviceGroup> {
+    let mut groups = Vec::new();
+    let candidates: Vec<&str> = view
+        .capacity
+        .keys()
+        .copied()
+        .filter(|name| name.starts_with("huawei.com/Ascend"))
+        .collect();
+    if candidates.is_empty() {
+        return groups;
+    }
+    let raw_labels = {
+        let mut raw = view.raw_labels(&[PREFIX, "mind-cluster/", CHIP_NAME]);
+        for key in [
+            ACCELERATOR,
+            ACCELERATOR_TYPE,
+            "servertype",
+            "host-arch",
+            "workerselector",
+        ] {
+            if let Some(v) = view.label(key) {
+                raw.insert(key.to_string(), v.to_string());
+            }
+        }
+        raw
+    };
+    let chip_label = view.label(CHIP_NAME);
+    let accel_type = view.label(ACCELERATOR_TYPE);
+    let chip_memory = view.label_size_mib(CHIP_MEMORY, 1, warnings);
+    let taint_keys: Vec<&str> = candidates.clone();
+    let taints = view.taint_keys(&taint_keys);
+
+    for resource in candidates {
+        let name = &resource[PREFIX.len()..];
+        let (chip, template) = match name.split_once('-') {
+            Some((chip, template)) => (chip, Some(template)),
+            None => (name, None),
+        };
+        if matches!(template, Some("memory" | "core")) || template == Some("") {
+            continue;
+        }
+        let Some((cap, alloc)) = view.count_checked(resource, warnings) else {
+            continue;
+        };
+        let model = refine_model(chip, chip_label, accel_type);
+        let mut pins = BTreeMap::new();
+        match view.label(ACCELERATOR) {
+            Some(a) => {
+                pins.insert(ACCELERATOR.to_string(), a.to_string());
+            }
+            None => warnings.push(format!(
+                "{resource}: node has no {ACCELERATOR} label (set by the Ascend device plugin); \
+                 the flavor is pinned by the remaining labels only"
+            )),
+        }
+        if let Some(c) = chip_label {
+            pins.insert(CHIP_NAME.to_string(), c.to_string());
+        } else if let Some(t) = accel_type {
+            pins.insert(ACCELERATOR_TYPE.to_string(), t.to_string());
+        }
+        let (sharing, profile) = match template {
+            Some(t) => (SharingMode::Partition, Some(t.to_string())),
+            None => (SharingMode::Whole, None),
+        };
+        let mut g = DeviceGroup::new(
+            DeviceVariant {
+                vendor: Vendor::Huawei,
+                model: model.clone(),
+                sharing,
+                partition_profile: profile,
+                resource_name: resource.to_string(),
+            },
+            cap,
+            alloc,
+        );
+        g.memory_mib = if template.is_none() {
+            chip_memory.or_else(|| known_memory_mib(&model))
+        } else {
+            None
+        };
+        g.architecture =
+            Some(model.trim_start_matches("Ascend").to_ascii_lowercase()).filter(|a| !a.is_empty());
+        g.pin_labels = pins;
+        g.vendor_taint_keys = taints.clone();
+        g.raw_labels = raw_labels.clone();
+        groups.push(g);
+    }
+    groups
+}
+
+/// `Ascend910` + chip label `910B3` -> `Ascend910B3`; + accelerator-type
+/// `module-910b-8` -> `Ascend910B`.
+fn refine_model(chip: &str, chip_label: Option<&str>, accel_type: Option<&str>) -> String {
+    if let Some(label) = chip_label {
+        let label = label.trim();
+        let full = if label.starts_with("Ascend") {
+            label.to_string()
+        } else {
+            format!("Ascend{label}")
+        };
+        // Only refine, never contradict: the label must extend the resource's chip.
+        if full.starts_with(chip) {
+            return full;
+        }
+    }
+    if chip == "Ascend910" && accel_type.is_some_and(|t| t.to_ascii_lowercase().contains("910b")) {
+        return "Ascend910B".to_string();
+    }
+    chip.to_string()
+}
+
+fn known_memory_mib(model: &str) -> Option<u64> {
+    if model.starts_with("Ascend910B") {
+        Some(64 * 1024)
+    } else if model == "Ascend910" || model.starts_with("Ascend910A") {
+        Some(32 * 1024)
+    } else if model.starts_with("Ascend310P") {
+        Some(24 * 1024)
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn models() {
+        assert_eq!(
+            refine_model("Ascend910", Some("910B3"), None),
+            "Ascend910B3"
+        );
+        assert_eq!(
+            refine_model("Ascend910", Some("Ascend910B4"), None),
+            "Ascend910B4"
+        );
+        assert_eq!(
+            refine_model("Ascend910", None, Some("module-910b-8")),
+            "Ascend910B"
+        );
+        assert_eq!(refine_model("Ascend910", None, Some("module")), "Ascend910");
+        assert_eq!(
+            refine_model("Ascend310P", Some("910B3"), None),
+            "Ascend310P"
+        );
+    }
+}

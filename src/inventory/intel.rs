@@ -1,0 +1,160 @@
+//! Intel: Gaudi accelerators (`habana.ai/gaudi`) and data-centre GPUs
+//! (`gpu.intel.com/i915`, `gpu.intel.com/xe`).
+//!
+//! Gaudi. Intel Gaudi's device plugin registers `habana.ai/gaudi`; its feature
+//! discovery labels device availability and driver version, not the product
+//! generation. So the model comes from kaccel's own label
+//! [`MODEL_LABEL`](super::MODEL_LABEL) (`kaccel.io/accelerator.model=Gaudi3`), which
+//! is also the pin label; on AWS `dl1.*` instances the instance type identifies
+//! first-generation Gaudi. Without either, the group is listed as
+//! `habana.ai/gaudi-unlabelled` with a warning. Memory per device is known per
+//! generation (Gaudi 32 GiB, Gaudi2 96 GiB, Gaudi3 128 GiB).
+//!
+//! Intel GPUs. Labels from Intel's NFD rules and GPU plugin
+//! (intel-device-plugins-for-kubernetes `cmd/gpu_plugin/labels.md`):
+//! `gpu.intel.com/product` (`Max_1550`), `gpu.intel.com/family` (`Max_Series`),
+//! `gpu.intel.com/device.count`, `gpu.intel.com/millicores` (GPUs x 1000),
+//! `gpu.intel.com/memory.max` (sum over the node's GPUs, bytes),
+//! `gpu.intel.com/tiles`. The plugin's `-shared-dev-num N` multiplies the resource
+//! count by N (time-sharing without isolation): when the resource count exceeds the
+//! physical count, the group is [`SharingMode::TimeShare`]. Pin label:
+//! `{gpu.intel.com/product: <product>}`.
+
+use std::collections::BTreeMap;
+
+use super::{DeviceGroup, DeviceVariant, NodeView, SharingMode, Vendor};
+
+pub(crate) const GAUDI_RESOURCE: &str = "habana.ai/gaudi";
+pub(crate) const GPU_RESOURCES: [&str; 2] = ["gpu.intel.com/i915", "gpu.intel.com/xe"];
+pub(crate) const GPU_PRODUCT: &str = "gpu.intel.com/product";
+pub(crate) const GPU_FAMILY: &str = "gpu.intel.com/family";
+const GPU_DEVICE_COUNT: &str = "gpu.intel.com/device.count";
+const GPU_MILLICORES: &str = "gpu.intel.com/millicores";
+const GPU_MEMORY_MAX: &str = "gpu.intel.com/memory.max";
+const INSTANCE_TYPE: &str = "node.kubernetes.io/instance-type";
+
+pub(crate) fn read(view: &NodeView<'_>, warnings: &mut Vec<String>) -> Vec<DeviceGroup> {
+    let mut groups = Vec::new();
+    if let Some(g) = read_gaudi(view, warnings) {
+        groups.push(g);
+    }
+    groups.extend(read_gpus(view, warnings));
+    groups
+}
+
+fn read_gaudi(view: &NodeView<'_>, warnings: &mut Vec<String>) -> Option<DeviceGroup> {
+    let (cap, alloc) = view.count_checked(GAUDI_RESOURCE, warnings)?;
+    let (model, pins) = if view.label(super::MODEL_LABEL).is_none()
+        && let Some(instance) = view.label(INSTANCE_TYPE).filter(|t| t.starts_with("dl1."))
+    {
+        (
+            "Gaudi".to_string(),
+            BTreeMap::from([(INSTANCE_TYPE.to_string(), instance.to_string())]),
+        )
+    } else {
+        view.fallback_model(GAUDI_RESOURCE, super::MODEL_LABEL, warnings)
+    };
+    let generation = if model.ends_with("-unlabelled") {
+        None
+    } else {
+        gaudi_generation(&model)
+    };
+    let mut g = DeviceGroup::new(
+        DeviceVariant {
+            vendor: Vendor::Intel,
+            model,
+            sharing: SharingMode::Whole,
+            partition_profile: None,
+            resource_name: GAUDI_RESOURCE.to_string(),
+        },
+        cap,
+        alloc,
+    );
+    g.architecture = generation.map(|(arch, _)| arch.to_string());
+    g.memory_mib = generation.map(|(_, mib)| mib);
+    g.pin_labels = pins;
+    g.vendor_taint_keys = view.taint_keys(&[GAUDI_RESOURCE]);
+    let mut raw = view.raw_labels(&["habana.ai/", "kaccel.io/accelerator."]);
+    if let Some(t) = view.label(INSTANCE_TYPE) {
+        raw.insert(INSTANCE_TYPE.to_string(), t.to_string());
+    }
+    g.raw_labels = raw;
+    Some(g)
+}
+
+/// (architecture, memory MiB) for a Gaudi model name.
+fn gaudi_generation(model: &str) -> Option<(&'static str, u64)> {
+    let m = model.to_ascii_lowercase().replace([' ', '-', '_'], "");
+    if m.contains("gaudi3") || m.contains("hl325") {
+        Some(("gaudi3", 128 * 1024))
+    } else if m.contains("gaudi2") || m.contains("hl225") {
+        Some(("gaudi2", 96 * 1024))
+    } else if m.contains("gaudi") || m.contains("hl205") {
+        Some(("gaudi", 32 * 1024))
+    } else {
+        None
+    }
+}
+
+fn read_gpus(view: &NodeView<'_>, warnings: &mut Vec<String>) -> Vec<DeviceGroup> {
+    let mut groups = Vec::new();
+    let physical = view
+        .label_u64(GPU_DEVICE_COUNT, warnings)
+        .or_else(|| view.label_u64(GPU_MILLICORES, warnings).map(|m| m / 1000))
+        .filter(|&n| n > 0);
+    let memory_total = view.label_u64(GPU_MEMORY_MAX, warnings);
+    for resource in GPU_RESOURCES {
+        let Some((cap, alloc)) = view.count_checked(resource, warnings) else {
+            continue;
+        };
+        let (model, pins) = match view.label(GPU_PRODUCT) {
+            Some(p) => (
+                p.to_string(),
+                BTreeMap::from([(GPU_PRODUCT.to_string(), p.to_string())]),
+            ),
+            None => view.fallback_model(resource, GPU_PRODUCT, warnings),
+        };
+        let shared = physical.is_some_and(|n| u64::from(cap) > n);
+        let mut g = DeviceGroup::new(
+            DeviceVariant {
+                vendor: Vendor::Intel,
+                model,
+                sharing: if shared {
+                    SharingMode::TimeShare
+                } else {
+                    SharingMode::Whole
+                },
+                partition_profile: None,
+                resource_name: resource.to_string(),
+            },
+            cap,
+            alloc,
+        );
+        let devices = physical.unwrap_or(u64::from(cap)).max(1);
+        g.memory_mib = memory_total.map(|bytes| bytes / devices / (1024 * 1024));
+        g.architecture = view.label(GPU_FAMILY).map(|f| match f {
+            "Max_Series" => "xe-hpc".to_string(),
+            "Flex_Series" => "xe-hpg".to_string(),
+            other => other.to_ascii_lowercase(),
+        });
+        g.pin_labels = pins;
+        g.vendor_taint_keys = view.taint_keys(&GPU_RESOURCES);
+        g.raw_labels = view.raw_labels(&["gpu.intel.com/"]);
+        groups.push(g);
+    }
+    groups
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generations() {
+        assert_eq!(gaudi_generation("Gaudi3"), Some(("gaudi3", 131072)));
+        assert_eq!(gaudi_generation("Intel-Gaudi2"), Some(("gaudi2", 98304)));
+        assert_eq!(gaudi_generation("HL-225"), Some(("gaudi2", 98304)));
+        assert_eq!(gaudi_generation("Gaudi"), Some(("gaudi", 32768)));
+        assert_eq!(gaudi_generation("mystery"), None);
+    }
+}

@@ -1,0 +1,448 @@
+//! The device inventory: every vendor's way of describing accelerators on a Node
+//! (labels, extended resources, DRA ResourceSlices) read into one model.
+//!
+//! Vendor differences live in one adapter module per vendor family; the rest of
+//! kaccel only sees [`NodeInventory`] and [`DeviceGroup`]. Adding an accelerator
+//! family is adding one module and one line in [`adapters`].
+
+mod amd;
+mod aws;
+mod dra;
+mod google;
+mod huawei;
+mod intel;
+mod nvidia;
+mod quantity;
+pub mod synthetic;
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Node, Taint};
+use k8s_openapi::api::resource::v1::ResourceSlice;
+use serde::{Deserialize, Serialize};
+
+pub use crate::api::{SharingMode, Vendor};
+pub use quantity::{QuantityError, parse_count, parse_cpu_millis, parse_memory_bytes};
+
+/// Well-known topology labels, read into [`Topology`] when present.
+pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
+pub const REGION_LABEL: &str = "topology.kubernetes.io/region";
+pub const RACK_LABEL: &str = "topology.kaccel.io/rack";
+pub const DATACENTER_LABEL: &str = "topology.kaccel.io/datacenter";
+
+/// kaccel's own fallback label for the accelerator model, for hardware whose vendor
+/// stack publishes no product label (Intel Gaudi's device plugin and feature
+/// discovery label availability and driver version, not the product). The platform
+/// team sets it, e.g. `kaccel.io/accelerator.model=Gaudi3`. Every adapter honours it
+/// when the vendor's own product label is missing.
+pub const MODEL_LABEL: &str = "kaccel.io/accelerator.model";
+
+/// One concrete kind of schedulable accelerator: vendor + model + how it is shared.
+/// Two devices with the same variant are interchangeable for scheduling; a Kueue
+/// ResourceFlavor pins exactly one variant.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeviceVariant {
+    pub vendor: Vendor,
+    /// Normalised product name as the vendor labels it, e.g. `NVIDIA-H100-80GB-HBM3`.
+    /// For NVIDIA MIG single strategy and time-slicing the vendor suffixes
+    /// (`-MIG-1g.5gb`, `-SHARED`) are stripped: they are carried by `sharing` and
+    /// `partition_profile` instead.
+    pub model: String,
+    pub sharing: SharingMode,
+    /// Partition profile for [`SharingMode::Partition`], e.g. `1g.10gb`, `cpx_nps4`, `4c`.
+    pub partition_profile: Option<String>,
+    /// The Kubernetes extended resource a workload requests, e.g. `nvidia.com/gpu`.
+    pub resource_name: String,
+}
+
+/// All devices of one variant on one node.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeviceGroup {
+    pub variant: DeviceVariant,
+    /// What the node reports in `status.capacity` for the resource.
+    pub capacity: u32,
+    /// What the node reports in `status.allocatable`; lower than `capacity` when the
+    /// vendor device plugin withdrew devices it found unhealthy.
+    pub allocatable: u32,
+    /// Memory of one device (or one partition), MiB.
+    pub memory_mib: Option<u64>,
+    /// Architecture or family, e.g. `hopper`, `ampere`, `cdna3`, `gaudi2`.
+    pub architecture: Option<String>,
+    /// NVIDIA compute capability, e.g. `9.0`.
+    pub compute_capability: Option<String>,
+    pub driver_version: Option<String>,
+    /// CUDA driver API version (NVIDIA), e.g. `12.4`.
+    pub cuda_version: Option<String>,
+    /// Node labels that select exactly this variant; a ResourceFlavor's `nodeLabels`.
+    pub pin_labels: BTreeMap<String, String>,
+    /// Taint keys the vendor's installation puts on such nodes (tolerated by flavors).
+    pub vendor_taint_keys: Vec<String>,
+    /// The raw vendor labels this group was read from, unchanged.
+    pub raw_labels: BTreeMap<String, String>,
+    /// Individual devices, where the source names them (DRA ResourceSlices);
+    /// otherwise empty and devices are only counted.
+    pub devices: Vec<DeviceRecord>,
+}
+
+impl DeviceGroup {
+    /// A group with counts and nothing else known yet; adapters fill in the rest.
+    pub(crate) fn new(variant: DeviceVariant, capacity: u32, allocatable: u32) -> Self {
+        DeviceGroup {
+            variant,
+            capacity,
+            allocatable: allocatable.min(capacity),
+            memory_mib: None,
+            architecture: None,
+            compute_capability: None,
+            driver_version: None,
+            cuda_version: None,
+            pin_labels: BTreeMap::new(),
+            vendor_taint_keys: Vec::new(),
+            raw_labels: BTreeMap::new(),
+            devices: Vec::new(),
+        }
+    }
+}
+
+/// One physical device (or partition) as a DRA driver publishes it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeviceRecord {
+    /// The device name inside its ResourceSlice, e.g. `gpu-0`.
+    pub name: String,
+    pub uuid: Option<String>,
+    pub pci_address: Option<String>,
+    pub memory_mib: Option<u64>,
+    /// All attributes as published, stringified, for the engineer who needs them.
+    pub raw_attributes: BTreeMap<String, String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Topology {
+    pub region: Option<String>,
+    pub zone: Option<String>,
+    pub rack: Option<String>,
+    pub datacenter: Option<String>,
+}
+
+/// Everything kaccel knows about one Node, vendor-neutral.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeInventory {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub topology: Topology,
+    /// `spec.unschedulable` (cordoned by anyone).
+    pub unschedulable: bool,
+    /// Status of the `Ready` condition: `Some(true)`, `Some(false)`, or `None` when absent/Unknown.
+    pub ready: Option<bool>,
+    pub taints: Vec<Taint>,
+    /// Node conditions other than Ready: type -> (status, reason), for health adapters.
+    pub conditions: BTreeMap<String, (String, String)>,
+    pub cpu_millis: u64,
+    pub memory_bytes: u64,
+    pub groups: Vec<DeviceGroup>,
+    /// Problems met while reading this node (e.g. an unparseable quantity): the node is
+    /// still listed, the affected group is skipped, and the reason is visible.
+    pub warnings: Vec<String>,
+}
+
+impl NodeInventory {
+    pub fn has_accelerators(&self) -> bool {
+        !self.groups.is_empty()
+    }
+
+    /// Whether new pods could land here at all, ignoring taints.
+    pub fn accepts_new_pods(&self) -> bool {
+        !self.unschedulable && self.ready != Some(false)
+    }
+}
+
+/// The whole fleet, keyed by node name (sorted, so everything built from it is deterministic).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Inventory {
+    pub nodes: BTreeMap<String, NodeInventory>,
+}
+
+impl Inventory {
+    pub fn from_nodes<'a>(nodes: impl IntoIterator<Item = &'a Node>) -> Self {
+        Self::from_nodes_and_slices(nodes, std::iter::empty())
+    }
+
+    /// Build from Nodes plus, where present, DRA ResourceSlices (which add per-device
+    /// records and DRA-only device groups).
+    pub fn from_nodes_and_slices<'a>(
+        nodes: impl IntoIterator<Item = &'a Node>,
+        slices: impl IntoIterator<Item = &'a ResourceSlice>,
+    ) -> Self {
+        let mut inventory = Inventory::default();
+        for node in nodes {
+            let entry = read_node(node);
+            inventory.nodes.insert(entry.name.clone(), entry);
+        }
+        for slice in slices {
+            dra::merge_slice(&mut inventory, slice);
+        }
+        inventory
+    }
+
+    pub fn groups(&self) -> impl Iterator<Item = (&NodeInventory, &DeviceGroup)> {
+        self.nodes
+            .values()
+            .flat_map(|n| n.groups.iter().map(move |g| (n, g)))
+    }
+}
+
+/// What one vendor adapter contributes: it reads the node's labels and resources and
+/// returns the device groups it recognises. An adapter must never panic on odd input;
+/// it reports unparseable values as warnings.
+pub(crate) struct NodeView<'a> {
+    pub labels: &'a BTreeMap<String, String>,
+    pub capacity: BTreeMap<&'a str, &'a str>,
+    pub allocatable: BTreeMap<&'a str, &'a str>,
+    pub taints: &'a [Taint],
+}
+
+impl<'a> NodeView<'a> {
+    /// The (capacity, allocatable) count of an extended resource present with a
+    /// non-zero capacity. An unparseable capacity or allocatable value is reported in
+    /// `warnings`, naming the resource and the value. A bad capacity drops the resource (it cannot be counted); a
+    /// bad allocatable keeps it with allocatable 0 (nothing schedulable is assumed).
+    pub fn count_checked(&self, resource: &str, warnings: &mut Vec<String>) -> Option<(u32, u32)> {
+        let raw_cap = self.capacity.get(resource)?;
+        let cap = match parse_count(raw_cap) {
+            Ok(c) => c,
+            Err(e) => {
+                warnings.push(format!(
+                    "status.capacity[{resource}]: {e}; resource skipped"
+                ));
+                return None;
+            }
+        };
+        if cap == 0 {
+            return None;
+        }
+        let alloc = match self.allocatable.get(resource).map(|a| parse_count(a)) {
+            Some(Ok(a)) => a,
+            Some(Err(e)) => {
+                warnings.push(format!(
+                    "status.allocatable[{resource}]: {e}; counted as 0 allocatable"
+                ));
+                0
+            }
+            None => 0,
+        };
+        if alloc > cap {
+            warnings.push(format!(
+                "status.allocatable[{resource}]={alloc} exceeds capacity {cap}; capped at capacity"
+            ));
+        }
+        Some((cap, alloc.min(cap)))
+    }
+
+    /// Every extended resource whose name starts with `prefix`, counted as by
+    /// [`NodeView::count_checked`].
+    pub fn resources_with_prefix_checked(
+        &self,
+        prefix: &str,
+        warnings: &mut Vec<String>,
+    ) -> Vec<(&'a str, u32, u32)> {
+        let names: Vec<&'a str> = self
+            .capacity
+            .keys()
+            .copied()
+            .filter(|name| name.starts_with(prefix))
+            .collect();
+        names
+            .into_iter()
+            .filter_map(|name| {
+                self.count_checked(name, warnings)
+                    .map(|(cap, alloc)| (name, cap, alloc))
+            })
+            .collect()
+    }
+
+    /// A label holding a plain non-negative integer; a malformed value is a warning.
+    pub fn label_u64(&self, key: &str, warnings: &mut Vec<String>) -> Option<u64> {
+        let raw = self.label(key)?;
+        let parsed = quantity::parse_label_u64(raw);
+        if parsed.is_none() {
+            warnings.push(format!(
+                "label {key}={raw:?}: not a non-negative integer; ignored"
+            ));
+        }
+        parsed
+    }
+
+    /// A label holding a memory size (see [`quantity::parse_label_size_mib`]), in MiB.
+    pub fn label_size_mib(
+        &self,
+        key: &str,
+        plain_unit_mib: u64,
+        warnings: &mut Vec<String>,
+    ) -> Option<u64> {
+        let raw = self.label(key)?;
+        let parsed = quantity::parse_label_size_mib(raw, plain_unit_mib);
+        if parsed.is_none() {
+            warnings.push(format!("label {key}={raw:?}: not a memory size; ignored"));
+        }
+        parsed
+    }
+
+    /// The model and pin labels to use when the vendor's product label is missing:
+    /// kaccel's own [`MODEL_LABEL`] when the platform team set it, otherwise
+    /// `<resource>-unlabelled` with no pin labels and a warning naming the missing
+    /// label, so that the gap is visible instead of silently pooled.
+    pub(crate) fn fallback_model(
+        &self,
+        resource: &str,
+        missing_label: &str,
+        warnings: &mut Vec<String>,
+    ) -> (String, BTreeMap<String, String>) {
+        if let Some(model) = self.label(MODEL_LABEL) {
+            let pins = BTreeMap::from([(MODEL_LABEL.to_string(), model.to_string())]);
+            return (model.to_string(), pins);
+        }
+        warnings.push(format!(
+            "{resource}: node has no {missing_label} label (nor {MODEL_LABEL}); \
+             devices listed as model {resource}-unlabelled and not pinned by label"
+        ));
+        (format!("{resource}-unlabelled"), BTreeMap::new())
+    }
+
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.labels
+            .get(key)
+            .map(String::as_str)
+            .filter(|v| !v.is_empty())
+    }
+
+    /// Labels whose key starts with one of the prefixes, kept raw.
+    pub fn raw_labels(&self, prefixes: &[&str]) -> BTreeMap<String, String> {
+        self.labels
+            .iter()
+            .filter(|(k, _)| prefixes.iter().any(|p| k.starts_with(p)))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
+    pub fn taint_keys(&self, keys: &[&str]) -> Vec<String> {
+        let mut found: Vec<String> = self
+            .taints
+            .iter()
+            .filter(|t| keys.contains(&t.key.as_str()))
+            .map(|t| t.key.clone())
+            .collect();
+        found.sort();
+        found.dedup();
+        found
+    }
+}
+
+type Adapter = fn(&NodeView<'_>, &mut Vec<String>) -> Vec<DeviceGroup>;
+
+/// Every vendor adapter, in a fixed order.
+fn adapters() -> [Adapter; 6] {
+    [
+        nvidia::read,
+        amd::read,
+        intel::read,
+        huawei::read,
+        aws::read,
+        google::read,
+    ]
+}
+
+/// Read one Node into the common model.
+pub fn read_node(node: &Node) -> NodeInventory {
+    let name = node.metadata.name.clone().unwrap_or_default();
+    let labels = node.metadata.labels.clone().unwrap_or_default();
+    let spec = node.spec.as_ref();
+    let status = node.status.as_ref();
+    let taints = spec.and_then(|s| s.taints.clone()).unwrap_or_default();
+    let capacity: BTreeMap<&str, &str> = status
+        .and_then(|s| s.capacity.as_ref())
+        .map(|m| m.iter().map(|(k, v)| (k.as_str(), v.0.as_str())).collect())
+        .unwrap_or_default();
+    let allocatable: BTreeMap<&str, &str> = status
+        .and_then(|s| s.allocatable.as_ref())
+        .map(|m| m.iter().map(|(k, v)| (k.as_str(), v.0.as_str())).collect())
+        .unwrap_or_default();
+
+    let mut warnings = Vec::new();
+    let cpu_millis = match allocatable.get("cpu").map(|v| parse_cpu_millis(v)) {
+        Some(Ok(v)) => v,
+        Some(Err(e)) => {
+            warnings.push(format!("status.allocatable.cpu: {e}"));
+            0
+        }
+        None => 0,
+    };
+    let memory_bytes = match allocatable.get("memory").map(|v| parse_memory_bytes(v)) {
+        Some(Ok(v)) => v,
+        Some(Err(e)) => {
+            warnings.push(format!("status.allocatable.memory: {e}"));
+            0
+        }
+        None => 0,
+    };
+
+    let view = NodeView {
+        labels: &labels,
+        capacity,
+        allocatable,
+        taints: &taints,
+    };
+    let mut groups: Vec<DeviceGroup> = adapters()
+        .iter()
+        .flat_map(|adapter| adapter(&view, &mut warnings))
+        .collect();
+    groups.sort_by(|a, b| a.variant.cmp(&b.variant));
+
+    let mut ready = None;
+    let mut conditions = BTreeMap::new();
+    for c in status
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+    {
+        if c.type_ == "Ready" {
+            ready = match c.status.as_str() {
+                "True" => Some(true),
+                "False" => Some(false),
+                _ => None,
+            };
+        } else {
+            conditions.insert(
+                c.type_.clone(),
+                (c.status.clone(), c.reason.clone().unwrap_or_default()),
+            );
+        }
+    }
+
+    let topology = Topology {
+        region: labels.get(REGION_LABEL).cloned(),
+        zone: labels.get(ZONE_LABEL).cloned(),
+        rack: labels.get(RACK_LABEL).cloned(),
+        datacenter: labels.get(DATACENTER_LABEL).cloned(),
+    };
+
+    NodeInventory {
+        name,
+        topology,
+        unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
+        ready,
+        taints,
+        conditions,
+        cpu_millis,
+        memory_bytes,
+        groups,
+        warnings,
+        labels,
+    }
+}
