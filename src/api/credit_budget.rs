@@ -24,14 +24,6 @@ use serde::{Deserialize, Serialize};
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
-#[x_kube(
-    validation = Rule::new("self.namespaces.all(n, self.namespaces.exists_one(m, m == n))")
-        .message("spec.namespaces must not repeat a namespace: list each once")
-        .field_path(".namespaces"),
-    validation = Rule::new("self.classes.all(c, self.classes.exists_one(d, d.name == c.name))")
-        .message("spec.classes must not name the same class twice: merge the entries")
-        .field_path(".classes"),
-)]
 #[serde(rename_all = "camelCase")]
 pub struct CreditBudgetSpec {
     /// The team this budget belongs to (a label value on everything kaccel creates for it).
@@ -39,13 +31,23 @@ pub struct CreditBudgetSpec {
     #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')").message("spec.team must be a DNS label: lower-case letters, digits and '-', e.g. vision"))]
     pub team: String,
 
-    /// Namespaces where the team's LocalQueues are created (one per class).
-    #[schemars(length(min = 1, max = 64))]
-    #[x_kube(validation = Rule::new("size(self) > 0 && self.all(n, size(n) <= 63 && n.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'))").message("spec.namespaces must list at least one namespace, each a DNS label, e.g. [vision-research]"))]
+    /// Namespaces where the team's LocalQueues are created (one per class). A set:
+    /// the API server rejects a repeated namespace.
+    #[schemars(
+        length(min = 1, max = 64),
+        inner(
+            length(min = 1, max = 63),
+            regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+        )
+    )]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
+    #[x_kube(validation = Rule::new("size(self) > 0").message("spec.namespaces must list at least one namespace, e.g. [vision-research]"))]
     pub namespaces: Vec<String>,
 
-    /// The AcceleratorClasses the team may use.
+    /// The AcceleratorClasses the team may use, keyed by name: the API server rejects
+    /// a class named twice.
     #[schemars(length(min = 1, max = 32))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     #[x_kube(validation = Rule::new("size(self) > 0").message("spec.classes must name at least one AcceleratorClass the team may use"))]
     pub classes: Vec<ClassGrant>,
 

@@ -1,0 +1,10 @@
+//! End-to-end tests against a real kube-apiserver with the Kueue manager.
+//!
+//! Built only with `--features e2e`. `e2e/test.sh` starts a local control plane
+//! (see `e2e/README.md`) and runs `cargo test --features e2e --test e2e` with
+//! `KUBECONFIG` set; pointing `KUBECONFIG` at any cluster with Kueue v0.17+
+//! works too. Without a reachable cluster every test panics: nothing is skipped.
+
+mod plan;
+mod smoke;
+mod support;
