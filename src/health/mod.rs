@@ -32,13 +32,20 @@ pub enum DeviceStatus {
 /// extended resource name.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct HealthSnapshot {
-    pub groups: BTreeMap<(String, String), HealthCounts>,
+    /// node name -> resource name -> counts.
+    pub groups: BTreeMap<String, BTreeMap<String, HealthCounts>>,
 }
 
 impl HealthSnapshot {
     pub fn set(&mut self, node: &str, resource: &str, counts: HealthCounts) {
         self.groups
-            .insert((node.to_string(), resource.to_string()), counts);
+            .entry(node.to_string())
+            .or_default()
+            .insert(resource.to_string(), counts);
+    }
+
+    fn get(&self, node: &str, resource: &str) -> Option<&HealthCounts> {
+        self.groups.get(node)?.get(resource)
     }
 
     /// Counts for a group. Devices the vendor plugin withdrew (capacity above
@@ -47,8 +54,7 @@ impl HealthSnapshot {
     /// are clamped to the group's capacity so a confused source cannot invent devices.
     pub fn counts_for(&self, node: &NodeInventory, group: &DeviceGroup) -> HealthCounts {
         let withdrawn = group.capacity.saturating_sub(group.allocatable);
-        let key = (node.name.clone(), group.variant.resource_name.clone());
-        match self.groups.get(&key) {
+        match self.get(&node.name, &group.variant.resource_name) {
             Some(reported) => clamp(*reported, group.capacity, withdrawn),
             None if node.ready != Some(true) => HealthCounts {
                 unknown: group.allocatable,

@@ -263,9 +263,21 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
         .map(|(i, _)| (i, None))
         .collect();
 
-    let mut flavors: BTreeMap<FlavorKey, FlavorAcc> = BTreeMap::new();
-    let mut owner: HashMap<Member, FlavorKey> = HashMap::new();
-    let mut class_flavor_keys: BTreeMap<String, BTreeSet<FlavorKey>> = BTreeMap::new();
+    // Flavors are interned: a class matching a whole signature builds its key once,
+    // not once per node (the planner runs on every watch event of a large fleet).
+    let mut interned: HashMap<FlavorKey, usize> = HashMap::new();
+    let mut flavor_keys: Vec<FlavorKey> = Vec::new();
+    let mut accs: Vec<FlavorAcc> = Vec::new();
+    let mut owner: HashMap<Member, usize> = HashMap::new();
+    let mut class_flavor_idx: BTreeMap<String, BTreeSet<usize>> = BTreeMap::new();
+    let mut intern =
+        |key: FlavorKey, keys: &mut Vec<FlavorKey>, accs: &mut Vec<FlavorAcc>| -> usize {
+            *interned.entry(key).or_insert_with_key(|k| {
+                keys.push(k.clone());
+                accs.push(FlavorAcc::default());
+                keys.len() - 1
+            })
+        };
 
     for class in &classes {
         let cname = name_of(&class.metadata);
@@ -275,8 +287,8 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
         }
         let spec = &class.spec;
         let mut rejected: BTreeMap<String, String> = BTreeMap::new();
-        let mut conflicts: BTreeSet<String> = BTreeSet::new();
-        let mut keys: BTreeSet<FlavorKey> = BTreeSet::new();
+        let mut conflicts: BTreeSet<usize> = BTreeSet::new();
+        let mut keys: BTreeSet<usize> = BTreeSet::new();
 
         let mut candidates: Vec<Candidate<'_>> = Vec::new();
         let empty = BTreeMap::new();
@@ -295,54 +307,70 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
             }
         }
 
+        let per_node = !spec.selector.node_labels.is_empty() || !spec.pooling.split_by.is_empty();
         for (variant, pins, members) in candidates {
+            let whole_signature = (!per_node).then(|| {
+                intern(
+                    FlavorKey {
+                        variant: variant.cloned(),
+                        pins: pins.clone(),
+                        extra: BTreeMap::new(),
+                    },
+                    &mut flavor_keys,
+                    &mut accs,
+                )
+            });
             for &member in members {
                 let node = nodes[member.0];
-                if !spec
-                    .selector
-                    .node_labels
-                    .iter()
-                    .all(|(k, v)| node.labels.get(k) == Some(v))
-                {
-                    continue;
-                }
-                let mut labels = spec.selector.node_labels.clone();
-                let mut split_ok = true;
-                for key in &spec.pooling.split_by {
-                    match node.labels.get(key) {
-                        Some(v) => {
-                            labels.insert(key.clone(), v.clone());
+                let idx = match whole_signature {
+                    Some(idx) => idx,
+                    None => {
+                        if !spec
+                            .selector
+                            .node_labels
+                            .iter()
+                            .all(|(k, v)| node.labels.get(k) == Some(v))
+                        {
+                            continue;
                         }
-                        None => split_ok = false,
+                        let mut extra = spec.selector.node_labels.clone();
+                        let mut split_ok = true;
+                        for key in &spec.pooling.split_by {
+                            match node.labels.get(key) {
+                                Some(v) => {
+                                    extra.insert(key.clone(), v.clone());
+                                }
+                                None => split_ok = false,
+                            }
+                        }
+                        if !split_ok {
+                            rejected
+                                .entry(format!("node {}", node.name))
+                                .or_insert_with(|| {
+                                    format!(
+                                        "lacks a pooling.splitBy label ({})",
+                                        spec.pooling.split_by.join(", ")
+                                    )
+                                });
+                            continue;
+                        }
+                        let key = FlavorKey {
+                            variant: variant.cloned(),
+                            pins: pins.clone(),
+                            extra,
+                        };
+                        intern(key, &mut flavor_keys, &mut accs)
                     }
-                }
-                if !split_ok {
-                    rejected
-                        .entry(format!("node {}", node.name))
-                        .or_insert_with(|| {
-                            format!(
-                                "lacks a pooling.splitBy label ({})",
-                                spec.pooling.split_by.join(", ")
-                            )
-                        });
-                    continue;
-                }
-                let key = FlavorKey {
-                    variant: variant.cloned(),
-                    pins: pins.clone(),
-                    extra: labels,
                 };
                 match owner.get(&member) {
-                    Some(existing) if *existing != key => {
-                        let other: Vec<String> =
-                            flavors[existing].classes.iter().cloned().collect();
-                        conflicts.insert(other.join(","));
+                    Some(&existing) if existing != idx => {
+                        conflicts.insert(existing);
                         continue;
                     }
                     Some(_) => {}
                     None => {
-                        owner.insert(member, key.clone());
-                        let acc = flavors.entry(key.clone()).or_default();
+                        owner.insert(member, idx);
+                        let acc = &mut accs[idx];
                         acc.members.push(member);
                         if let Some(gi) = member.1 {
                             acc.tolerated
@@ -350,14 +378,24 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
                         }
                     }
                 }
-                flavors
-                    .get_mut(&key)
-                    .expect("flavor exists")
-                    .classes
-                    .insert(cname.clone());
-                keys.insert(key);
+                keys.insert(idx);
             }
         }
+        for &idx in &keys {
+            accs[idx].classes.insert(cname.clone());
+        }
+        // Name the classes that pooled the contested devices first.
+        let conflicts: BTreeSet<String> = conflicts
+            .iter()
+            .map(|&idx| {
+                accs[idx]
+                    .classes
+                    .iter()
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(",")
+            })
+            .collect();
 
         if !conflicts.is_empty() {
             report.conditions.push(DesiredCondition::new(
@@ -388,8 +426,15 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
                 format!("no device meets every hard requirement of this class ({why})"),
             ));
         }
-        class_flavor_keys.insert(cname, keys);
+        class_flavor_idx.insert(cname, keys);
     }
+
+    // Back to key order, so names and output do not depend on discovery order.
+    let flavors: BTreeMap<FlavorKey, FlavorAcc> = flavor_keys.iter().cloned().zip(accs).collect();
+    let class_flavor_keys: BTreeMap<String, BTreeSet<FlavorKey>> = class_flavor_idx
+        .into_iter()
+        .map(|(c, idx)| (c, idx.into_iter().map(|i| flavor_keys[i].clone()).collect()))
+        .collect();
 
     // Stage 3: name flavors, count health and healthy capacity.
     let mut flavor_names: BTreeMap<FlavorKey, String> = BTreeMap::new();
