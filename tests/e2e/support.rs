@@ -1,0 +1,183 @@
+//! Shared helpers for the end-to-end suite: the client, Kueue's v1beta2 kinds as
+//! dynamic objects, unique names, polling with deadlines and best-effort cleanup.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result, bail};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::{Client, Config};
+use serde_json::Value;
+
+pub const KUEUE_GROUP: &str = "kueue.x-k8s.io";
+pub const KUEUE_VERSION: &str = "v1beta2";
+
+/// Connects with the kubeconfig named by `KUBECONFIG`, and checks that the
+/// API server answers and serves Kueue's v1beta2 API.
+///
+/// Panics with an explanation when it cannot: the suite must never pass
+/// without having talked to a real cluster.
+pub async fn client() -> Client {
+    let path = std::env::var("KUBECONFIG").unwrap_or_else(|_| {
+        panic!(
+            "KUBECONFIG is not set. The e2e suite needs a kube-apiserver with Kueue ({KUEUE_GROUP}/{KUEUE_VERSION}): \
+             run `e2e/test.sh`, or `e2e/cluster.sh up && eval \"$(e2e/cluster.sh env)\"` before \
+             `cargo test --features e2e --test e2e`, or point KUBECONFIG at a cluster with Kueue installed"
+        )
+    });
+    let kubeconfig = Kubeconfig::read_from(&path)
+        .unwrap_or_else(|e| panic!("cannot read the kubeconfig KUBECONFIG={path}: {e}"));
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .unwrap_or_else(|e| panic!("invalid kubeconfig KUBECONFIG={path}: {e}"));
+    let server = config.cluster_url.to_string();
+    let client = Client::try_from(config)
+        .unwrap_or_else(|e| panic!("cannot build a client for {server} (KUBECONFIG={path}): {e}"));
+    let version = client.apiserver_version().await.unwrap_or_else(|e| {
+        panic!("the API server {server} (KUBECONFIG={path}) is unreachable: {e}. Is the cluster up? (e2e/cluster.sh status)")
+    });
+    let cqs: Api<DynamicObject> = Api::all_with(client.clone(), &kueue("ClusterQueue"));
+    if let Err(e) = cqs.list(&ListParams::default().limit(1)).await {
+        panic!(
+            "the API server {server} ({}) does not serve {KUEUE_GROUP}/{KUEUE_VERSION} ClusterQueues: {e}. \
+             Is Kueue v0.17+ installed?",
+            version.git_version
+        );
+    }
+    client
+}
+
+/// `ApiResource` of a Kueue v1beta2 kind (plural derived from the kind).
+pub fn kueue(kind: &str) -> ApiResource {
+    ApiResource::from_gvk(&GroupVersionKind::gvk(KUEUE_GROUP, KUEUE_VERSION, kind))
+}
+
+/// A name suffix unique to this test process and call, DNS-1123 safe.
+pub fn unique(prefix: &str) -> String {
+    static COUNTER: AtomicU32 = AtomicU32::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    format!(
+        "{prefix}-{:x}-{:x}-{n}",
+        (nanos / 1_000_000) % 0xff_ffff,
+        std::process::id() % 0xffff
+    )
+}
+
+/// Builds a `DynamicObject` from JSON (which must carry apiVersion and kind).
+pub fn object(value: Value) -> DynamicObject {
+    serde_json::from_value(value).expect("test object is a valid DynamicObject")
+}
+
+/// Creates a Kueue object, with context in the error.
+pub async fn create(api: &Api<DynamicObject>, obj: Value) -> Result<DynamicObject> {
+    let obj = object(obj);
+    let name = obj.metadata.name.clone().unwrap_or_default();
+    api.create(&PostParams::default(), &obj)
+        .await
+        .with_context(|| format!("creating {:?} {name}", obj.types.as_ref().map(|t| &t.kind)))
+}
+
+/// The whole object as JSON (metadata, spec, status).
+pub async fn get_json(api: &Api<DynamicObject>, name: &str) -> Result<Value> {
+    let obj = api
+        .get(name)
+        .await
+        .with_context(|| format!("getting {name}"))?;
+    Ok(serde_json::to_value(obj)?)
+}
+
+/// The condition of `type_` in `status.conditions`, if any.
+pub fn condition<'a>(obj: &'a Value, type_: &str) -> Option<&'a Value> {
+    obj.pointer("/status/conditions")?
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+}
+
+/// Whether condition `type_` has status `"True"`.
+pub fn is_true(obj: &Value, type_: &str) -> bool {
+    condition(obj, type_).is_some_and(|c| c["status"] == "True")
+}
+
+/// Polls `name` until `pred` holds on it, or fails after `timeout` showing the
+/// last state seen.
+pub async fn wait_until(
+    api: &Api<DynamicObject>,
+    name: &str,
+    what: &str,
+    timeout: Duration,
+    pred: impl Fn(&Value) -> bool,
+) -> Result<Value> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let obj = get_json(api, name).await?;
+        if pred(&obj) {
+            return Ok(obj);
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "timed out after {timeout:?} waiting for {name}: {what}; last status: {}",
+                serde_json::to_string_pretty(&obj["status"]).unwrap_or_default()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A namespace for one test, deleted by [`Cleanup::run`].
+pub async fn namespace(client: &Client, name: &str) -> Result<()> {
+    let api: Api<Namespace> = Api::all(client.clone());
+    let ns: Namespace = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": name, "labels": { "kaccel.dev/e2e": "true" } }
+    }))?;
+    api.create(&PostParams::default(), &ns)
+        .await
+        .with_context(|| format!("creating namespace {name}"))?;
+    Ok(())
+}
+
+/// Objects a test created, deleted in reverse order whatever the test outcome.
+/// There is no kube-controller-manager in the local harness, so namespaces
+/// stay Terminating; objects inside are deleted explicitly first.
+#[derive(Default)]
+pub struct Cleanup {
+    items: Vec<(Option<String>, ApiResource, String)>,
+    namespaces: Vec<String>,
+}
+
+impl Cleanup {
+    pub fn add(&mut self, ns: Option<&str>, ar: ApiResource, name: &str) {
+        self.items
+            .push((ns.map(str::to_owned), ar, name.to_owned()));
+    }
+
+    pub fn add_namespace(&mut self, name: &str) {
+        self.namespaces.push(name.to_owned());
+    }
+
+    pub async fn run(self, client: &Client) {
+        let dp = DeleteParams::background();
+        for (ns, ar, name) in self.items.into_iter().rev() {
+            let api: Api<DynamicObject> = match &ns {
+                Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
+                None => Api::all_with(client.clone(), &ar),
+            };
+            if let Err(e) = api.delete(&name, &dp).await {
+                eprintln!("cleanup: deleting {} {name}: {e}", ar.kind);
+            }
+        }
+        let api: Api<Namespace> = Api::all(client.clone());
+        for ns in self.namespaces {
+            if let Err(e) = api.delete(&ns, &dp).await {
+                eprintln!("cleanup: deleting namespace {ns}: {e}");
+            }
+        }
+    }
+}
