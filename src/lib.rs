@@ -6,6 +6,7 @@
 
 pub mod api;
 pub mod cli;
+pub mod controller;
 pub mod crds;
 pub mod health;
 pub mod inventory;

@@ -2,13 +2,24 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use kaccel::cli::{Cli, Command, run_crds, run_plan};
+use kaccel::controller::{self, Config};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let mut stdout = std::io::stdout().lock();
-    let result = match &cli.command {
-        Command::Plan(args) => run_plan(args, &mut stdout),
-        Command::Crds { out } => run_crds(out.as_ref(), &mut stdout),
+    // Only the one-shot commands lock stdout: the controller logs to it from
+    // several threads.
+    let result: Result<(), String> = match &cli.command {
+        Command::Plan(args) => {
+            run_plan(args, &mut std::io::stdout().lock()).map_err(|e| e.to_string())
+        }
+        Command::Crds { out } => {
+            run_crds(out.as_ref(), &mut std::io::stdout().lock()).map_err(|e| e.to_string())
+        }
+        Command::Run {
+            config,
+            no_leader_election,
+            http_address,
+        } => run_controller(config.as_deref(), *no_leader_election, *http_address),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -17,4 +28,28 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn run_controller(
+    path: Option<&std::path::Path>,
+    no_leader_election: bool,
+    http_address: Option<std::net::SocketAddr>,
+) -> Result<(), String> {
+    let mut config = Config::load(path).map_err(|e| e.to_string())?;
+    if no_leader_election {
+        config.leader_election.enabled = false;
+    }
+    if let Some(address) = http_address {
+        config.http_address = address;
+    }
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,kube=warn".into()),
+        )
+        .init();
+    let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
+    runtime
+        .block_on(controller::run(config))
+        .map_err(|e| e.to_string())
 }

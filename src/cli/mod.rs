@@ -25,6 +25,19 @@ pub enum Command {
     /// Node YAML, without a cluster. Output is YAML (pipe it to `kubectl apply -f -`)
     /// followed by a summary as YAML comments.
     Plan(PlanArgs),
+    /// Run the controller against the cluster of the current kubeconfig (or the
+    /// in-cluster service account).
+    Run {
+        /// Configuration file (see config/kaccel.yaml); defaults apply without one.
+        #[arg(long, env = "KACCEL_CONFIG")]
+        config: Option<PathBuf>,
+        /// Turn leader election off (single replica, local runs).
+        #[arg(long)]
+        no_leader_election: bool,
+        /// Override the HTTP address for /healthz, /readyz, /metrics.
+        #[arg(long)]
+        http_address: Option<std::net::SocketAddr>,
+    },
     /// Print kaccel's CustomResourceDefinitions (or write them into a folder).
     Crds {
         /// Write one file per CRD into this folder instead of printing.

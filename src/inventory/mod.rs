@@ -24,7 +24,9 @@ use k8s_openapi::api::resource::v1::ResourceSlice;
 use serde::{Deserialize, Serialize};
 
 pub use crate::api::{SharingMode, Vendor};
-pub use quantity::{QuantityError, parse_count, parse_cpu_millis, parse_memory_bytes};
+pub use quantity::{
+    QuantityError, parse_count, parse_cpu_millis, parse_memory_bytes, same_quantity,
+};
 
 /// Well-known topology labels, read into [`Topology`] when present.
 pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";

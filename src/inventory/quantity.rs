@@ -397,3 +397,33 @@ mod tests {
         }
     }
 }
+
+/// Whether two quantity strings mean the same amount (to the milli-unit), e.g.
+/// `"274877906944"` and `"256Gi"`: the API server rewrites quantities into its
+/// canonical form, so the controller compares amounts, not spellings.
+pub fn same_quantity(a: &str, b: &str) -> bool {
+    if a == b {
+        return true;
+    }
+    match (parse_exact(a), parse_exact(b)) {
+        (Ok(x), Ok(y)) => match (x.ceil_times(1000, a), y.ceil_times(1000, b)) {
+            (Ok(x), Ok(y)) => x == y,
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod same_quantity_tests {
+    use super::same_quantity;
+
+    #[test]
+    fn canonical_forms_compare_equal() {
+        assert!(same_quantity("274877906944", "256Gi"));
+        assert!(same_quantity("1000m", "1"));
+        assert!(same_quantity("166666m", "166666m"));
+        assert!(!same_quantity("8", "7"));
+        assert!(!same_quantity("x", "8"));
+    }
+}

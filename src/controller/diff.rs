@@ -1,0 +1,419 @@
+//! What to write: the planned Kueue objects against the live ones kaccel manages.
+//! Pure, so invariant 4 (nothing changed -> zero writes) is tested without an API
+//! server.
+//!
+//! An object is applied when it is missing, when what kaccel last applied differs
+//! from what it wants now (an annotation holds a hash of the applied object, so a
+//! field kaccel stops setting is removed too, even across restarts), or when the
+//! live object no longer contains what kaccel wants (someone edited it by hand).
+//! Fields other controllers or the API server add are ignored, and quantities are
+//! compared by amount (`256Gi` == `274877906944`).
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use crate::inventory::same_quantity;
+use crate::plan::{MANAGED_BY, MANAGED_BY_LABEL, Plan, names::fnv1a};
+
+pub const APPLIED_HASH_ANNOTATION: &str = "kaccel.io/applied-hash";
+
+/// The Kueue kinds kaccel writes, in apply order (deletes run in reverse).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    ResourceFlavor,
+    Cohort,
+    ClusterQueue,
+    LocalQueue,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 4] = [
+        Kind::ResourceFlavor,
+        Kind::Cohort,
+        Kind::ClusterQueue,
+        Kind::LocalQueue,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::ResourceFlavor => "ResourceFlavor",
+            Kind::Cohort => "Cohort",
+            Kind::ClusterQueue => "ClusterQueue",
+            Kind::LocalQueue => "LocalQueue",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ObjectRef {
+    pub kind: Kind,
+    pub namespace: Option<String>,
+    pub name: String,
+}
+
+impl std::fmt::Display for ObjectRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.namespace {
+            Some(ns) => write!(f, "{} {ns}/{}", self.kind.as_str(), self.name),
+            None => write!(f, "{} {}", self.kind.as_str(), self.name),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Action {
+    /// Server-side apply this object (`create` when it does not exist yet).
+    Apply {
+        target: ObjectRef,
+        object: Value,
+        create: bool,
+    },
+    /// Delete and create again: a LocalQueue's `spec.clusterQueue` is immutable.
+    Recreate { target: ObjectRef, object: Value },
+    /// A managed object that is no longer wanted.
+    Delete { target: ObjectRef },
+}
+
+/// Planned objects as JSON, each annotated with the hash of itself.
+pub fn desired_objects(plan: &Plan) -> BTreeMap<ObjectRef, Value> {
+    let mut out = BTreeMap::new();
+    let mut add = |kind: Kind, value: Value| {
+        let name = value["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let namespace = value["metadata"]["namespace"].as_str().map(str::to_string);
+        out.insert(
+            ObjectRef {
+                kind,
+                namespace,
+                name,
+            },
+            with_hash(value),
+        );
+    };
+    for o in &plan.resource_flavors {
+        add(Kind::ResourceFlavor, json(o));
+    }
+    for o in &plan.cohorts {
+        add(Kind::Cohort, json(o));
+    }
+    for o in &plan.cluster_queues {
+        add(Kind::ClusterQueue, json(o));
+    }
+    for o in &plan.local_queues {
+        add(Kind::LocalQueue, json(o));
+    }
+    out
+}
+
+fn json<T: serde::Serialize>(object: &T) -> Value {
+    serde_json::to_value(object).expect("Kueue objects serialise")
+}
+
+fn with_hash(mut value: Value) -> Value {
+    // serde_json's map is ordered, so the text (and hash) is stable.
+    let hash = format!("{:016x}", fnv1a(value.to_string().as_bytes()));
+    let meta = value["metadata"]
+        .as_object_mut()
+        .expect("objects have metadata");
+    let annotations = meta
+        .entry("annotations")
+        .or_insert_with(|| Value::Object(Default::default()));
+    annotations[APPLIED_HASH_ANNOTATION] = Value::String(hash);
+    value
+}
+
+/// Whether a live object was written by kaccel.
+pub fn is_managed(live: &Value) -> bool {
+    live["metadata"]["labels"][MANAGED_BY_LABEL].as_str() == Some(MANAGED_BY)
+}
+
+/// The writes that bring `live` (managed objects only) to `desired`, in a safe order:
+/// applies in kind order, then deletes in reverse kind order.
+pub fn diff(
+    desired: &BTreeMap<ObjectRef, Value>,
+    live: &BTreeMap<ObjectRef, Value>,
+) -> Vec<Action> {
+    let mut applies: Vec<Action> = Vec::new();
+    for kind in Kind::ALL {
+        let mut of_kind: Vec<(&ObjectRef, &Value)> =
+            desired.iter().filter(|(r, _)| r.kind == kind).collect();
+        if kind == Kind::Cohort {
+            // Parents before children, so a child never names a missing parent.
+            of_kind.sort_by_key(|(r, v)| (v["spec"]["parentName"].is_string(), (*r).clone()));
+        }
+        for (target, object) in of_kind {
+            match live.get(target) {
+                None => applies.push(Action::Apply {
+                    target: target.clone(),
+                    object: object.clone(),
+                    create: true,
+                }),
+                Some(current) => {
+                    if kind == Kind::LocalQueue
+                        && current["spec"]["clusterQueue"] != object["spec"]["clusterQueue"]
+                    {
+                        applies.push(Action::Recreate {
+                            target: target.clone(),
+                            object: object.clone(),
+                        });
+                    } else if needs_apply(object, current) {
+                        applies.push(Action::Apply {
+                            target: target.clone(),
+                            object: object.clone(),
+                            create: false,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    let mut deletes: Vec<Action> = live
+        .iter()
+        .filter(|(r, v)| !desired.contains_key(r) && is_managed(v))
+        .map(|(r, _)| Action::Delete { target: r.clone() })
+        .collect();
+    deletes.sort_by(|a, b| match (a, b) {
+        (Action::Delete { target: x }, Action::Delete { target: y }) => {
+            y.kind.cmp(&x.kind).then_with(|| x.cmp(y))
+        }
+        _ => std::cmp::Ordering::Equal,
+    });
+    applies.extend(deletes);
+    applies
+}
+
+fn needs_apply(desired: &Value, live: &Value) -> bool {
+    let hash = |v: &Value| v["metadata"]["annotations"][APPLIED_HASH_ANNOTATION].clone();
+    hash(desired) != hash(live) || !contains(live, desired)
+}
+
+/// Does `live` contain everything in `want`? Extra fields in `live` are fine.
+pub fn contains(live: &Value, want: &Value) -> bool {
+    match (want, live) {
+        (Value::Object(w), Value::Object(l)) => w.iter().all(|(k, wv)| match l.get(k) {
+            Some(lv) => contains(lv, wv),
+            None => wv.is_null(),
+        }),
+        (Value::Array(w), Value::Array(l)) => {
+            w.len() == l.len() && w.iter().zip(l).all(|(wv, lv)| contains(lv, wv))
+        }
+        (Value::String(w), Value::String(l)) => w == l || same_quantity(w, l),
+        (Value::Null, Value::Null) => true,
+        (w, l) => w == l,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{PlanInput, PlanOptions, plan};
+    use serde_json::json;
+
+    fn example_plan() -> Plan {
+        let mut loaded = crate::cli::load::Loaded::default();
+        let mut errors = Vec::new();
+        for (f, t) in [
+            ("c", include_str!("../../examples/classes.yaml")),
+            ("b", include_str!("../../examples/budgets.yaml")),
+            ("n", include_str!("../../examples/nodes.yaml")),
+        ] {
+            crate::cli::load::load_text(f.as_ref(), t, &mut loaded, &mut errors);
+        }
+        let inventory = crate::inventory::Inventory::from_nodes(&loaded.nodes);
+        plan(&PlanInput {
+            classes: &loaded.classes,
+            budgets: &loaded.budgets,
+            inventory: &inventory,
+            health: &Default::default(),
+            options: &PlanOptions::default(),
+        })
+    }
+
+    /// What the API server gives back: our object plus defaults, status, server
+    /// metadata and quantities in canonical form.
+    fn as_stored(v: &Value) -> Value {
+        let mut v = v.clone();
+        v["metadata"]["uid"] = json!("1234");
+        v["metadata"]["resourceVersion"] = json!("99");
+        v["metadata"]["managedFields"] = json!([{"manager": "kaccel"}]);
+        v["status"] = json!({"conditions": [{"type": "Active", "status": "True"}]});
+        if let Some(spec) = v["spec"].as_object_mut() {
+            spec.entry("preemption")
+                .or_insert(json!({"reclaimWithinCohort": "Never"}));
+        }
+        canonicalise_memory(&mut v);
+        v
+    }
+
+    fn canonicalise_memory(v: &mut Value) {
+        match v {
+            Value::Object(map) => {
+                if map.get("name") == Some(&json!("memory"))
+                    && let Some(Value::String(q)) = map.get_mut("nominalQuota")
+                    && let Ok(bytes) = q.parse::<u64>()
+                    && bytes > 0
+                    && bytes.is_multiple_of(1024 * 1024)
+                {
+                    *q = format!("{}Mi", bytes / 1024 / 1024);
+                }
+                map.values_mut().for_each(canonicalise_memory);
+            }
+            Value::Array(a) => a.iter_mut().for_each(canonicalise_memory),
+            _ => {}
+        }
+    }
+
+    #[test]
+    fn nothing_changed_means_no_writes() {
+        let desired = desired_objects(&example_plan());
+        let live: BTreeMap<ObjectRef, Value> = desired
+            .iter()
+            .map(|(r, v)| (r.clone(), as_stored(v)))
+            .collect();
+        assert_eq!(diff(&desired, &live), vec![]);
+    }
+
+    #[test]
+    fn missing_objects_are_created_parents_first() {
+        let desired = desired_objects(&example_plan());
+        let actions = diff(&desired, &BTreeMap::new());
+        assert_eq!(actions.len(), desired.len());
+        let kinds: Vec<Kind> = actions
+            .iter()
+            .map(|a| match a {
+                Action::Apply { target, create, .. } => {
+                    assert!(create);
+                    target.kind
+                }
+                other => panic!("unexpected {other:?}"),
+            })
+            .collect();
+        assert!(
+            kinds.is_sorted(),
+            "flavors, cohorts, queues, local queues in order"
+        );
+        let first_cohort = actions
+            .iter()
+            .find_map(|a| match a {
+                Action::Apply { target, object, .. } if target.kind == Kind::Cohort => Some(object),
+                _ => None,
+            })
+            .unwrap();
+        assert!(
+            first_cohort["spec"]["parentName"].is_null(),
+            "root Cohort first"
+        );
+    }
+
+    #[test]
+    fn a_hand_edit_is_restored_and_unmanaged_objects_are_left_alone() {
+        let desired = desired_objects(&example_plan());
+        let mut live: BTreeMap<ObjectRef, Value> = desired
+            .iter()
+            .map(|(r, v)| (r.clone(), as_stored(v)))
+            .collect();
+        let cq = desired
+            .keys()
+            .find(|r| r.kind == Kind::ClusterQueue)
+            .unwrap()
+            .clone();
+        live.get_mut(&cq).unwrap()["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"] =
+            json!("999");
+        let foreign = ObjectRef {
+            kind: Kind::ClusterQueue,
+            namespace: None,
+            name: "someone-elses".into(),
+        };
+        live.insert(
+            foreign,
+            json!({"metadata": {"name": "someone-elses", "labels": {}}}),
+        );
+        let actions = diff(&desired, &live);
+        assert_eq!(actions.len(), 1, "{actions:?}");
+        assert!(
+            matches!(&actions[0], Action::Apply { target, create: false, .. } if *target == cq)
+        );
+    }
+
+    #[test]
+    fn a_changed_plan_is_applied_and_dropped_objects_deleted_children_first() {
+        let plan = example_plan();
+        let desired = desired_objects(&plan);
+        let live: BTreeMap<ObjectRef, Value> = desired
+            .iter()
+            .map(|(r, v)| (r.clone(), as_stored(v)))
+            .collect();
+        // The class `inference` is deleted: its queues go, queues first.
+        let mut smaller = desired.clone();
+        smaller.retain(|r, v| {
+            !(matches!(r.kind, Kind::ClusterQueue | Kind::LocalQueue)
+                && v["metadata"]["labels"]["kaccel.io/class"] == "inference")
+        });
+        let actions = diff(&smaller, &live);
+        assert!(!actions.is_empty());
+        let kinds: Vec<Kind> = actions
+            .iter()
+            .map(|a| match a {
+                Action::Delete { target } => target.kind,
+                other => panic!("unexpected {other:?}"),
+            })
+            .collect();
+        assert_eq!(kinds.first(), Some(&Kind::LocalQueue));
+        assert_eq!(kinds.last(), Some(&Kind::ClusterQueue));
+
+        // A field kaccel stops setting is noticed through the hash even though the
+        // live object still "contains" the new desired object.
+        let mut changed = desired.clone();
+        let key = changed
+            .keys()
+            .find(|r| r.kind == Kind::ClusterQueue)
+            .unwrap()
+            .clone();
+        let mut obj = changed[&key].clone();
+        obj["spec"]
+            .as_object_mut()
+            .unwrap()
+            .remove("flavorFungibility");
+        obj["metadata"]["annotations"]
+            .as_object_mut()
+            .unwrap()
+            .remove(APPLIED_HASH_ANNOTATION);
+        changed.insert(key.clone(), with_hash(obj));
+        let actions = diff(&changed, &live);
+        assert_eq!(actions.len(), 1);
+    }
+
+    #[test]
+    fn local_queue_pointing_elsewhere_is_recreated() {
+        let desired = desired_objects(&example_plan());
+        let mut live: BTreeMap<ObjectRef, Value> = desired
+            .iter()
+            .map(|(r, v)| (r.clone(), as_stored(v)))
+            .collect();
+        let lq = desired
+            .keys()
+            .find(|r| r.kind == Kind::LocalQueue)
+            .unwrap()
+            .clone();
+        live.get_mut(&lq).unwrap()["spec"]["clusterQueue"] = json!("old-queue");
+        let actions = diff(&desired, &live);
+        assert!(matches!(&actions[..], [Action::Recreate { target, .. }] if *target == lq));
+    }
+
+    #[test]
+    fn quantities_compare_by_amount() {
+        assert!(contains(
+            &json!({"q": "256Gi"}),
+            &json!({"q": "274877906944"})
+        ));
+        assert!(!contains(
+            &json!({"q": "255Gi"}),
+            &json!({"q": "274877906944"})
+        ));
+        assert!(contains(&json!({"a": 1, "b": 2}), &json!({"a": 1})));
+        assert!(!contains(&json!({"a": [1, 2]}), &json!({"a": [1]})));
+    }
+}

@@ -1,0 +1,100 @@
+//! Prometheus metrics of the controller.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WriteLabels {
+    pub kind: String,
+    pub verb: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabel {
+    pub kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClassHealthLabels {
+    pub class: String,
+    pub health: String,
+}
+
+#[derive(Clone)]
+pub struct Metrics {
+    pub reconciles: Counter,
+    pub reconcile_failures: Family<ReasonLabel, Counter>,
+    pub reconcile_duration: Histogram,
+    pub writes: Family<WriteLabels, Counter>,
+    pub managed_objects: Family<KindLabel, Gauge>,
+    pub class_devices: Family<ClassHealthLabels, Gauge>,
+    pub leader: Gauge,
+}
+
+impl Metrics {
+    pub fn register(registry: &mut Registry) -> Metrics {
+        let m = Metrics {
+            reconciles: Counter::default(),
+            reconcile_failures: Family::default(),
+            reconcile_duration: Histogram::new(exponential_buckets(0.001, 2.0, 14)),
+            writes: Family::default(),
+            managed_objects: Family::default(),
+            class_devices: Family::default(),
+            leader: Gauge::default(),
+        };
+        registry.register(
+            "kaccel_reconciles",
+            "Reconciles (plan + diff + writes) run",
+            m.reconciles.clone(),
+        );
+        registry.register(
+            "kaccel_reconcile_failures",
+            "Reconciles that failed, by reason",
+            m.reconcile_failures.clone(),
+        );
+        registry.register(
+            "kaccel_reconcile_duration_seconds",
+            "Duration of a reconcile",
+            m.reconcile_duration.clone(),
+        );
+        registry.register(
+            "kaccel_writes",
+            "Writes sent to the API server, by kind and verb",
+            m.writes.clone(),
+        );
+        registry.register(
+            "kaccel_managed_objects",
+            "Kueue objects kaccel manages, by kind",
+            m.managed_objects.clone(),
+        );
+        registry.register(
+            "kaccel_class_devices",
+            "Devices of each AcceleratorClass by health",
+            m.class_devices.clone(),
+        );
+        registry.register(
+            "kaccel_leader",
+            "1 while this replica holds the leader Lease",
+            m.leader.clone(),
+        );
+        m
+    }
+
+    pub fn write(&self, kind: &str, verb: &str) {
+        self.writes
+            .get_or_create(&WriteLabels {
+                kind: kind.to_string(),
+                verb: verb.to_string(),
+            })
+            .inc();
+    }
+}

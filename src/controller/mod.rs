@@ -1,0 +1,831 @@
+//! `kaccel run`: the thin I/O shell around the planner.
+//!
+//! Watches feed in-memory caches (reflectors). Any event marks the world dirty; after
+//! a short quiet period (debounce) one reconcile runs, in named stages:
+//! observe (snapshot the caches) -> plan (pure) -> diff (pure) -> apply (server-side
+//! apply / delete, only what differs) -> status (only what differs) -> events.
+//! Only the replica holding the leader Lease reconciles.
+
+pub mod config;
+pub mod diff;
+mod http;
+mod metrics;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use futures::stream::{self, BoxStream, StreamExt};
+use k8s_openapi::api::core::v1::{Node, ObjectReference};
+use k8s_openapi::api::resource::v1::ResourceSlice;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Resource, ResourceExt};
+use prometheus_client::registry::Registry;
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+use crate::api::{
+    AcceleratorClass, AcceleratorClassStatus, CreditBudget, CreditBudgetStatus, merge_conditions,
+};
+use crate::health::HealthSnapshot;
+use crate::inventory::Inventory;
+use crate::plan::{MANAGED_BY, MANAGED_BY_LABEL, Plan, PlanInput, plan};
+pub use config::Config;
+use diff::{Action, Kind, ObjectRef, desired_objects, is_managed};
+use metrics::{ClassHealthLabels, KindLabel, Metrics, ReasonLabel};
+
+/// Failures a platform engineer can act on; `metric_label` names each in metrics.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("Kubernetes API error during {action}: {source}")]
+    Api {
+        action: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("cannot reach the cluster: {0}")]
+    Connect(String),
+    #[error("leader election failed: {0}")]
+    LeaderElection(String),
+    #[error("HTTP server on {address} failed: {source}")]
+    Http {
+        address: std::net::SocketAddr,
+        source: std::io::Error,
+    },
+    #[error(
+        "{0} is managed by someone else: kaccel will not change an object it did not create; rename or delete it"
+    )]
+    Unmanaged(String),
+}
+
+impl Error {
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Api { .. } => "api",
+            Error::Connect(_) => "connect",
+            Error::LeaderElection(_) => "leader_election",
+            Error::Http { .. } => "http",
+            Error::Unmanaged(_) => "unmanaged_conflict",
+        }
+    }
+}
+
+fn api_err(action: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
+    let action = action.into();
+    move |source| Error::Api { action, source }
+}
+
+fn kueue_resource(kind: Kind) -> ApiResource {
+    ApiResource::from_gvk(&GroupVersionKind::gvk(
+        crate::kueue::GROUP,
+        crate::kueue::VERSION,
+        kind.as_str(),
+    ))
+}
+
+/// The watch caches the reconcile reads.
+#[derive(Clone)]
+struct Caches {
+    nodes: Store<Node>,
+    slices: Option<Store<ResourceSlice>>,
+    classes: Store<AcceleratorClass>,
+    budgets: Store<CreditBudget>,
+    kueue: BTreeMap<Kind, Store<DynamicObject>>,
+}
+
+type Events = BoxStream<'static, Result<(), watcher::Error>>;
+
+fn watch_typed<K>(api: Api<K>, config: watcher::Config) -> (Store<K>, Events)
+where
+    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    let (store, writer) = reflector::store();
+    let events = watcher(api, config)
+        .default_backoff()
+        // managedFields are large and unused here: drop them to save memory.
+        .modify(|o: &mut K| o.meta_mut().managed_fields = None)
+        .reflect(writer)
+        .map(|e| e.map(|_| ()))
+        .boxed();
+    (store, events)
+}
+
+async fn start_watches(client: &Client, config: &Config) -> Result<(Caches, Events), Error> {
+    let managed = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"));
+    let (nodes, nodes_events) = watch_typed(Api::<Node>::all(client.clone()), Default::default());
+    let (classes, class_events) = watch_typed(
+        Api::<AcceleratorClass>::all(client.clone()),
+        Default::default(),
+    );
+    let (budgets, budget_events) =
+        watch_typed(Api::<CreditBudget>::all(client.clone()), Default::default());
+    let mut streams: Vec<Events> = vec![nodes_events, class_events, budget_events];
+
+    let slices = if config.watch_resource_slices {
+        let api = Api::<ResourceSlice>::all(client.clone());
+        match api.list(&ListParams::default().limit(1)).await {
+            Ok(_) => {
+                let (store, events) = watch_typed(api, Default::default());
+                streams.push(events);
+                Some(store)
+            }
+            Err(e) => {
+                tracing::info!(error = %e, "resource.k8s.io/v1 ResourceSlices not served; DRA devices are not read");
+                None
+            }
+        }
+    } else {
+        None
+    };
+
+    let mut kueue = BTreeMap::new();
+    for kind in Kind::ALL {
+        let ar = kueue_resource(kind);
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+        let writer = reflector::store::Writer::new(ar.clone());
+        let store = writer.as_reader();
+        let events = watcher(api, managed.clone())
+            .default_backoff()
+            .modify(|o: &mut DynamicObject| o.metadata.managed_fields = None)
+            .reflect(writer)
+            .map(|e| e.map(|_| ()))
+            .boxed();
+        streams.push(events);
+        kueue.insert(kind, store);
+    }
+    Ok((
+        Caches {
+            nodes,
+            slices,
+            classes,
+            budgets,
+            kueue,
+        },
+        stream::select_all(streams).boxed(),
+    ))
+}
+
+impl Caches {
+    async fn wait_until_ready(&self) {
+        let _ = self.nodes.wait_until_ready().await;
+        let _ = self.classes.wait_until_ready().await;
+        let _ = self.budgets.wait_until_ready().await;
+        if let Some(s) = &self.slices {
+            let _ = s.wait_until_ready().await;
+        }
+        for store in self.kueue.values() {
+            let _ = store.wait_until_ready().await;
+        }
+    }
+
+    fn live_objects(&self) -> BTreeMap<ObjectRef, Value> {
+        let mut live = BTreeMap::new();
+        for (kind, store) in &self.kueue {
+            for obj in store.state() {
+                let value = serde_json::to_value(obj.as_ref()).expect("objects serialise");
+                live.insert(
+                    ObjectRef {
+                        kind: *kind,
+                        namespace: obj.metadata.namespace.clone(),
+                        name: obj.name_any(),
+                    },
+                    value,
+                );
+            }
+        }
+        live
+    }
+}
+
+/// Everything one reconcile needs besides the caches.
+struct Reconciler {
+    client: Client,
+    config: Config,
+    metrics: Metrics,
+    recorder: Recorder,
+}
+
+/// Run the controller until SIGTERM / Ctrl-C.
+pub async fn run(config: Config) -> Result<(), Error> {
+    let client = Client::try_default()
+        .await
+        .map_err(|e| Error::Connect(e.to_string()))?;
+    let mut registry = Registry::default();
+    let metrics = Metrics::register(&mut registry);
+    let ready = Arc::new(AtomicBool::new(false));
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+
+    let http_state = http::HttpState {
+        registry: Arc::new(registry),
+        ready: ready.clone(),
+    };
+    let address = config.http_address;
+    let mut http_shutdown = shutdown_rx.clone();
+    let http_task = tokio::spawn(async move {
+        http::serve(address, http_state, async move {
+            let _ = http_shutdown.wait_for(|s| *s).await;
+        })
+        .await
+        .map_err(|source| Error::Http { address, source })
+    });
+
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        tracing::info!("shutting down");
+        let _ = shutdown_tx.send(true);
+    });
+
+    let (caches, events) = start_watches(&client, &config).await?;
+    let identity = std::env::var("POD_NAME")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "kaccel".into());
+    let reconciler = Reconciler {
+        recorder: Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: "kaccel".into(),
+                instance: Some(identity.clone()),
+            },
+        ),
+        client: client.clone(),
+        config: config.clone(),
+        metrics: metrics.clone(),
+    };
+
+    let result = if config.leader_election.enabled {
+        lead_then_reconcile(
+            &client,
+            &config,
+            &identity,
+            reconciler,
+            caches,
+            events,
+            ready,
+            shutdown_rx.clone(),
+        )
+        .await
+    } else {
+        metrics.leader.set(1);
+        reconcile_loop(reconciler, caches, events, ready, shutdown_rx.clone(), None).await
+    };
+    // Stop the HTTP server too, whatever ended the loop.
+    http_task.abort();
+    result
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("SIGTERM handler installs");
+        tokio::select! {
+            _ = ctrl_c => {},
+            _ = term.recv() => {},
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn lead_then_reconcile(
+    client: &Client,
+    config: &Config,
+    identity: &str,
+    reconciler: Reconciler,
+    caches: Caches,
+    events: Events,
+    ready: Arc<AtomicBool>,
+    mut shutdown: watch::Receiver<bool>,
+) -> Result<(), Error> {
+    let le = &config.leader_election;
+    let namespace = std::env::var("POD_NAMESPACE").unwrap_or_else(|_| le.lease_namespace.clone());
+    let manager = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &le.lease_name)
+        .with_namespace(&namespace)
+        .with_identity(identity)
+        .with_duration(le.lease_duration_seconds)
+        .with_grace(le.renew_grace_seconds)
+        .with_field_manager(format!("{}-lease", config.field_manager))
+        .build()
+        .await
+        .map_err(|e| Error::LeaderElection(e.to_string()))?;
+    let (mut is_leader, lease_task) = manager.watch().await;
+    tracing::info!(lease = %le.lease_name, %namespace, %identity, "waiting for leadership");
+    // Caches fill while waiting, so a new leader acts at once.
+    let cache_ready = ready.clone();
+    let caches_for_ready = caches.clone();
+    tokio::spawn(async move {
+        caches_for_ready.wait_until_ready().await;
+        cache_ready.store(true, Ordering::Relaxed);
+    });
+    // The watch streams must be polled to fill the caches even while following.
+    let (events_tx, events_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let mut events = events;
+    tokio::spawn(async move {
+        while let Some(e) = events.next().await {
+            match e {
+                Ok(()) => {
+                    if events_tx.send(()).is_err() {
+                        break;
+                    }
+                }
+                Err(err) => tracing::warn!(error = %err, "watch error (retrying)"),
+            }
+        }
+    });
+    loop {
+        tokio::select! {
+            _ = shutdown.wait_for(|s| *s) => {
+                drop(is_leader);
+                // Dropping the channel makes the lease task release the Lease.
+                let _ = lease_task.await;
+                return Ok(());
+            }
+            changed = is_leader.changed() => {
+                if changed.is_err() {
+                    return Err(Error::LeaderElection("lease task ended".into()));
+                }
+                if *is_leader.borrow_and_update() {
+                    break;
+                }
+            }
+        }
+    }
+    tracing::info!(%identity, "became leader");
+    reconciler.metrics.leader.set(1);
+    let events = tokio_stream_from(events_rx);
+    let lost = async move {
+        let _ = is_leader.wait_for(|l| !*l).await;
+    };
+    let result = reconcile_loop(
+        reconciler,
+        caches,
+        events,
+        ready,
+        shutdown.clone(),
+        Some(Box::pin(lost)),
+    )
+    .await;
+    // Returning drops the channel: the lease task releases the Lease for a fast handover.
+    let _ = lease_task.await;
+    result
+}
+
+fn tokio_stream_from(mut rx: tokio::sync::mpsc::UnboundedReceiver<()>) -> Events {
+    stream::poll_fn(move |cx| rx.poll_recv(cx).map(|o| o.map(Ok))).boxed()
+}
+
+async fn reconcile_loop(
+    reconciler: Reconciler,
+    caches: Caches,
+    mut events: Events,
+    ready: Arc<AtomicBool>,
+    mut shutdown: watch::Receiver<bool>,
+    mut lost_leadership: Option<std::pin::Pin<Box<dyn Future<Output = ()> + Send>>>,
+) -> Result<(), Error> {
+    // Poll events while the caches sync (they fill from these streams).
+    let sync = caches.wait_until_ready();
+    tokio::pin!(sync);
+    loop {
+        tokio::select! {
+            _ = &mut sync => break,
+            e = events.next() => if let Some(Err(err)) = e { tracing::warn!(error = %err, "watch error (retrying)") },
+            _ = shutdown.wait_for(|s| *s) => return Ok(()),
+        }
+    }
+    ready.store(true, Ordering::Relaxed);
+    tracing::info!("caches synced");
+
+    let debounce = reconciler.config.debounce();
+    let max_delay = reconciler.config.max_delay();
+    let mut dirty_since: Option<Instant> = Some(Instant::now());
+    let mut last_event = Instant::now();
+    let mut resync = tokio::time::interval(reconciler.config.resync());
+    resync.tick().await;
+    loop {
+        let deadline = dirty_since.map(|first| (last_event + debounce).min(first + max_delay));
+        let sleep = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d.into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        let lost = async {
+            match lost_leadership.as_mut() {
+                Some(l) => l.await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = shutdown.wait_for(|s| *s) => return Ok(()),
+            _ = lost => {
+                tracing::warn!("lost leadership: stopping writes");
+                reconciler.metrics.leader.set(0);
+                return Err(Error::LeaderElection("lost the Lease".into()));
+            }
+            e = events.next() => match e {
+                Some(Ok(())) => {
+                    last_event = Instant::now();
+                    dirty_since.get_or_insert(last_event);
+                }
+                Some(Err(err)) => tracing::warn!(error = %err, "watch error (retrying)"),
+                None => return Err(Error::Connect("watch streams ended".into())),
+            },
+            _ = resync.tick() => { dirty_since.get_or_insert(Instant::now()); }
+            _ = sleep => {
+                dirty_since = None;
+                let started = Instant::now();
+                reconciler.metrics.reconciles.inc();
+                if let Err(e) = reconciler.reconcile(&caches).await {
+                    tracing::warn!(error = %e, "reconcile failed; retrying");
+                    reconciler.metrics.reconcile_failures.get_or_create(&ReasonLabel { reason: e.metric_label().into() }).inc();
+                    // Retry after a pause rather than spinning.
+                    dirty_since = Some(Instant::now() + Duration::from_secs(1));
+                    last_event = Instant::now() + Duration::from_secs(1);
+                }
+                reconciler.metrics.reconcile_duration.observe(started.elapsed().as_secs_f64());
+            }
+        }
+    }
+}
+
+impl Reconciler {
+    /// observe -> plan -> diff -> apply -> status.
+    async fn reconcile(&self, caches: &Caches) -> Result<(), Error> {
+        // Observe.
+        let classes: Vec<AcceleratorClass> = caches
+            .classes
+            .state()
+            .iter()
+            .map(|c| (**c).clone())
+            .collect();
+        let budgets: Vec<CreditBudget> = caches
+            .budgets
+            .state()
+            .iter()
+            .map(|b| (**b).clone())
+            .collect();
+        let nodes = caches.nodes.state();
+        let slices = caches
+            .slices
+            .as_ref()
+            .map(|s| s.state())
+            .unwrap_or_default();
+        let inventory = Inventory::from_nodes_and_slices(
+            nodes.iter().map(|n| n.as_ref()),
+            slices.iter().map(|s| s.as_ref()),
+        );
+        let live = caches.live_objects();
+
+        // Plan (pure).
+        let options = self.config.plan_options();
+        let health = HealthSnapshot::default();
+        let planned = plan(&PlanInput {
+            classes: &classes,
+            budgets: &budgets,
+            inventory: &inventory,
+            health: &health,
+            options: &options,
+        });
+
+        // Diff (pure).
+        let desired = desired_objects(&planned);
+        let actions = diff::diff(&desired, &live);
+
+        // Apply.
+        let mut first_error = None;
+        for action in &actions {
+            if let Err(e) = self.apply(action, &live).await {
+                tracing::warn!(error = %e, "write failed");
+                first_error.get_or_insert(e);
+            }
+        }
+        self.record_metrics(&planned, &desired);
+
+        // Status.
+        self.write_class_status(&classes, &planned).await?;
+        self.write_budget_status(&budgets, &planned).await?;
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    async fn apply(&self, action: &Action, live: &BTreeMap<ObjectRef, Value>) -> Result<(), Error> {
+        let ssa = PatchParams::apply(&self.config.field_manager).force();
+        match action {
+            Action::Apply {
+                target,
+                object,
+                create,
+            } => {
+                let api = self.api_for(target);
+                if *create
+                    && let Some(existing) = api
+                        .get_opt(&target.name)
+                        .await
+                        .map_err(api_err(format!("reading {target}")))?
+                    && !is_managed(&serde_json::to_value(&existing).unwrap_or_default())
+                {
+                    return Err(Error::Unmanaged(target.to_string()));
+                }
+                let verb = if *create { "create" } else { "update" };
+                api.patch(&target.name, &ssa, &Patch::Apply(object))
+                    .await
+                    .map_err(api_err(format!("applying {target}")))?;
+                self.metrics.write(target.kind.as_str(), verb);
+                tracing::info!(%target, verb, "applied");
+                if target.kind == Kind::ResourceFlavor && *create {
+                    self.event_for_flavor(target, "FlavorCreated", "created the ResourceFlavor")
+                        .await;
+                }
+                if target.kind == Kind::ClusterQueue
+                    && let Some(old) = live.get(target)
+                    && device_quota(object) < device_quota(old)
+                {
+                    self.event_for_queue(
+                        object,
+                        EventType::Warning,
+                        "QuotaReduced",
+                        &format!(
+                            "nominal device quota of {} lowered from {} to {} (healthy capacity or guarantees changed)",
+                            target.name,
+                            device_quota(old),
+                            device_quota(object)
+                        ),
+                    )
+                    .await;
+                }
+            }
+            Action::Recreate { target, object } => {
+                let api = self.api_for(target);
+                api.delete(&target.name, &DeleteParams::default())
+                    .await
+                    .map_err(api_err(format!("deleting {target} to recreate it")))?;
+                self.metrics.write(target.kind.as_str(), "delete");
+                api.patch(&target.name, &ssa, &Patch::Apply(object))
+                    .await
+                    .map_err(api_err(format!("recreating {target}")))?;
+                self.metrics.write(target.kind.as_str(), "create");
+            }
+            Action::Delete { target } => {
+                let api = self.api_for(target);
+                match api.delete(&target.name, &DeleteParams::default()).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(s)) if s.code == 404 => {}
+                    Err(e) => return Err(api_err(format!("deleting {target}"))(e)),
+                }
+                self.metrics.write(target.kind.as_str(), "delete");
+                tracing::info!(%target, "deleted (no longer planned)");
+                if target.kind == Kind::ResourceFlavor {
+                    self.event_for_flavor(
+                        target,
+                        "FlavorRemoved",
+                        "removed the ResourceFlavor: no class uses it any more",
+                    )
+                    .await;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn api_for(&self, target: &ObjectRef) -> Api<DynamicObject> {
+        let ar = kueue_resource(target.kind);
+        match &target.namespace {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &ar),
+            None => Api::all_with(self.client.clone(), &ar),
+        }
+    }
+
+    async fn event_for_flavor(&self, target: &ObjectRef, reason: &str, note: &str) {
+        let reference = ObjectReference {
+            api_version: Some(format!("{}/{}", crate::kueue::GROUP, crate::kueue::VERSION)),
+            kind: Some(target.kind.as_str().into()),
+            name: Some(target.name.clone()),
+            ..Default::default()
+        };
+        self.publish(&reference, EventType::Normal, reason, note)
+            .await;
+    }
+
+    async fn event_for_queue(&self, object: &Value, type_: EventType, reason: &str, note: &str) {
+        let reference = ObjectReference {
+            api_version: Some(format!("{}/{}", crate::kueue::GROUP, crate::kueue::VERSION)),
+            kind: Some("ClusterQueue".into()),
+            name: object["metadata"]["name"].as_str().map(str::to_string),
+            ..Default::default()
+        };
+        self.publish(&reference, type_, reason, note).await;
+    }
+
+    async fn publish(
+        &self,
+        reference: &ObjectReference,
+        type_: EventType,
+        reason: &str,
+        note: &str,
+    ) {
+        let event = Event {
+            type_,
+            reason: reason.into(),
+            note: Some(note.chars().take(1000).collect()),
+            action: "Reconcile".into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&event, reference).await {
+            tracing::debug!(error = %e, "could not publish event");
+        }
+    }
+
+    fn record_metrics(&self, planned: &Plan, desired: &BTreeMap<ObjectRef, Value>) {
+        for kind in Kind::ALL {
+            let n = desired.keys().filter(|r| r.kind == kind).count();
+            self.metrics
+                .managed_objects
+                .get_or_create(&KindLabel {
+                    kind: kind.as_str().into(),
+                })
+                .set(n as i64);
+        }
+        for (class, report) in &planned.classes {
+            let d = report.devices;
+            for (health, n) in [
+                ("healthy", d.healthy),
+                ("warning", d.warning),
+                ("degraded", d.degraded),
+                ("failed", d.failed),
+                ("unknown", d.unknown),
+            ] {
+                self.metrics
+                    .class_devices
+                    .get_or_create(&ClassHealthLabels {
+                        class: class.clone(),
+                        health: health.into(),
+                    })
+                    .set(i64::from(n));
+            }
+        }
+    }
+
+    async fn write_class_status(
+        &self,
+        classes: &[AcceleratorClass],
+        planned: &Plan,
+    ) -> Result<(), Error> {
+        let now = Time(k8s_openapi::jiff::Timestamp::now());
+        let api: Api<AcceleratorClass> = Api::all(self.client.clone());
+        for class in classes {
+            let name = class.name_any();
+            let Some(report) = planned.classes.get(&name) else {
+                continue;
+            };
+            let existing = class.status.clone().unwrap_or_default();
+            let generation = class.metadata.generation;
+            let status = AcceleratorClassStatus {
+                observed_generation: generation,
+                summary: (!report.flavors.is_empty()).then(|| {
+                    report
+                        .flavors
+                        .iter()
+                        .map(|f| f.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(",")
+                }),
+                flavors: report.flavors.clone(),
+                devices: report.devices,
+                conditions: merge_conditions(
+                    &existing.conditions,
+                    &report.conditions,
+                    &now,
+                    generation,
+                ),
+            };
+            if status == existing {
+                continue;
+            }
+            let was_ready = condition_true(&existing.conditions, crate::api::READY);
+            let patch = json!({"apiVersion": "kaccel.io/v1alpha1", "kind": "AcceleratorClass", "status": status});
+            api.patch_status(
+                &name,
+                &PatchParams::apply(&self.config.field_manager).force(),
+                &Patch::Apply(&patch),
+            )
+            .await
+            .map_err(api_err(format!("writing AcceleratorClass {name} status")))?;
+            self.metrics.write("AcceleratorClass", "status");
+            let now_ready = condition_true(&status.conditions, crate::api::READY).unwrap_or(false);
+            if was_ready != Some(now_ready) {
+                let first = status.conditions.first();
+                self.publish(
+                    &class.object_ref(&()),
+                    if now_ready {
+                        EventType::Normal
+                    } else {
+                        EventType::Warning
+                    },
+                    first.map(|c| c.reason.as_str()).unwrap_or("Reconciled"),
+                    first.map(|c| c.message.as_str()).unwrap_or(""),
+                )
+                .await;
+            }
+        }
+        Ok(())
+    }
+
+    async fn write_budget_status(
+        &self,
+        budgets: &[CreditBudget],
+        planned: &Plan,
+    ) -> Result<(), Error> {
+        let now = Time(k8s_openapi::jiff::Timestamp::now());
+        let api: Api<CreditBudget> = Api::all(self.client.clone());
+        for budget in budgets {
+            let name = budget.name_any();
+            let Some(report) = planned.budgets.get(&name) else {
+                continue;
+            };
+            let existing = budget.status.clone().unwrap_or_default();
+            let generation = budget.metadata.generation;
+            let status = CreditBudgetStatus {
+                observed_generation: generation,
+                cohort: report.cohort.clone(),
+                cluster_queues: report.cluster_queues.clone(),
+                local_queues: report.local_queues.clone(),
+                conditions: merge_conditions(
+                    &existing.conditions,
+                    &report.conditions,
+                    &now,
+                    generation,
+                ),
+                // Credit figures belong to the ledger; keep what is there.
+                granted: existing.granted.clone(),
+                reserved: existing.reserved.clone(),
+                spent: existing.spent.clone(),
+                remaining: existing.remaining.clone(),
+            };
+            if status == existing {
+                continue;
+            }
+            let patch = json!({"apiVersion": "kaccel.io/v1alpha1", "kind": "CreditBudget", "status": status});
+            api.patch_status(
+                &name,
+                &PatchParams::apply(&self.config.field_manager).force(),
+                &Patch::Apply(&patch),
+            )
+            .await
+            .map_err(api_err(format!("writing CreditBudget {name} status")))?;
+            self.metrics.write("CreditBudget", "status");
+            let exhausted_now =
+                condition_true(&status.conditions, crate::api::EXHAUSTED) == Some(true);
+            let exhausted_before =
+                condition_true(&existing.conditions, crate::api::EXHAUSTED) == Some(true);
+            if exhausted_now && !exhausted_before {
+                self.publish(
+                    &budget.object_ref(&()),
+                    EventType::Warning,
+                    "BudgetExhausted",
+                    "credits are used up; new work waits",
+                )
+                .await;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn condition_true(
+    conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+    type_: &str,
+) -> Option<bool> {
+    conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| c.status == "True")
+}
+
+/// Total nominal quota of device resources (not cpu/memory) in a ClusterQueue.
+fn device_quota(cq: &Value) -> u64 {
+    cq["spec"]["resourceGroups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|rg| rg["flavors"].as_array().into_iter().flatten())
+        .flat_map(|f| f["resources"].as_array().into_iter().flatten())
+        .filter(|r| r["name"] != "cpu" && r["name"] != "memory")
+        .filter_map(|r| r["nominalQuota"].as_str())
+        .filter_map(|q| crate::inventory::parse_count(q).ok())
+        .map(u64::from)
+        .sum()
+}
