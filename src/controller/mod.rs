@@ -316,7 +316,9 @@ async fn lead_then_reconcile(
         .with_identity(identity)
         .with_duration(le.lease_duration_seconds)
         .with_grace(le.renew_grace_seconds)
-        .with_field_manager(format!("{}-lease", config.field_manager))
+        // Each replica needs its own field manager: kube-lease-manager relies on
+        // server-side apply conflicts between managers to keep a single holder.
+        .with_field_manager(format!("{}-lease-{identity}", config.field_manager))
         .build()
         .await
         .map_err(|e| Error::LeaderElection(e.to_string()))?;

@@ -1,0 +1,629 @@
+//! `kaccel run` against the real kube-apiserver + Kueue: the binary is started as a
+//! child process, exactly as an operator would run it out of cluster.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use k8s_openapi::api::core::v1::Node;
+use kaccel::api::{AcceleratorClass, CreditBudget};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::core::ApiResource;
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+
+use crate::support::{self, Cleanup, kueue};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// A running `kaccel run`, killed (SIGKILL) when dropped.
+pub struct Controller {
+    child: Child,
+    pub port: u16,
+    pub log: std::path::PathBuf,
+}
+
+impl Controller {
+    pub fn start(name: &str, port: u16, config: &str) -> Controller {
+        let dir = std::env::temp_dir().join(format!("kaccel-e2e-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let config_path = dir.join("config.yaml");
+        std::fs::write(&config_path, config).unwrap();
+        let log = dir.join("kaccel.log");
+        let out = std::fs::File::create(&log).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_kaccel"))
+            .args(["run", "--config"])
+            .arg(&config_path)
+            .args(["--http-address", &format!("127.0.0.1:{port}")])
+            .env("HOSTNAME", name)
+            .env("RUST_LOG", "info,kube=warn")
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .expect("kaccel starts");
+        Controller { child, port, log }
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub fn metrics(&self) -> Option<String> {
+        http_get(self.port, "/metrics")
+    }
+
+    /// Sum of `kaccel_writes_total` over all kinds and verbs.
+    pub fn writes(&self) -> Option<u64> {
+        Some(metric_sum(&self.metrics()?, "kaccel_writes_total"))
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.metrics()
+            .is_some_and(|m| metric_sum(&m, "kaccel_leader") == 1)
+    }
+
+    pub fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn http_get(port: u16, path: &str) -> Option<String> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut body = String::new();
+    stream.read_to_string(&mut body).ok()?;
+    body.starts_with("HTTP/1.1 200").then_some(body)
+}
+
+fn metric_sum(text: &str, name: &str) -> u64 {
+    text.lines()
+        .filter(|l| l.starts_with(name) && !l.starts_with('#'))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .map(|v| v as u64)
+        .sum()
+}
+
+fn config(root_cohort: &str, leader: Option<(&str, u64)>) -> String {
+    let le = match leader {
+        Some((lease, secs)) => format!(
+            "leaderElection:\n  enabled: true\n  leaseName: {lease}\n  leaseNamespace: default\n  leaseDurationSeconds: {secs}\n  renewGraceSeconds: 2\n"
+        ),
+        None => "leaderElection:\n  enabled: false\n".into(),
+    };
+    format!(
+        "rootCohort: {root_cohort}\ndebounceMs: 100\nmaxDelayMs: 500\nwatchResourceSlices: false\n{le}"
+    )
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+async fn ensure_example_nodes(client: &Client) -> Result<()> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    for doc in serde_yaml::Deserializer::from_str(include_str!("../../examples/nodes.yaml")) {
+        let node: Node = serde::Deserialize::deserialize(doc)?;
+        if nodes.get_opt(&node.name_any()).await?.is_none() {
+            // A Node's status is kept on create (there is no kubelet here).
+            nodes
+                .create(&PostParams::default(), &node)
+                .await
+                .context("creating example node")?;
+        }
+    }
+    Ok(())
+}
+
+fn class_from_example(example: &str, name: &str) -> AcceleratorClass {
+    let text = include_str!("../../examples/classes.yaml");
+    for doc in serde_yaml::Deserializer::from_str(text) {
+        let mut class: AcceleratorClass = serde::Deserialize::deserialize(doc).unwrap();
+        if class.name_any() == example {
+            class.metadata.name = Some(name.into());
+            return class;
+        }
+    }
+    panic!("no example class {example}");
+}
+
+fn budget(name: &str, namespace: &str, grants: &[(&str, u32)]) -> CreditBudget {
+    serde_json::from_value(json!({
+        "apiVersion": "kaccel.io/v1alpha1", "kind": "CreditBudget",
+        "metadata": { "name": name },
+        "spec": {
+            "team": "e2e", "namespaces": [namespace],
+            "classes": grants.iter().map(|(c, n)| json!({"name": c, "guaranteedDevices": n})).collect::<Vec<_>>(),
+            "credits": { "perPeriod": "1000", "period": { "start": "2026-12-01T00:00:00Z", "days": 30 } }
+        }
+    }))
+    .unwrap()
+}
+
+fn gpu_workload(ns: &str, name: &str, queue: &str, count: u32) -> Value {
+    json!({
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+        "metadata": { "name": name, "namespace": ns },
+        "spec": { "queueName": queue, "podSets": [{ "name": "main", "count": count,
+            "template": { "spec": { "restartPolicy": "Never", "containers": [{
+                "name": "main", "image": "registry.k8s.io/pause:3.10",
+                "resources": { "requests": { "cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "8" },
+                               "limits": { "nvidia.com/gpu": "8" } } }] } } }] }
+    })
+}
+
+/// Like `support::wait_until`, but a missing object is "not yet" rather than an error:
+/// the controller creates these.
+async fn wait_obj(
+    api: &Api<DynamicObject>,
+    name: &str,
+    what: &str,
+    pred: impl Fn(&Value) -> bool,
+) -> Result<Value> {
+    wait_for(&format!("{name}: {what}"), WAIT, || async {
+        Ok(api
+            .get_opt(name)
+            .await?
+            .map(|o| serde_json::to_value(o).unwrap_or_default())
+            .filter(|v| pred(v)))
+    })
+    .await
+}
+
+fn cq_flavors(cq: &Value) -> Vec<String> {
+    cq["spec"]["resourceGroups"][0]["flavors"]
+        .as_array()
+        .map(|fs| {
+            fs.iter()
+                .filter_map(|f| f["name"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut probe: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Option<T>>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = probe().await? {
+            return Ok(v);
+        }
+        if Instant::now() > deadline {
+            bail!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn class_condition(
+    api: &Api<AcceleratorClass>,
+    name: &str,
+    type_: &str,
+) -> Result<Option<(String, String, String)>> {
+    let class = api.get(name).await?;
+    Ok(class
+        .status
+        .and_then(|s| s.conditions.into_iter().find(|c| c.type_ == type_))
+        .map(|c| (c.status, c.reason, c.message)))
+}
+
+#[tokio::test]
+async fn controller_writes_kueue_objects_and_keeps_them_true() {
+    let client = support::client().await;
+    let mut cleanup = Cleanup::default();
+    let result = lifecycle(&client, &mut cleanup).await;
+    cleanup.run(&client).await;
+    result.unwrap();
+}
+
+async fn lifecycle(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
+    ensure_example_nodes(client).await?;
+    let id = support::unique("c");
+    let (lt, inf, bad) = (format!("lt-{id}"), format!("inf-{id}"), format!("bad-{id}"));
+    let (team, bad_team, ns) = (
+        format!("team-{id}"),
+        format!("badteam-{id}"),
+        format!("ns-{id}"),
+    );
+    support::namespace(client, &ns).await?;
+    cleanup.add_namespace(&ns);
+    let classes: Api<AcceleratorClass> = Api::all(client.clone());
+    let budgets: Api<CreditBudget> = Api::all(client.clone());
+    let class_ar = ApiResource::erase::<AcceleratorClass>(&());
+    let budget_ar = ApiResource::erase::<CreditBudget>(&());
+    let cqs: Api<DynamicObject> = Api::all_with(client.clone(), &kueue("ClusterQueue"));
+    let lqs: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &kueue("LocalQueue"));
+
+    // A ClusterQueue kaccel did not write: it must never be touched.
+    let unrelated = format!("unrelated-{id}");
+    support::create(
+        &cqs,
+        json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
+        "metadata": {"name": unrelated}, "spec": {"namespaceSelector": {}}}),
+    )
+    .await?;
+    cleanup.add(None, kueue("ClusterQueue"), &unrelated);
+    let unrelated_rv = cqs.get(&unrelated).await?.resource_version();
+
+    classes
+        .create(
+            &PostParams::default(),
+            &class_from_example("large-training", &lt),
+        )
+        .await?;
+    cleanup.add(None, class_ar.clone(), &lt);
+    budgets
+        .create(
+            &PostParams::default(),
+            &budget(&team, &ns, &[(&lt, 8), (&inf, 2)]),
+        )
+        .await?;
+    cleanup.add(None, budget_ar.clone(), &team);
+
+    let root = format!("root-{id}");
+    let port = free_port();
+    let mut controller = Controller::start(&format!("ctl-{id}"), port, &config(&root, None));
+    cleanup.add(None, kueue("Cohort"), &root);
+    cleanup.add(None, kueue("Cohort"), &format!("{root}-{team}"));
+
+    let lt_cq = format!("{team}-{lt}");
+    let inf_cq = format!("{team}-{inf}");
+    let result = async {
+        // The class and budget become a Cohort, a ClusterQueue and a LocalQueue.
+        wait_obj(&cqs, &lt_cq, "Active", |o| support::is_true(o, "Active")).await?;
+        let lq = wait_obj(&lqs, &lt, "exists", |_| true).await?;
+        assert_eq!(lq["spec"]["clusterQueue"], lt_cq.as_str());
+        let ready = wait_for("class Ready", WAIT, || async {
+            Ok(class_condition(&classes, &lt, "Ready").await?.filter(|c| c.0 == "True"))
+        }).await?;
+        eprintln!("class {lt} Ready: {}", ready.2);
+        let status = classes.get(&lt).await?.status.unwrap();
+        assert!(status.flavors[0].name.contains("h100"), "{:?}", status.flavors);
+        let budget_status = budgets.get(&team).await?.status.unwrap();
+        assert!(budget_status.conditions.iter().any(|c| c.type_ == "ClassNotFound" && c.message.contains(&inf)));
+
+        // Time from applying a class to its Kueue objects existing (the budget
+        // already names it).
+        let applied = Instant::now();
+        classes.create(&PostParams::default(), &class_from_example("inference", &inf)).await?;
+        cleanup.add(None, class_ar.clone(), &inf);
+        wait_for("inference ClusterQueue", WAIT, || async { Ok(cqs.get_opt(&inf_cq).await?) }).await?;
+        wait_for("inference LocalQueue", WAIT, || async { Ok(lqs.get_opt(&inf).await?) }).await?;
+        eprintln!("MEASURE class applied -> ClusterQueue and LocalQueue exist: {} ms", applied.elapsed().as_millis());
+
+        // Kueue admits onto the class's first flavor; beyond quota waits.
+        let wl: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &kueue("Workload"));
+        support::create(&wl, gpu_workload(&ns, "fits", &lt, 1)).await?;
+        cleanup.add(Some(&ns), kueue("Workload"), "fits");
+        let admitted = support::wait_until(&wl, "fits", "QuotaReserved", WAIT, |o| support::is_true(o, "QuotaReserved")).await?;
+        let flavor = admitted["status"]["admission"]["podSetAssignments"][0]["flavors"]["nvidia.com/gpu"].as_str().unwrap_or_default().to_string();
+        assert!(flavor.contains("h100"), "admitted on {flavor}");
+        support::create(&wl, gpu_workload(&ns, "too-big", &lt, 8)).await?;
+        cleanup.add(Some(&ns), kueue("Workload"), "too-big");
+        support::wait_until(&wl, "too-big", "QuotaReserved=False", WAIT, |o| {
+            support::condition(o, "QuotaReserved").is_some_and(|c| c["status"] == "False")
+        }).await?;
+
+        // Raising the memory floor above 80 GB drops H100 from the class.
+        let h100 = cq_flavors(&cqs.get(&lt_cq).await?.data_json()).into_iter().find(|f| f.contains("h100")).unwrap();
+        classes.patch(&lt, &PatchParams::default(), &Patch::Merge(json!({"spec": {"selector": {"minMemoryMiB": 100000}}}))).await?;
+        wait_for("H100 gone from the queue", WAIT, || async {
+            let flavors = cq_flavors(&cqs.get(&lt_cq).await?.data_json());
+            Ok((!flavors.contains(&h100) && !flavors.is_empty()).then_some(()))
+        }).await?;
+
+        // A hand edit of a queue kaccel owns is put back.
+        let before = cqs.get(&inf_cq).await?.data_json()["spec"]["resourceGroups"][0]["flavors"][0]["resources"].clone();
+        cqs.patch(&inf_cq, &PatchParams::default(), &Patch::Json::<()>(serde_json::from_value(json!([
+            {"op": "replace", "path": "/spec/resourceGroups/0/flavors/0/resources/0/nominalQuota", "value": "99"}
+        ]))?)).await?;
+        let restored = Instant::now();
+        wait_for("hand edit reverted", WAIT, || async {
+            let now = cqs.get(&inf_cq).await?.data_json()["spec"]["resourceGroups"][0]["flavors"][0]["resources"].clone();
+            Ok((now == before).then_some(()))
+        }).await?;
+        eprintln!("MEASURE hand edit reverted in {} ms", restored.elapsed().as_millis());
+
+        // A class with a mistake CEL cannot see: Invalid, named field, no Kueue objects.
+        let mut invalid = class_from_example("development-cpu", &bad);
+        invalid.spec.selector.node_labels.insert("kaccel.io/pool".into(), "not valid!".into());
+        classes.create(&PostParams::default(), &invalid).await?;
+        cleanup.add(None, class_ar.clone(), &bad);
+        budgets.create(&PostParams::default(), &budget(&bad_team, &ns, &[(&bad, 1)])).await?;
+        cleanup.add(None, budget_ar.clone(), &bad_team);
+        let cond = wait_for("Invalid condition", WAIT, || async {
+            Ok(class_condition(&classes, &bad, "Invalid").await?.filter(|c| c.0 == "True"))
+        }).await?;
+        assert!(cond.2.contains("spec.selector.nodeLabels[kaccel.io/pool]"), "{}", cond.2);
+        let budget_cond = wait_for("ClassInvalid on the budget", WAIT, || async {
+            Ok(budgets.get(&bad_team).await?.status.and_then(|s| s.conditions.into_iter().find(|c| c.type_ == "ClassInvalid")))
+        }).await?;
+        assert!(budget_cond.message.contains(&bad));
+        let labelled = cqs.list(&ListParams::default().labels(&format!("kaccel.io/class={bad}"))).await?;
+        assert!(labelled.items.is_empty(), "a queue was written for an invalid class");
+
+        // Deleting a class removes what it created.
+        classes.delete(&inf, &DeleteParams::default()).await?;
+        wait_for("inference queue removed", WAIT, || async {
+            Ok((cqs.get_opt(&inf_cq).await?.is_none() && lqs.get_opt(&inf).await?.is_none()).then_some(()))
+        }).await?;
+
+        // The unrelated ClusterQueue was never written.
+        assert_eq!(cqs.get(&unrelated).await?.resource_version(), unrelated_rv);
+        Ok(())
+    }
+    .await;
+    if result.is_err() {
+        eprintln!("--- kaccel log:\n{}", controller.log_tail());
+    }
+    controller.kill();
+    // What the controller created (it is gone now, so clean up by label).
+    for kind in ["LocalQueue", "ClusterQueue"] {
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &kueue(kind));
+        for o in api
+            .list(
+                &ListParams::default().labels(&format!("kaccel.io/budget in ({team},{bad_team})")),
+            )
+            .await?
+            .items
+        {
+            cleanup.add(o.metadata.namespace.as_deref(), kueue(kind), &o.name_any());
+        }
+    }
+    result
+}
+
+trait DataJson {
+    fn data_json(&self) -> Value;
+}
+
+impl DataJson for DynamicObject {
+    fn data_json(&self) -> Value {
+        serde_json::to_value(self).unwrap_or_default()
+    }
+}
+
+/// Invariant 4, measured by counting: kaccel's own write counter, the generation of
+/// every Kueue object it manages (spec changes only; Kueue's status updates do not
+/// count) and the resourceVersion of its classes and budgets (only kaccel writes
+/// their status) must not move while nothing changes.
+#[tokio::test]
+async fn quiet_cluster_gets_zero_writes() {
+    let client = support::client().await;
+    let mut cleanup = Cleanup::default();
+    let result = quiet(&client, &mut cleanup).await;
+    cleanup.run(&client).await;
+    result.unwrap();
+}
+
+async fn quiet(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
+    let window: u64 = std::env::var("KACCEL_E2E_QUIET_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(60);
+    ensure_example_nodes(client).await?;
+    let id = support::unique("q");
+    let ns = format!("ns-{id}");
+    support::namespace(client, &ns).await?;
+    cleanup.add_namespace(&ns);
+    let classes: Api<AcceleratorClass> = Api::all(client.clone());
+    let budgets: Api<CreditBudget> = Api::all(client.clone());
+    let mut names = Vec::new();
+    for example in [
+        "large-training",
+        "inference",
+        "shared-inference",
+        "development-cpu",
+    ] {
+        let name = format!("{example}-{id}");
+        classes
+            .create(&PostParams::default(), &class_from_example(example, &name))
+            .await?;
+        cleanup.add(None, ApiResource::erase::<AcceleratorClass>(&()), &name);
+        names.push(name);
+    }
+    let team = format!("team-{id}");
+    let grants: Vec<(&str, u32)> = names.iter().map(|n| (n.as_str(), 2)).collect();
+    budgets
+        .create(&PostParams::default(), &budget(&team, &ns, &grants))
+        .await?;
+    cleanup.add(None, ApiResource::erase::<CreditBudget>(&()), &team);
+
+    let root = format!("root-{id}");
+    let controller = Controller::start(&format!("quiet-{id}"), free_port(), &config(&root, None));
+    cleanup.add(None, kueue("Cohort"), &root);
+    cleanup.add(None, kueue("Cohort"), &format!("{root}-{team}"));
+    let cqs: Api<DynamicObject> = Api::all_with(client.clone(), &kueue("ClusterQueue"));
+    for n in &names {
+        let cq = format!("{team}-{n}");
+        wait_obj(&cqs, &cq, "Active", |o| support::is_true(o, "Active"))
+            .await
+            .with_context(|| format!("--- kaccel log:\n{}", controller.log_tail()))?;
+        cleanup.add(None, kueue("ClusterQueue"), &cq);
+        cleanup.add(Some(&ns), kueue("LocalQueue"), n);
+    }
+    // Let the first round settle (statuses written, events of our own writes seen).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    let snapshot = || async {
+        let mut seen: Vec<(String, String)> = Vec::new();
+        for kind in ["ResourceFlavor", "Cohort", "ClusterQueue", "LocalQueue"] {
+            let api: Api<DynamicObject> = Api::all_with(client.clone(), &kueue(kind));
+            for o in api
+                .list(&ListParams::default().labels("app.kubernetes.io/managed-by=kaccel"))
+                .await?
+                .items
+            {
+                seen.push((
+                    format!("{kind} {}", o.name_any()),
+                    o.metadata.generation.unwrap_or(0).to_string(),
+                ));
+            }
+        }
+        for c in classes.list(&ListParams::default()).await?.items {
+            seen.push((
+                format!("class {}", c.name_any()),
+                c.resource_version().unwrap_or_default(),
+            ));
+        }
+        for b in budgets.list(&ListParams::default()).await?.items {
+            seen.push((
+                format!("budget {}", b.name_any()),
+                b.resource_version().unwrap_or_default(),
+            ));
+        }
+        seen.sort();
+        Ok::<_, anyhow::Error>(seen)
+    };
+    let writes_before = controller.writes().context("metrics")?;
+    let objects_before = snapshot().await?;
+    tokio::time::sleep(Duration::from_secs(window)).await;
+    let writes_after = controller.writes().context("metrics")?;
+    let objects_after = snapshot().await?;
+    eprintln!(
+        "MEASURE quiet window {window}s: kaccel writes {writes_before} -> {writes_after}; {} objects watched, changed: {:?}",
+        objects_before.len(),
+        objects_before
+            .iter()
+            .zip(&objects_after)
+            .filter(|(a, b)| a != b)
+            .collect::<Vec<_>>()
+    );
+    if writes_after != writes_before || objects_after != objects_before {
+        bail!(
+            "kaccel wrote during a quiet period\n--- kaccel log:\n{}",
+            controller.log_tail()
+        );
+    }
+    Ok(())
+}
+
+/// Two replicas: only the Lease holder writes; killing it hands over.
+#[tokio::test]
+async fn leader_election_hands_over_after_the_leader_dies() {
+    let client = support::client().await;
+    let mut cleanup = Cleanup::default();
+    let result = leader(&client, &mut cleanup).await;
+    cleanup.run(&client).await;
+    result.unwrap();
+}
+
+async fn leader(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
+    ensure_example_nodes(client).await?;
+    let id = support::unique("l");
+    let lease = format!("lease-{id}");
+    let lease_seconds = 6;
+    let root = format!("root-{id}");
+    let cfg = config(&root, Some((&lease, lease_seconds)));
+    cleanup.add(None, kueue("Cohort"), &root);
+    let mut a = Controller::start(&format!("a-{id}"), free_port(), &cfg);
+    let mut b = Controller::start(&format!("b-{id}"), free_port(), &cfg);
+
+    let (leader_is_a, _) = wait_for("one leader", WAIT, || async {
+        Ok(match (a.is_leader(), b.is_leader()) {
+            (true, false) => Some((true, ())),
+            (false, true) => Some((false, ())),
+            (true, true) => bail!("both replicas lead"),
+            _ => None,
+        })
+    })
+    .await?;
+    let (leader, follower) = if leader_is_a {
+        (&mut a, &mut b)
+    } else {
+        (&mut b, &mut a)
+    };
+
+    // Give the leader something to write; the follower must write nothing.
+    let ns = format!("ns-{id}");
+    support::namespace(client, &ns).await?;
+    cleanup.add_namespace(&ns);
+    let classes: Api<AcceleratorClass> = Api::all(client.clone());
+    let budgets: Api<CreditBudget> = Api::all(client.clone());
+    let class = format!("inf-{id}");
+    classes
+        .create(
+            &PostParams::default(),
+            &class_from_example("inference", &class),
+        )
+        .await?;
+    cleanup.add(None, ApiResource::erase::<AcceleratorClass>(&()), &class);
+    let team = format!("team-{id}");
+    budgets
+        .create(&PostParams::default(), &budget(&team, &ns, &[(&class, 1)]))
+        .await?;
+    cleanup.add(None, ApiResource::erase::<CreditBudget>(&()), &team);
+    cleanup.add(None, kueue("Cohort"), &format!("{root}-{team}"));
+    let cqs: Api<DynamicObject> = Api::all_with(client.clone(), &kueue("ClusterQueue"));
+    let cq = format!("{team}-{class}");
+    cleanup.add(None, kueue("ClusterQueue"), &cq);
+    cleanup.add(Some(&ns), kueue("LocalQueue"), &class);
+    wait_obj(&cqs, &cq, "exists", |_| true).await?;
+    assert!(leader.writes().unwrap_or(0) > 0, "the leader wrote nothing");
+    assert_eq!(follower.writes(), Some(0), "the follower wrote");
+
+    // SIGKILL: the Lease is not released, so the follower waits for it to expire.
+    let killed = Instant::now();
+    leader.kill();
+    wait_for(
+        "the follower to take over",
+        Duration::from_secs(lease_seconds * 4),
+        || async { Ok(follower.is_leader().then_some(())) },
+    )
+    .await?;
+    let handover = killed.elapsed();
+    eprintln!(
+        "MEASURE leader SIGKILLed -> follower leads in {} ms (lease {lease_seconds}s)",
+        handover.as_millis()
+    );
+
+    // The new leader acts: a second budget gets its queue.
+    let team2 = format!("team2-{id}");
+    let ns2 = format!("ns2-{id}");
+    support::namespace(client, &ns2).await?;
+    cleanup.add_namespace(&ns2);
+    budgets
+        .create(
+            &PostParams::default(),
+            &budget(&team2, &ns2, &[(&class, 1)]),
+        )
+        .await?;
+    cleanup.add(None, ApiResource::erase::<CreditBudget>(&()), &team2);
+    cleanup.add(None, kueue("Cohort"), &format!("{root}-{team2}"));
+    let cq2 = format!("{team2}-{class}");
+    cleanup.add(None, kueue("ClusterQueue"), &cq2);
+    cleanup.add(Some(&ns2), kueue("LocalQueue"), &class);
+    wait_obj(&cqs, &cq2, "exists", |_| true)
+        .await
+        .with_context(|| {
+            format!(
+                "new leader did not write\n--- log:\n{}",
+                follower.log_tail()
+            )
+        })?;
+    follower.kill();
+    Ok(())
+}
