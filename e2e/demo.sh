@@ -1,14 +1,12 @@
 #!/usr/bin/env bash
 # The main job on the embedded default: start the local control plane (etcd +
 # kube-apiserver + Kueue, built from Go modules on first use), load the example
-# fleet, apply the example AcceleratorClasses and CreditBudgets, let kaccel plan
-# the Kueue objects and apply them, submit example Workloads to the team
-# LocalQueues, and show what Kueue admitted on which flavor.
+# fleet, apply the example AcceleratorClasses and CreditBudgets, run the kaccel
+# controller against it, submit example Workloads to the team LocalQueues, and show
+# what Kueue admitted on which flavor.
 #
-#   bash e2e/demo.sh          # leaves the cluster running; `e2e/cluster.sh down` stops it
-#
-# Until `kaccel run` (the controller) lands, kaccel's part is `kaccel plan`, whose
-# output is applied with kubectl server-side apply under the field manager "kaccel".
+#   bash e2e/demo.sh          # leaves the cluster and kaccel running
+#   bash e2e/demo.sh stop     # stops kaccel and the cluster (logs kept)
 set -euo pipefail
 
 E2E_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -16,6 +14,23 @@ REPO_DIR="$(dirname "$E2E_DIR")"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/kaccel-target}"
 cd "$REPO_DIR"
 step() { printf '\n=== %s\n' "$*" >&2; }
+RUN="${KACCEL_E2E_RUN:-${KACCEL_E2E_CACHE:-$HOME/.cache/kaccel-e2e}/run}"
+KACCEL_HTTP="${KACCEL_DEMO_HTTP:-127.0.0.1:18080}"
+
+stop_kaccel() {
+  local pid
+  pid="$(cat "$RUN/kaccel.pid" 2>/dev/null)" || return 0
+  if [[ -n "$pid" && -d "/proc/$pid" ]] && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q 'kaccel run'; then
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 1 50); do [[ -d "/proc/$pid" ]] || break; sleep 0.1; done
+  fi
+  rm -f "$RUN/kaccel.pid"
+}
+
+if [[ "${1:-}" == "stop" ]]; then
+  stop_kaccel
+  exec "$E2E_DIR/cluster.sh" down
+fi
 
 step "building kaccel"
 cargo build --quiet --bin kaccel
@@ -39,10 +54,29 @@ done
 step "kubectl apply -f examples/classes.yaml examples/budgets.yaml"
 kubectl apply -f examples/classes.yaml -f examples/budgets.yaml
 
-step "kaccel plan (the Kueue objects kaccel writes), applied with server-side apply"
+step "what kaccel will write (kaccel plan, offline)"
 "$KACCEL" plan -f examples/classes.yaml examples/budgets.yaml --nodes examples/nodes.yaml -o summary
-"$KACCEL" plan -f examples/classes.yaml examples/budgets.yaml --nodes examples/nodes.yaml -o yaml \
-  | kubectl apply --server-side --field-manager=kaccel -f - >/dev/null
+
+step "starting the controller: kaccel run (log: $RUN/kaccel.log, metrics: http://$KACCEL_HTTP/metrics)"
+stop_kaccel
+mkdir -p "$RUN"
+setsid nohup "$KACCEL" run --no-leader-election --http-address "$KACCEL_HTTP" \
+  --config config/kaccel.yaml >"$RUN/kaccel.log" 2>&1 </dev/null &
+echo $! >"$RUN/kaccel.pid"
+# Ready once its caches synced; then wait until every planned ClusterQueue is Active.
+for _ in $(seq 1 100); do
+  curl -fsS "http://$KACCEL_HTTP/readyz" >/dev/null 2>&1 && break
+  sleep 0.2
+done
+curl -fsS "http://$KACCEL_HTTP/readyz" >/dev/null || { tail -20 "$RUN/kaccel.log"; echo "kaccel did not become ready" >&2; exit 1; }
+want=$("$KACCEL" plan -f examples/classes.yaml examples/budgets.yaml --nodes examples/nodes.yaml -o json | grep -c '"kind": "ClusterQueue"')
+for _ in $(seq 1 100); do
+  active=$(kubectl get clusterqueues -l app.kubernetes.io/managed-by=kaccel -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Active")].status}{"\n"}{end}' | grep -c True || true)
+  ((active >= want)) && break
+  sleep 0.2
+done
+kubectl get acceleratorclasses
+kubectl get creditbudgets
 kubectl get resourceflavors,cohorts,clusterqueues
 kubectl get localqueues -A
 
@@ -60,7 +94,10 @@ kubectl get workloads -A -o custom-columns='NAMESPACE:.metadata.namespace,NAME:.
 
 cat >&2 <<MSG
 
-The cluster keeps running. Try:
-  eval "\$($E2E_DIR/cluster.sh env)"; kubectl get acceleratorclasses,creditbudgets
-  $E2E_DIR/cluster.sh down
+The cluster and kaccel keep running. Try:
+  eval "\$($E2E_DIR/cluster.sh env)"
+  kubectl get acceleratorclasses,creditbudgets,clusterqueues
+  kubectl edit acceleratorclass large-training      # watch kaccel re-plan ($RUN/kaccel.log)
+  curl -s http://$KACCEL_HTTP/metrics | grep ^kaccel_
+  bash $E2E_DIR/demo.sh stop
 MSG
