@@ -5,6 +5,9 @@
 //! each status. A group with no report falls back to what the node itself says
 //! (see [`HealthSnapshot::counts_for`]).
 
+pub mod exporters;
+pub mod prom;
+
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
