@@ -1,7 +1,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use kaccel::cli::{Cli, Command, run_crds, run_plan};
+use kaccel::cli::{Cli, Command, inventory, run_crds, run_generate_fleet, run_plan};
 use kaccel::controller::{self, Config};
 
 fn main() -> ExitCode {
@@ -14,6 +14,11 @@ fn main() -> ExitCode {
         }
         Command::Crds { out } => {
             run_crds(out.as_ref(), &mut std::io::stdout().lock()).map_err(|e| e.to_string())
+        }
+        Command::Inventory(args) => run_inventory(args),
+        Command::GenerateFleet { nodes, seed } => {
+            run_generate_fleet(*nodes, *seed, &mut std::io::stdout().lock())
+                .map_err(|e| e.to_string())
         }
         Command::Run {
             config,
@@ -30,6 +35,17 @@ fn main() -> ExitCode {
     }
 }
 
+fn run_inventory(args: &inventory::InventoryArgs) -> Result<(), String> {
+    let report = if args.nodes.is_empty() {
+        let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
+        runtime.block_on(inventory::read_cluster())
+    } else {
+        inventory::read_files(&args.nodes)
+    }
+    .map_err(|e| e.to_string())?;
+    inventory::write(&report, args.output, &mut std::io::stdout().lock()).map_err(|e| e.to_string())
+}
+
 fn run_controller(
     path: Option<&std::path::Path>,
     no_leader_election: bool,
@@ -42,12 +58,18 @@ fn run_controller(
     if let Some(address) = http_address {
         config.http_address = address;
     }
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,kube=warn".into()),
-        )
-        .init();
+    // Structured logs: KACCEL_LOG_FORMAT=json for one JSON object per line (as in
+    // the Deployment), human-readable text otherwise; RUST_LOG filters.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| "info,kube=warn".into());
+    if std::env::var("KACCEL_LOG_FORMAT").as_deref() == Ok("json") {
+        tracing_subscriber::fmt()
+            .json()
+            .with_env_filter(filter)
+            .init();
+    } else {
+        tracing_subscriber::fmt().with_env_filter(filter).init();
+    }
     let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
     runtime
         .block_on(controller::run(config))

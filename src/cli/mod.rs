@@ -1,5 +1,6 @@
 //! `kaccel` subcommands.
 
+pub mod inventory;
 pub mod load;
 mod summary;
 
@@ -37,6 +38,22 @@ pub enum Command {
         /// Override the HTTP address for /healthz, /readyz, /metrics.
         #[arg(long)]
         http_address: Option<std::net::SocketAddr>,
+    },
+    /// Show the accelerator inventory of the cluster of the current kubeconfig (or of
+    /// Node YAML with --nodes): one row per device group per node with vendor, model,
+    /// sharing mode, partition profile, resource, capacity, allocatable and health.
+    /// Allocation (devices held by admitted Kueue Workloads) is shown per
+    /// ResourceFlavor, not per node: Kueue assigns a Workload a flavor, and the nodes
+    /// are known only once its pods are bound.
+    Inventory(inventory::InventoryArgs),
+    /// Print a deterministic synthetic fleet of Nodes as YAML (for benchmarks and
+    /// load tests against a local control plane).
+    #[command(hide = true)]
+    GenerateFleet {
+        #[arg(long, default_value_t = 5000)]
+        nodes: usize,
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
     },
     /// Print kaccel's CustomResourceDefinitions (or write them into a folder).
     Crds {
@@ -157,6 +174,17 @@ pub fn run_crds(out_dir: Option<&PathBuf>, out: &mut impl Write) -> Result<(), C
             }
             None => write!(out, "---\n{yaml}")?,
         }
+    }
+    Ok(())
+}
+
+pub fn run_generate_fleet(nodes: usize, seed: u64, out: &mut impl Write) -> Result<(), CliError> {
+    for node in crate::inventory::synthetic::generate_fleet(nodes, seed) {
+        write!(
+            out,
+            "---\n{}",
+            serde_yaml::to_string(&node).expect("Nodes serialise")
+        )?;
     }
     Ok(())
 }

@@ -6,6 +6,7 @@
 //! (see [`HealthSnapshot::counts_for`]).
 
 pub mod exporters;
+pub mod policy;
 pub mod prom;
 
 use std::collections::BTreeMap;

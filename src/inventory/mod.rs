@@ -138,6 +138,9 @@ pub struct Topology {
 pub struct NodeInventory {
     pub name: String,
     pub labels: BTreeMap<String, String>,
+    /// kaccel's own annotations on the node (`kaccel.io/...`): what it did to it.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
     pub topology: Topology,
     /// `spec.unschedulable` (cordoned by anyone).
     pub unschedulable: bool,
@@ -434,8 +437,17 @@ pub fn read_node(node: &Node) -> NodeInventory {
         datacenter: labels.get(DATACENTER_LABEL).cloned(),
     };
 
+    let annotations = node
+        .metadata
+        .annotations
+        .iter()
+        .flatten()
+        .filter(|(k, _)| k.starts_with("kaccel.io/"))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
     NodeInventory {
         name,
+        annotations,
         topology,
         unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
         ready,

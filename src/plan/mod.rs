@@ -18,6 +18,7 @@
 //! - per budget namespace one LocalQueue per class, named after the class.
 
 pub mod names;
+pub mod nodes;
 mod quota;
 mod validate;
 

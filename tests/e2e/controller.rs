@@ -232,6 +232,7 @@ async fn class_condition(
 
 #[tokio::test]
 async fn controller_writes_kueue_objects_and_keeps_them_true() {
+    let _serial = support::serial().await;
     let client = support::client().await;
     let mut cleanup = Cleanup::default();
     let result = lifecycle(&client, &mut cleanup).await;
@@ -412,6 +413,7 @@ impl DataJson for DynamicObject {
 /// their status) must not move while nothing changes.
 #[tokio::test]
 async fn quiet_cluster_gets_zero_writes() {
+    let _serial = support::serial().await;
     let client = support::client().await;
     let mut cleanup = Cleanup::default();
     let result = quiet(&client, &mut cleanup).await;
@@ -524,6 +526,7 @@ async fn quiet(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
 /// Two replicas: only the Lease holder writes; killing it hands over.
 #[tokio::test]
 async fn leader_election_hands_over_after_the_leader_dies() {
+    let _serial = support::serial().await;
     let client = support::client().await;
     let mut cleanup = Cleanup::default();
     let result = leader(&client, &mut cleanup).await;

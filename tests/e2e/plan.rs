@@ -61,6 +61,7 @@ fn admitted_flavor(obj: &Value, resource: &str) -> Option<String> {
 
 #[tokio::test]
 async fn planned_objects_are_accepted_by_kueue_and_admit_onto_the_class_flavor() {
+    let _serial = support::serial().await;
     let client = support::client().await;
     let mut cleanup = Cleanup::default();
     let result = plan_apply_admit(&client, &mut cleanup).await;
@@ -231,6 +232,7 @@ async fn plan_apply_admit(client: &Client, cleanup: &mut Cleanup) -> Result<()> 
 
 #[tokio::test]
 async fn api_server_enforces_the_cel_rules_with_field_messages() {
+    let _serial = support::serial().await;
     let client = support::client().await;
     let classes: Api<AcceleratorClass> = Api::all(client.clone());
     let name = support::unique("cel");

@@ -43,6 +43,7 @@ fn workload(name: &str, ns: &str, queue: &str, gpus: u32) -> Value {
 
 #[tokio::test]
 async fn workload_within_quota_is_admitted_and_excess_waits() {
+    let _serial = support::serial().await;
     let client = support::client().await;
     let mut cleanup = Cleanup::default();
     let result = admit_then_pend(&client, &mut cleanup).await;

@@ -181,3 +181,11 @@ impl Cleanup {
         }
     }
 }
+
+/// The tests share one cluster, and a running `kaccel run` manages every class,
+/// budget and kaccel-labelled Kueue object in it: one test at a time, whatever
+/// `--test-threads` says. Hold the guard for the whole test.
+pub async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
+    static LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    LOCK.lock().await
+}

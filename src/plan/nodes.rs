@@ -1,0 +1,383 @@
+//! What to do to Nodes for device health: taint a node whose devices are all out,
+//! cordon one with a failed device, undo both after recovery — only what kaccel did
+//! itself (invariant 5), and never more than a share of a flavor's nodes at once.
+//! Pure: the controller applies the result.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use super::FlavorReport;
+use crate::health::HealthSnapshot;
+use crate::inventory::Inventory;
+
+/// NoSchedule taint kaccel puts on a node whose accelerators are all out.
+pub const UNHEALTHY_TAINT: &str = "kaccel.io/unhealthy";
+/// Set (to "true") when kaccel added its taint; it removes only taints it marked.
+pub const TAINTED_ANNOTATION: &str = "kaccel.io/tainted";
+/// Set (to "true") when kaccel cordoned a schedulable node; it uncordons only those.
+pub const CORDONED_ANNOTATION: &str = "kaccel.io/cordoned";
+/// Why kaccel took a node out: a repair request for whoever fixes hardware.
+pub const REPAIR_ANNOTATION: &str = "kaccel.io/repair-request";
+
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct NodeActionPolicy {
+    /// Taint (NoSchedule) nodes whose accelerators are all Degraded or Failed.
+    pub taint: bool,
+    /// Cordon nodes with a Failed accelerator.
+    pub cordon_on_failed: bool,
+    /// Most of a flavor's nodes automation may hold out at once, percent.
+    pub max_share_percent: u32,
+    /// ... but at least this many nodes (a 4-node flavor at 20% would otherwise allow none).
+    pub min_nodes: u32,
+}
+
+impl Default for NodeActionPolicy {
+    fn default() -> Self {
+        NodeActionPolicy {
+            taint: true,
+            cordon_on_failed: true,
+            max_share_percent: 20,
+            min_nodes: 1,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum NodeAction {
+    Taint { node: String, reason: String },
+    Untaint { node: String },
+    Cordon { node: String, reason: String },
+    Uncordon { node: String },
+}
+
+impl NodeAction {
+    pub fn node(&self) -> &str {
+        match self {
+            NodeAction::Taint { node, .. }
+            | NodeAction::Untaint { node }
+            | NodeAction::Cordon { node, .. }
+            | NodeAction::Uncordon { node } => node,
+        }
+    }
+}
+
+/// A node automation would have taken out, held back by the share limit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeldBack {
+    pub node: String,
+    pub flavor: String,
+    pub allowed: u32,
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NodeActions {
+    pub actions: Vec<NodeAction>,
+    pub held_back: Vec<HeldBack>,
+}
+
+/// Decide node actions from device health.
+pub fn node_actions(
+    inventory: &Inventory,
+    health: &HealthSnapshot,
+    flavors: &BTreeMap<String, FlavorReport>,
+    policy: &NodeActionPolicy,
+) -> NodeActions {
+    let mut out = NodeActions::default();
+    // Flavors of each node, and how many of each flavor's nodes kaccel holds out.
+    let mut node_flavors: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for f in flavors.values() {
+        for n in &f.nodes {
+            node_flavors
+                .entry(n.as_str())
+                .or_default()
+                .push(f.name.as_str());
+        }
+    }
+    let allowed = |f: &FlavorReport| -> u32 {
+        let n = f.nodes.len() as u32;
+        (n * policy.max_share_percent / 100)
+            .max(policy.min_nodes)
+            .min(n)
+    };
+    let mut held_out: BTreeMap<&str, u32> = BTreeMap::new();
+    let mut candidates: Vec<(bool, &str, NodeAction)> = Vec::new();
+    let mut stays_out: BTreeSet<&str> = BTreeSet::new();
+
+    for node in inventory.nodes.values() {
+        if node.groups.is_empty() {
+            continue;
+        }
+        let mut all_out = true;
+        let mut failed = false;
+        let mut reasons = Vec::new();
+        for g in &node.groups {
+            let c = health.counts_for(node, g);
+            if c.degraded + c.failed < g.capacity || g.capacity == 0 {
+                all_out = false;
+            }
+            if c.failed > 0 {
+                failed = true;
+                reasons.push(format!("{} {} failed", c.failed, g.variant.resource_name));
+            } else if c.degraded > 0 {
+                reasons.push(format!(
+                    "{} {} degraded",
+                    c.degraded, g.variant.resource_name
+                ));
+            }
+        }
+        let annotated = |k: &str| node.annotations.get(k).map(String::as_str) == Some("true");
+        let has_taint = node.taints.iter().any(|t| t.key == UNHEALTHY_TAINT);
+        let ours_tainted = has_taint && annotated(TAINTED_ANNOTATION);
+        let ours_cordoned = node.unschedulable && annotated(CORDONED_ANNOTATION);
+        let want_taint = policy.taint && all_out;
+        let want_cordon = policy.cordon_on_failed && failed;
+        let reason = reasons.join(", ");
+
+        if ours_tainted && !want_taint {
+            out.actions.push(NodeAction::Untaint {
+                node: node.name.clone(),
+            });
+        }
+        if ours_cordoned && !want_cordon {
+            out.actions.push(NodeAction::Uncordon {
+                node: node.name.clone(),
+            });
+        }
+        let already_out = (ours_tainted && want_taint) || (ours_cordoned && want_cordon);
+        if already_out {
+            stays_out.insert(node.name.as_str());
+        }
+        if want_taint && !has_taint {
+            candidates.push((
+                failed,
+                node.name.as_str(),
+                NodeAction::Taint {
+                    node: node.name.clone(),
+                    reason: reason.clone(),
+                },
+            ));
+        }
+        // A node someone else cordoned is left as it is: kaccel would not know
+        // whether it may uncordon it later.
+        if want_cordon && !node.unschedulable {
+            candidates.push((
+                failed,
+                node.name.as_str(),
+                NodeAction::Cordon {
+                    node: node.name.clone(),
+                    reason,
+                },
+            ));
+        }
+    }
+    for n in &stays_out {
+        for f in node_flavors.get(n).into_iter().flatten() {
+            *held_out.entry(f).or_default() += 1;
+        }
+    }
+    // Failed nodes first, then by name, so the share goes where it matters most
+    // and the choice is stable.
+    candidates.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(b.1)).then(a.2.cmp(&b.2)));
+    let mut admitted: BTreeSet<&str> = BTreeSet::new();
+    for (_, node, action) in candidates {
+        let node_fs = node_flavors.get(node).cloned().unwrap_or_default();
+        let counts_new = !stays_out.contains(node) && !admitted.contains(node);
+        let blocked = node_fs.iter().find(|f| {
+            counts_new && held_out.get(*f).copied().unwrap_or(0) + 1 > allowed(&flavors[**f])
+        });
+        match blocked {
+            Some(f) => out.held_back.push(HeldBack {
+                node: node.to_string(),
+                flavor: f.to_string(),
+                allowed: allowed(&flavors[*f]),
+                reason: match &action {
+                    NodeAction::Taint { reason, .. } | NodeAction::Cordon { reason, .. } => {
+                        reason.clone()
+                    }
+                    _ => String::new(),
+                },
+            }),
+            None => {
+                if counts_new {
+                    for f in &node_fs {
+                        *held_out.entry(f).or_default() += 1;
+                    }
+                    admitted.insert(node);
+                }
+                out.actions.push(action);
+            }
+        }
+    }
+    out.actions.sort();
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::HealthCounts;
+    use crate::plan::{PlanInput, PlanOptions, plan};
+    use k8s_openapi::api::core::v1::{Node, Taint};
+
+    fn fleet() -> (Vec<Node>, Vec<crate::api::AcceleratorClass>) {
+        let mut loaded = crate::cli::load::Loaded::default();
+        let mut errors = Vec::new();
+        for (f, t) in [
+            ("c", include_str!("../../examples/classes.yaml")),
+            ("n", include_str!("../../examples/nodes.yaml")),
+        ] {
+            crate::cli::load::load_text(f.as_ref(), t, &mut loaded, &mut errors);
+        }
+        (loaded.nodes, loaded.classes)
+    }
+
+    fn decide(
+        nodes: &[Node],
+        classes: &[crate::api::AcceleratorClass],
+        health: &HealthSnapshot,
+    ) -> NodeActions {
+        let inventory = Inventory::from_nodes(nodes);
+        let planned = plan(&PlanInput {
+            classes,
+            budgets: &[],
+            inventory: &inventory,
+            health,
+            options: &PlanOptions::default(),
+        });
+        node_actions(
+            &inventory,
+            health,
+            &planned.flavors,
+            &NodeActionPolicy::default(),
+        )
+    }
+
+    fn h100_nodes(nodes: &[Node]) -> Vec<String> {
+        nodes
+            .iter()
+            .filter(|n| n.metadata.name.as_ref().unwrap().starts_with("gpu-h100"))
+            .map(|n| n.metadata.name.clone().unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn failed_device_cordons_all_out_taints() {
+        let (nodes, classes) = fleet();
+        let h100 = h100_nodes(&nodes);
+        let mut health = HealthSnapshot::default();
+        health.set(
+            &h100[1],
+            "nvidia.com/gpu",
+            HealthCounts {
+                healthy: 7,
+                failed: 1,
+                ..Default::default()
+            },
+        );
+        let d = decide(&nodes, &classes, &health);
+        assert_eq!(
+            d.actions,
+            vec![NodeAction::Cordon {
+                node: h100[1].clone(),
+                reason: "1 nvidia.com/gpu failed".into()
+            }]
+        );
+
+        let mut health = HealthSnapshot::default();
+        health.set(
+            &h100[1],
+            "nvidia.com/gpu",
+            HealthCounts {
+                degraded: 8,
+                ..Default::default()
+            },
+        );
+        let d = decide(&nodes, &classes, &health);
+        assert!(matches!(&d.actions[..], [NodeAction::Taint { node, .. }] if *node == h100[1]));
+    }
+
+    #[test]
+    fn unknown_health_takes_no_action() {
+        let (nodes, classes) = fleet();
+        let mut health = HealthSnapshot::default();
+        for n in h100_nodes(&nodes) {
+            health.set(
+                &n,
+                "nvidia.com/gpu",
+                HealthCounts {
+                    unknown: 8,
+                    ..Default::default()
+                },
+            );
+        }
+        assert_eq!(decide(&nodes, &classes, &health), NodeActions::default());
+    }
+
+    #[test]
+    fn share_limit_holds_back_the_rest() {
+        let (nodes, classes) = fleet();
+        let h100 = h100_nodes(&nodes);
+        let mut health = HealthSnapshot::default();
+        for n in &h100[..3] {
+            health.set(
+                n,
+                "nvidia.com/gpu",
+                HealthCounts {
+                    healthy: 7,
+                    failed: 1,
+                    ..Default::default()
+                },
+            );
+        }
+        let d = decide(&nodes, &classes, &health);
+        // 4 H100 nodes at 20% (minimum 1): one cordon, two held back.
+        assert_eq!(d.actions.len(), 1, "{:?}", d.actions);
+        assert_eq!(d.held_back.len(), 2);
+        assert!(d.held_back.iter().all(|h| h.allowed == 1));
+    }
+
+    #[test]
+    fn only_undoes_what_kaccel_did() {
+        let (mut nodes, classes) = fleet();
+        let h100 = h100_nodes(&nodes);
+        // Someone else cordoned node 0 and put a kaccel-looking taint on node 1
+        // without kaccel's annotation; kaccel cordoned node 2 and tainted node 3.
+        for n in nodes.iter_mut() {
+            let name = n.metadata.name.clone().unwrap();
+            let spec = n.spec.get_or_insert_with(Default::default);
+            let taint = Taint {
+                key: UNHEALTHY_TAINT.into(),
+                effect: "NoSchedule".into(),
+                ..Default::default()
+            };
+            let ann = n.metadata.annotations.get_or_insert_with(Default::default);
+            if name == h100[0] {
+                spec.unschedulable = Some(true);
+            } else if name == h100[1] {
+                spec.taints.get_or_insert_with(Vec::new).push(taint);
+            } else if name == h100[2] {
+                spec.unschedulable = Some(true);
+                ann.insert(CORDONED_ANNOTATION.into(), "true".into());
+            } else if name == h100[3] {
+                spec.taints.get_or_insert_with(Vec::new).push(taint);
+                ann.insert(TAINTED_ANNOTATION.into(), "true".into());
+            }
+        }
+        // All healthy now: kaccel undoes its own two actions only.
+        let d = decide(&nodes, &classes, &HealthSnapshot::default());
+        assert_eq!(
+            d.actions,
+            vec![
+                NodeAction::Untaint {
+                    node: h100[3].clone()
+                },
+                NodeAction::Uncordon {
+                    node: h100[2].clone()
+                }
+            ]
+        );
+    }
+}
