@@ -96,7 +96,7 @@ fn cluster_role_is_exactly_what_the_controller_calls() {
         rules(&role),
         vec![
             // Node watch cache (the inventory).
-            rule(&[""], &["nodes"], &[], &["list", "watch"]),
+            rule(&[""], &["nodes"], &[], &["get", "list", "watch", "patch"]),
             // DRA: a list(limit=1) probe, then a watch cache.
             rule(
                 &["resource.k8s.io"],
@@ -235,6 +235,7 @@ fn controller_calls_only_reviewed_api_methods() {
         (".list(", "list"),
         ("watcher(", "list, watch"),
         (".get_opt(", "get"),
+        ("api.get(", "get (a Node before patching it)"),
         (
             ".patch(",
             "patch (and create: server-side apply may create)",

@@ -7,7 +7,10 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::health::exporters::ExporterKind;
+use crate::health::policy::{NodeConditionRule, Policy, default_node_condition_rules};
 use crate::plan::PlanOptions;
+use crate::plan::nodes::NodeActionPolicy;
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
@@ -29,6 +32,61 @@ pub struct Config {
     pub planner: Planner,
     /// Read DRA ResourceSlices (resource.k8s.io/v1) when the API server serves them.
     pub watch_resource_slices: bool,
+    pub health: Health,
+}
+
+/// The health feedback loop: where device health comes from, how signals map to a
+/// status, and what kaccel does to nodes.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Health {
+    pub sources: Vec<HealthSource>,
+    pub node_conditions: Vec<NodeConditionRule>,
+    pub policy: Policy,
+    pub actions: NodeActionPolicy,
+}
+
+impl Default for Health {
+    fn default() -> Self {
+        Health {
+            sources: vec![],
+            node_conditions: default_node_condition_rules(),
+            policy: Policy::default(),
+            actions: NodeActionPolicy::default(),
+        }
+    }
+}
+
+/// One exporter endpoint, scraped on its own interval.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HealthSource {
+    pub name: String,
+    pub kind: ExporterKind,
+    /// `http://host:port/metrics`.
+    pub url: String,
+    /// The node whose devices it reports; wins over the exporter's hostname label.
+    #[serde(default)]
+    pub node: Option<String>,
+    #[serde(default = "default_interval")]
+    pub interval_seconds: u64,
+    /// Readings older than this make the source's devices Unknown.
+    #[serde(default = "default_stale_after")]
+    pub stale_after_seconds: i64,
+    #[serde(default = "default_timeout")]
+    pub timeout_seconds: u64,
+}
+
+fn default_interval() -> u64 {
+    5
+}
+
+fn default_stale_after() -> i64 {
+    30
+}
+
+fn default_timeout() -> u64 {
+    3
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -65,6 +123,7 @@ impl Default for Config {
             leader_election: LeaderElection::default(),
             planner: Planner::default(),
             watch_resource_slices: true,
+            health: Health::default(),
         }
     }
 }
@@ -155,6 +214,33 @@ impl Config {
                 "leaderElection.renewGraceSeconds",
                 "must be below leaseDurationSeconds, or the leader could never renew in time",
             ));
+        }
+        let mut names = std::collections::BTreeSet::new();
+        for source in &self.health.sources {
+            if !names.insert(source.name.as_str()) {
+                return Err(invalid("health.sources[].name", "names must be unique"));
+            }
+            if !source.url.starts_with("http://") {
+                return Err(invalid(
+                    "health.sources[].url",
+                    "must be an http:// URL, e.g. http://10.0.0.5:9400/metrics",
+                ));
+            }
+            if source.interval_seconds == 0 || source.timeout_seconds == 0 {
+                return Err(invalid(
+                    "health.sources[].intervalSeconds",
+                    "intervalSeconds and timeoutSeconds must be at least 1",
+                ));
+            }
+            if source.stale_after_seconds < source.interval_seconds as i64 {
+                return Err(invalid(
+                    "health.sources[].staleAfterSeconds",
+                    "must be at least intervalSeconds, or every source would always be stale",
+                ));
+            }
+        }
+        if self.health.actions.max_share_percent > 100 {
+            return Err(invalid("health.actions.maxSharePercent", "must be 0..100"));
         }
         if self.planner.demote_warning_percent > 100 {
             return Err(invalid("planner.demoteWarningPercent", "must be 0..100"));

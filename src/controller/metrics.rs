@@ -29,8 +29,23 @@ pub struct ClassHealthLabels {
     pub health: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SourceLabel {
+    pub source: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ActionLabel {
+    pub action: String,
+}
+
 #[derive(Clone)]
 pub struct Metrics {
+    pub source_up: Family<SourceLabel, Gauge>,
+    pub source_errors: Family<SourceLabel, Counter>,
+    pub source_last_success: Family<SourceLabel, Gauge>,
+    pub node_actions: Family<ActionLabel, Counter>,
+    pub node_actions_held_back: Gauge,
     pub reconciles: Counter,
     pub reconcile_failures: Family<ReasonLabel, Counter>,
     pub reconcile_duration: Histogram,
@@ -43,6 +58,11 @@ pub struct Metrics {
 impl Metrics {
     pub fn register(registry: &mut Registry) -> Metrics {
         let m = Metrics {
+            source_up: Family::default(),
+            source_errors: Family::default(),
+            source_last_success: Family::default(),
+            node_actions: Family::default(),
+            node_actions_held_back: Gauge::default(),
             reconciles: Counter::default(),
             reconcile_failures: Family::default(),
             reconcile_duration: Histogram::new(exponential_buckets(0.001, 2.0, 14)),
@@ -85,6 +105,31 @@ impl Metrics {
             "kaccel_leader",
             "1 while this replica holds the leader Lease",
             m.leader.clone(),
+        );
+        registry.register(
+            "kaccel_health_source_up",
+            "1 while a health source answers with parseable device metrics",
+            m.source_up.clone(),
+        );
+        registry.register(
+            "kaccel_health_source_errors",
+            "Failed polls of a health source (unreachable, bad status, unparseable)",
+            m.source_errors.clone(),
+        );
+        registry.register(
+            "kaccel_health_source_last_success_timestamp_seconds",
+            "Unix time of a health source's last good answer (staleness = now - this)",
+            m.source_last_success.clone(),
+        );
+        registry.register(
+            "kaccel_node_actions",
+            "Taints, untaints, cordons and uncordons kaccel applied",
+            m.node_actions.clone(),
+        );
+        registry.register(
+            "kaccel_node_actions_held_back",
+            "Node actions the per-flavor share limit held back (alert on > 0)",
+            m.node_actions_held_back.clone(),
         );
         m
     }

@@ -8,6 +8,7 @@
 
 pub mod config;
 pub mod diff;
+mod health;
 mod http;
 mod metrics;
 
@@ -33,8 +34,9 @@ use tokio::sync::watch;
 use crate::api::{
     AcceleratorClass, AcceleratorClassStatus, CreditBudget, CreditBudgetStatus, merge_conditions,
 };
-use crate::health::HealthSnapshot;
+use crate::health::policy::apply_node_conditions;
 use crate::inventory::Inventory;
+use crate::plan::nodes::{NodeAction, UNHEALTHY_TAINT, node_actions};
 use crate::plan::{MANAGED_BY, MANAGED_BY_LABEL, Plan, PlanInput, plan};
 pub use config::Config;
 use diff::{Action, Kind, ObjectRef, desired_objects, is_managed};
@@ -210,6 +212,7 @@ struct Reconciler {
     config: Config,
     metrics: Metrics,
     recorder: Recorder,
+    health: health::SharedTracker,
 }
 
 /// Run the controller until SIGTERM / Ctrl-C.
@@ -242,7 +245,13 @@ pub async fn run(config: Config) -> Result<(), Error> {
         let _ = shutdown_tx.send(true);
     });
 
-    let (caches, events) = start_watches(&client, &config).await?;
+    let (caches, watch_events) = start_watches(&client, &config).await?;
+    // Health pollers wake the reconcile loop like a watch event does.
+    let tracker = health::tracker(&config.health);
+    let (wake_tx, mut wake_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+    health::spawn_pollers(&config.health, tracker.clone(), metrics.clone(), wake_tx);
+    let health_events = stream::poll_fn(move |cx| wake_rx.poll_recv(cx).map(|o| o.map(Ok))).boxed();
+    let events: Events = stream::select(watch_events, health_events).boxed();
     let identity = std::env::var("POD_NAME")
         .ok()
         .or_else(|| std::env::var("HOSTNAME").ok())
@@ -258,6 +267,7 @@ pub async fn run(config: Config) -> Result<(), Error> {
         client: client.clone(),
         config: config.clone(),
         metrics: metrics.clone(),
+        health: tracker,
     };
 
     let result = if config.leader_election.enabled {
@@ -492,7 +502,12 @@ impl Reconciler {
 
         // Plan (pure).
         let options = self.config.plan_options();
-        let health = HealthSnapshot::default();
+        let health = {
+            let tracker = self.health.lock().expect("tracker lock");
+            tracker.snapshot(&inventory, health::now_seconds())
+        };
+        let mut health = health;
+        apply_node_conditions(&mut health, &inventory, &self.config.health.node_conditions);
         let planned = plan(&PlanInput {
             classes: &classes,
             budgets: &budgets,
@@ -514,6 +529,25 @@ impl Reconciler {
             }
         }
         self.record_metrics(&planned, &desired);
+
+        // Nodes: taint / cordon for health, within the share limit.
+        let decided = node_actions(
+            &inventory,
+            &health,
+            &planned.flavors,
+            &self.config.health.actions,
+        );
+        self.metrics
+            .node_actions_held_back
+            .set(decided.held_back.len() as i64);
+        for action in &decided.actions {
+            if let Err(e) = self.apply_node(action).await {
+                first_error.get_or_insert(e);
+            }
+        }
+        for held in &decided.held_back {
+            tracing::warn!(node = %held.node, flavor = %held.flavor, allowed = held.allowed, reason = %held.reason, "node action held back by the share limit");
+        }
 
         // Status.
         self.write_class_status(&classes, &planned).await?;
@@ -600,6 +634,54 @@ impl Reconciler {
                 }
             }
         }
+        Ok(())
+    }
+
+    async fn apply_node(&self, action: &NodeAction) -> Result<(), Error> {
+        let (verb, event_reason, type_, note) = match action {
+            NodeAction::Taint { reason, .. } => (
+                "taint",
+                "KaccelTainted",
+                EventType::Warning,
+                format!("tainted {UNHEALTHY_TAINT}:NoSchedule: all accelerators out ({reason})"),
+            ),
+            NodeAction::Untaint { .. } => (
+                "untaint",
+                "KaccelUntainted",
+                EventType::Normal,
+                "removed kaccel's taint: accelerators healthy again".to_string(),
+            ),
+            NodeAction::Cordon { reason, .. } => (
+                "cordon",
+                "KaccelCordoned",
+                EventType::Warning,
+                format!("cordoned for a failed accelerator ({reason}); repair requested"),
+            ),
+            NodeAction::Uncordon { .. } => (
+                "uncordon",
+                "KaccelUncordoned",
+                EventType::Normal,
+                "uncordoned: the accelerators kaccel cordoned for are healthy again".to_string(),
+            ),
+        };
+        health::apply_node_action(&self.client, action)
+            .await
+            .map_err(api_err(format!("{verb} node {}", action.node())))?;
+        self.metrics.write("Node", verb);
+        self.metrics
+            .node_actions
+            .get_or_create(&metrics::ActionLabel {
+                action: verb.into(),
+            })
+            .inc();
+        tracing::info!(node = %action.node(), verb, "node action");
+        let reference = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Node".into()),
+            name: Some(action.node().to_string()),
+            ..Default::default()
+        };
+        self.publish(&reference, type_, event_reason, &note).await;
         Ok(())
     }
 

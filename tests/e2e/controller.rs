@@ -112,7 +112,7 @@ fn config(root_cohort: &str, leader: Option<(&str, u64)>) -> String {
     )
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -120,7 +120,7 @@ fn free_port() -> u16 {
         .port()
 }
 
-async fn ensure_example_nodes(client: &Client) -> Result<()> {
+pub async fn ensure_example_nodes(client: &Client) -> Result<()> {
     let nodes: Api<Node> = Api::all(client.clone());
     for doc in serde_yaml::Deserializer::from_str(include_str!("../../examples/nodes.yaml")) {
         let node: Node = serde::Deserialize::deserialize(doc)?;
@@ -135,7 +135,7 @@ async fn ensure_example_nodes(client: &Client) -> Result<()> {
     Ok(())
 }
 
-fn class_from_example(example: &str, name: &str) -> AcceleratorClass {
+pub fn class_from_example(example: &str, name: &str) -> AcceleratorClass {
     let text = include_str!("../../examples/classes.yaml");
     for doc in serde_yaml::Deserializer::from_str(text) {
         let mut class: AcceleratorClass = serde::Deserialize::deserialize(doc).unwrap();
@@ -201,7 +201,7 @@ fn cq_flavors(cq: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
-async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut probe: F) -> Result<T>
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut probe: F) -> Result<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<Option<T>>>,
@@ -267,7 +267,7 @@ async fn lifecycle(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
     )
     .await?;
     cleanup.add(None, kueue("ClusterQueue"), &unrelated);
-    let unrelated_rv = cqs.get(&unrelated).await?.resource_version();
+    let unrelated_generation = cqs.get(&unrelated).await?.metadata.generation;
 
     classes
         .create(
@@ -372,8 +372,19 @@ async fn lifecycle(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
             Ok((cqs.get_opt(&inf_cq).await?.is_none() && lqs.get_opt(&inf).await?.is_none()).then_some(()))
         }).await?;
 
-        // The unrelated ClusterQueue was never written.
-        assert_eq!(cqs.get(&unrelated).await?.resource_version(), unrelated_rv);
+        // The unrelated ClusterQueue was never written by kaccel: same spec
+        // generation, and no field of it is managed by kaccel (Kueue's own status
+        // updates move its resourceVersion, so that is not the measure).
+        let after = cqs.get(&unrelated).await?;
+        assert_eq!(after.metadata.generation, unrelated_generation);
+        let managers: Vec<String> = after
+            .metadata
+            .managed_fields
+            .iter()
+            .flatten()
+            .filter_map(|m| m.manager.clone())
+            .collect();
+        assert!(!managers.iter().any(|m| m.starts_with("kaccel")), "{managers:?}");
         Ok(())
     }
     .await;

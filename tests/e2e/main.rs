@@ -6,6 +6,7 @@
 //! works too. Without a reachable cluster every test panics: nothing is skipped.
 
 mod controller;
+mod health;
 mod inventory;
 mod plan;
 mod smoke;

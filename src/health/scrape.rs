@@ -1,0 +1,69 @@
+//! Fetching an exporter's `/metrics` over plain HTTP (exporters serve it on the node
+//! network), with a deadline and a size cap: a hung or huge source is an error,
+//! never a stall.
+
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Empty, Limited};
+use hyper::body::Bytes;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+
+use super::prom::MAX_BODY_BYTES;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ScrapeError {
+    #[error("invalid URL {0:?}: use http://host:port/metrics")]
+    Url(String),
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+    #[error("unreachable: {0}")]
+    Connect(String),
+    #[error("answered HTTP {0}")]
+    Status(u16),
+    #[error("body unreadable: {0}")]
+    Body(String),
+}
+
+#[derive(Clone)]
+pub struct Scraper {
+    client: Client<HttpConnector, Empty<Bytes>>,
+}
+
+impl Default for Scraper {
+    fn default() -> Self {
+        Scraper {
+            client: Client::builder(TokioExecutor::new()).build_http(),
+        }
+    }
+}
+
+impl Scraper {
+    pub async fn fetch(&self, url: &str, timeout: Duration) -> Result<String, ScrapeError> {
+        let uri: hyper::Uri = url.parse().map_err(|_| ScrapeError::Url(url.into()))?;
+        if uri.scheme_str() != Some("http") || uri.host().is_none() {
+            return Err(ScrapeError::Url(url.into()));
+        }
+        let request = async {
+            let response = self
+                .client
+                .get(uri)
+                .await
+                .map_err(|e| ScrapeError::Connect(e.to_string()))?;
+            let status = response.status().as_u16();
+            if status != 200 {
+                return Err(ScrapeError::Status(status));
+            }
+            let body = Limited::new(response.into_body(), MAX_BODY_BYTES)
+                .collect()
+                .await
+                .map_err(|e| ScrapeError::Body(e.to_string()))?
+                .to_bytes();
+            String::from_utf8(body.to_vec()).map_err(|_| ScrapeError::Body("not UTF-8".into()))
+        };
+        tokio::time::timeout(timeout, request)
+            .await
+            .map_err(|_| ScrapeError::Timeout(timeout))?
+    }
+}

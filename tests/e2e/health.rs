@@ -1,0 +1,402 @@
+//! The health loop against the real thing: fake dcgm-exporters on loopback serve the
+//! real text format; `kaccel run` scrapes them and drives Kueue quotas and Node
+//! cordons/taints on the real API server.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use k8s_openapi::api::core::v1::Node;
+use kaccel::api::{AcceleratorClass, CreditBudget};
+use kube::api::{Api, DynamicObject, PostParams};
+use kube::core::ApiResource;
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::controller::{
+    Controller, class_from_example, ensure_example_nodes, free_port, wait_for,
+};
+use crate::support::{self, Cleanup, kueue};
+
+/// What a fake exporter answers.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Answer {
+    Metrics(String),
+    /// The process is gone: connections are refused... or here, closed at once.
+    Dead,
+    Garbage,
+}
+
+/// A dcgm-exporter stand-in on 127.0.0.1 serving whatever `answer` holds.
+pub struct FakeExporter {
+    pub port: u16,
+    pub answer: Arc<Mutex<Answer>>,
+}
+
+impl FakeExporter {
+    pub async fn start(initial: Answer) -> FakeExporter {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let answer = Arc::new(Mutex::new(initial));
+        let shared = answer.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut conn, _)) = listener.accept().await else {
+                    return;
+                };
+                let current = shared.lock().unwrap().clone();
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 4096];
+                    let _ = conn.read(&mut buf).await;
+                    let body = match current {
+                        Answer::Dead => return,
+                        Answer::Garbage => {
+                            "<html><body><h1>502 Bad Gateway</h1></body></html>\n".to_string()
+                        }
+                        Answer::Metrics(m) => m,
+                    };
+                    let head = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                        body.len()
+                    );
+                    let _ = conn.write_all(head.as_bytes()).await;
+                    let _ = conn.write_all(body.as_bytes()).await;
+                });
+            }
+        });
+        FakeExporter { port, answer }
+    }
+
+    pub fn set(&self, answer: Answer) {
+        *self.answer.lock().unwrap() = answer;
+    }
+}
+
+/// dcgm-exporter output for `gpus` H100s on `node`; `ecc_on` GPUs carry a
+/// double-bit ECC error.
+pub fn dcgm(node: &str, gpus: u32, ecc_on: &[u32]) -> String {
+    let mut s = String::from(
+        "# HELP DCGM_FI_DEV_GPU_TEMP GPU temperature (in C).\n# TYPE DCGM_FI_DEV_GPU_TEMP gauge\n",
+    );
+    let labels = |i: u32| {
+        format!(
+            "gpu=\"{i}\",UUID=\"GPU-{node}-{i:04}\",pci_bus_id=\"00000000:{:02X}:00.0\",device=\"nvidia{i}\",modelName=\"NVIDIA H100 80GB HBM3\",Hostname=\"{node}\",DCGM_FI_DRIVER_VERSION=\"550.54.15\"",
+            0x18 + i
+        )
+    };
+    for i in 0..gpus {
+        s.push_str(&format!("DCGM_FI_DEV_GPU_TEMP{{{}}} 41\n", labels(i)));
+    }
+    s.push_str("# HELP DCGM_FI_DEV_ECC_DBE_VOL_TOTAL Total number of double-bit volatile ECC errors.\n# TYPE DCGM_FI_DEV_ECC_DBE_VOL_TOTAL counter\n");
+    for i in 0..gpus {
+        let n = if ecc_on.contains(&i) { 1 } else { 0 };
+        s.push_str(&format!(
+            "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{{{}}} {n}\n",
+            labels(i)
+        ));
+    }
+    s.push_str("# HELP DCGM_FI_DEV_XID_ERRORS Value of the last XID error encountered.\n# TYPE DCGM_FI_DEV_XID_ERRORS gauge\n");
+    for i in 0..gpus {
+        s.push_str(&format!("DCGM_FI_DEV_XID_ERRORS{{{}}} 0\n", labels(i)));
+    }
+    s
+}
+
+fn h100_nodes() -> Vec<(String, u32)> {
+    // The example fleet's H100 nodes and their GPU counts (capacity).
+    let text = include_str!("../../examples/nodes.yaml");
+    serde_yaml::Deserializer::from_str(text)
+        .filter_map(|d| {
+            let n: Node = serde::Deserialize::deserialize(d).ok()?;
+            let name = n.name_any();
+            let cap = n.status?.capacity?.get("nvidia.com/gpu")?.0.parse().ok()?;
+            (name.starts_with("gpu-h100")).then_some((name, cap))
+        })
+        .collect()
+}
+
+fn health_config(root: &str, sources: &[(String, u16)], hold_down: u32) -> String {
+    let mut s = format!(
+        "rootCohort: {root}\ndebounceMs: 50\nmaxDelayMs: 300\nwatchResourceSlices: false\nleaderElection:\n  enabled: false\nhealth:\n  policy:\n    holdDownSeconds: {hold_down}\n  sources:\n"
+    );
+    for (node, port) in sources {
+        s.push_str(&format!(
+            "    - {{name: dcgm-{node}, kind: dcgm-exporter, url: \"http://127.0.0.1:{port}/metrics\", node: {node}, intervalSeconds: 1, staleAfterSeconds: 3, timeoutSeconds: 1}}\n"
+        ));
+    }
+    s
+}
+
+async fn node_state(nodes: &Api<Node>, name: &str) -> Result<(bool, bool)> {
+    let n = nodes.get(name).await?;
+    let cordoned = n
+        .spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false);
+    let tainted = n
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|t| t.iter().any(|t| t.key == "kaccel.io/unhealthy"));
+    Ok((cordoned, tainted))
+}
+
+/// Total nominal quota of nvidia.com/gpu on the H100 flavor across every
+/// ClusterQueue and Cohort: what Kueue may admit there (invariant 1 says at most the
+/// healthy capacity).
+async fn spare_h100(client: &Client, _root: &str) -> Result<Option<u64>> {
+    let mut total = 0u64;
+    let mut seen = false;
+    for kind in ["ClusterQueue", "Cohort"] {
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &kueue(kind));
+        for o in api.list(&Default::default()).await?.items {
+            let v = serde_json::to_value(o)?;
+            for rg in v["spec"]["resourceGroups"].as_array().into_iter().flatten() {
+                for f in rg["flavors"].as_array().into_iter().flatten() {
+                    if f["name"].as_str().is_some_and(|n| n.contains("h100")) {
+                        for r in f["resources"].as_array().into_iter().flatten() {
+                            if r["name"] == "nvidia.com/gpu" {
+                                seen = true;
+                                total += r["nominalQuota"]
+                                    .as_str()
+                                    .and_then(|q| q.parse::<u64>().ok())
+                                    .unwrap_or(0);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(seen.then_some(total))
+}
+
+struct Setup {
+    exporters: Vec<(String, FakeExporter)>,
+    controller: Controller,
+    root: String,
+    class: String,
+}
+
+async fn setup(client: &Client, cleanup: &mut Cleanup, hold_down: u32) -> Result<Setup> {
+    ensure_example_nodes(client).await?;
+    let id = support::unique("h");
+    let class = format!("h100-{id}");
+    let mut c = class_from_example("large-training", &class);
+    c.spec.selector.models = vec!["*H100*".into()];
+    Api::<AcceleratorClass>::all(client.clone())
+        .create(&PostParams::default(), &c)
+        .await?;
+    cleanup.add(None, ApiResource::erase::<AcceleratorClass>(&()), &class);
+    let ns = format!("ns-{id}");
+    support::namespace(client, &ns).await?;
+    cleanup.add_namespace(&ns);
+    let team = format!("team-{id}");
+    let budget: CreditBudget = serde_json::from_value(json!({
+        "apiVersion": "kaccel.io/v1alpha1", "kind": "CreditBudget", "metadata": {"name": team},
+        "spec": {"team": "e2e", "namespaces": [ns], "classes": [{"name": class, "guaranteedDevices": 8}],
+                 "credits": {"perPeriod": "100", "period": {"start": "2026-12-01T00:00:00Z", "days": 30}}}
+    }))?;
+    Api::<CreditBudget>::all(client.clone())
+        .create(&PostParams::default(), &budget)
+        .await?;
+    cleanup.add(None, ApiResource::erase::<CreditBudget>(&()), &team);
+
+    let mut exporters = Vec::new();
+    for (node, gpus) in h100_nodes() {
+        let e = FakeExporter::start(Answer::Metrics(dcgm(&node, gpus, &[]))).await;
+        exporters.push((node, e));
+    }
+    let sources: Vec<(String, u16)> = exporters.iter().map(|(n, e)| (n.clone(), e.port)).collect();
+    let root = format!("root-{id}");
+    let controller = Controller::start(
+        &format!("health-{id}"),
+        free_port(),
+        &health_config(&root, &sources, hold_down),
+    );
+    cleanup.add(None, kueue("Cohort"), &root);
+    cleanup.add(None, kueue("Cohort"), &format!("{root}-{team}"));
+    cleanup.add(None, kueue("ClusterQueue"), &format!("{team}-{class}"));
+    cleanup.add(Some(&ns), kueue("LocalQueue"), &class);
+    Ok(Setup {
+        exporters,
+        controller,
+        root,
+        class,
+    })
+}
+
+async fn class_devices(
+    classes: &Api<AcceleratorClass>,
+    name: &str,
+) -> Result<kaccel::api::HealthCounts> {
+    Ok(classes
+        .get(name)
+        .await?
+        .status
+        .map(|s| s.devices)
+        .unwrap_or_default())
+}
+
+#[tokio::test]
+async fn faults_shrink_quota_and_cordon_within_the_share_and_recover() {
+    let _serial = support::serial().await;
+    let client = support::client().await;
+    let mut cleanup = Cleanup::default();
+    let result = async {
+        let s = setup(&client, &mut cleanup, 2).await?;
+        let r = faults(&client, &s).await;
+        if r.is_err() {
+            eprintln!("--- kaccel log:\n{}", s.controller.log_tail());
+        }
+        r
+    }
+    .await;
+    // Whatever happened, leave no node cordoned or tainted by this test.
+    let nodes: Api<Node> = Api::all(client.clone());
+    for (name, _) in h100_nodes() {
+        let _ = nodes
+            .patch(&name, &Default::default(), &kube::api::Patch::Merge(json!({
+                "metadata": {"annotations": {"kaccel.io/cordoned": null, "kaccel.io/tainted": null, "kaccel.io/repair-request": null}},
+                "spec": {"unschedulable": null, "taints": null}
+            })))
+            .await;
+    }
+    cleanup.run(&client).await;
+    result.unwrap();
+}
+
+async fn faults(client: &Client, s: &Setup) -> Result<()> {
+    let classes: Api<AcceleratorClass> = Api::all(client.clone());
+    let nodes: Api<Node> = Api::all(client.clone());
+    let total: u32 = h100_nodes().iter().map(|(_, c)| c).sum();
+    let wait = Duration::from_secs(30);
+
+    // All sources answer, all devices healthy (one example node has a GPU its plugin
+    // withdrew: Degraded).
+    let healthy = wait_for("healthy devices reported", wait, || async {
+        let d = class_devices(&classes, &s.class).await?;
+        Ok((d.healthy + d.degraded == total && d.unknown == 0).then_some(d))
+    })
+    .await?;
+    let spare_before = wait_for("root cohort quota", wait, || async {
+        spare_h100(client, &s.root).await
+    })
+    .await?;
+    eprintln!("healthy: {healthy:?}, total H100 quota {spare_before}");
+
+    // 1. Uncorrectable ECC on one GPU of node 0: Failed, quota shrinks, node cordoned.
+    let (n0, e0) = &s.exporters[0];
+    let gpus0 = h100_nodes()[0].1;
+    let injected = Instant::now();
+    e0.set(Answer::Metrics(dcgm(n0, gpus0, &[3])));
+    wait_for("node 0 cordoned", wait, || async {
+        Ok(node_state(&nodes, n0).await?.0.then_some(()))
+    })
+    .await?;
+    let spare_after = wait_for("quota reduced", wait, || async {
+        Ok(spare_h100(client, &s.root)
+            .await?
+            .filter(|q| *q < spare_before))
+    })
+    .await?;
+    eprintln!(
+        "MEASURE ECC fault -> cordon + quota {spare_before}->{spare_after} in {} ms (scrape interval 1 s)",
+        injected.elapsed().as_millis()
+    );
+    let d = class_devices(&classes, &s.class).await?;
+    assert!(d.failed >= 1, "{d:?}");
+    let node = nodes.get(n0).await?;
+    let ann = node.annotations();
+    assert_eq!(
+        ann.get("kaccel.io/cordoned").map(String::as_str),
+        Some("true")
+    );
+    assert!(
+        ann.get("kaccel.io/repair-request")
+            .is_some_and(|r| r.contains("failed"))
+    );
+
+    // 2. Faults on two more nodes: 4 H100 nodes at 20% (min 1) allow one out at once.
+    for (n, e) in &s.exporters[1..3] {
+        let gpus = h100_nodes().iter().find(|(x, _)| x == n).unwrap().1;
+        e.set(Answer::Metrics(dcgm(n, gpus, &[0])));
+    }
+    wait_for("failures seen", wait, || async {
+        Ok((class_devices(&classes, &s.class).await?.failed >= 3).then_some(()))
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut out = 0;
+    for (n, _) in &s.exporters {
+        let (c, t) = node_state(&nodes, n).await?;
+        out += u32::from(c || t);
+    }
+    assert_eq!(
+        out, 1,
+        "automation took more than the allowed share of nodes out"
+    );
+    let metrics = s.controller.metrics().unwrap_or_default();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("kaccel_node_actions_held_back") && !l.ends_with(" 0")),
+        "no held-back metric"
+    );
+    for (n, e) in &s.exporters[1..3] {
+        let gpus = h100_nodes().iter().find(|(x, _)| x == n).unwrap().1;
+        e.set(Answer::Metrics(dcgm(n, gpus, &[])));
+    }
+
+    // 3. An exporter that dies, then one that returns garbage: Unknown, no action.
+    let (n3, e3) = &s.exporters[3];
+    for bad in [Answer::Dead, Answer::Garbage] {
+        e3.set(bad.clone());
+        let gpus3 = h100_nodes().iter().find(|(x, _)| x == n3).unwrap().1;
+        wait_for("devices Unknown", wait, || async {
+            Ok((class_devices(&classes, &s.class).await?.unknown >= gpus3 - 1).then_some(()))
+        })
+        .await?;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(
+            node_state(&nodes, n3).await?,
+            (false, false),
+            "{bad:?} exporter led to a node action"
+        );
+        let m = s.controller.metrics().unwrap_or_default();
+        assert!(
+            m.contains(&format!(
+                "kaccel_health_source_up{{source=\"dcgm-{n3}\"}} 0"
+            )),
+            "source not reported down"
+        );
+    }
+    e3.set(Answer::Metrics(dcgm(
+        n3,
+        h100_nodes().iter().find(|(x, _)| x == n3).unwrap().1,
+        &[],
+    )));
+
+    // 4. Recovery: healthy for the hold-down (2 s), then kaccel uncordons what it cordoned.
+    e0.set(Answer::Metrics(dcgm(n0, gpus0, &[])));
+    let healed = Instant::now();
+    wait_for("node 0 uncordoned", wait, || async {
+        Ok((!node_state(&nodes, n0).await?.0).then_some(()))
+    })
+    .await?;
+    eprintln!(
+        "MEASURE recovery -> uncordon in {} ms (hold-down 2 s)",
+        healed.elapsed().as_millis()
+    );
+    let node = nodes.get(n0).await?;
+    assert!(!node.annotations().contains_key("kaccel.io/cordoned"));
+    wait_for("quota back", wait, || async {
+        Ok(spare_h100(client, &s.root)
+            .await?
+            .filter(|q| *q == spare_before))
+    })
+    .await?;
+    Ok(())
+}
