@@ -213,15 +213,7 @@ mod tests {
     use serde_json::json;
 
     fn example_plan() -> Plan {
-        let mut loaded = crate::cli::load::Loaded::default();
-        let mut errors = Vec::new();
-        for (f, t) in [
-            ("c", include_str!("../../examples/classes.yaml")),
-            ("b", include_str!("../../examples/budgets.yaml")),
-            ("n", include_str!("../../examples/nodes.yaml")),
-        ] {
-            crate::cli::load::load_text(f.as_ref(), t, &mut loaded, &mut errors);
-        }
+        let loaded = crate::cli::load::examples();
         let inventory = crate::inventory::Inventory::from_nodes(&loaded.nodes);
         plan(&PlanInput {
             classes: &loaded.classes,

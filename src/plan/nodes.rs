@@ -223,14 +223,7 @@ mod tests {
     use k8s_openapi::api::core::v1::{Node, Taint};
 
     fn fleet() -> (Vec<Node>, Vec<crate::api::AcceleratorClass>) {
-        let mut loaded = crate::cli::load::Loaded::default();
-        let mut errors = Vec::new();
-        for (f, t) in [
-            ("c", include_str!("../../examples/classes.yaml")),
-            ("n", include_str!("../../examples/nodes.yaml")),
-        ] {
-            crate::cli::load::load_text(f.as_ref(), t, &mut loaded, &mut errors);
-        }
+        let loaded = crate::cli::load::examples();
         (loaded.nodes, loaded.classes)
     }
 

@@ -88,16 +88,7 @@ fn run(
 }
 
 fn examples() -> (Vec<AcceleratorClass>, Vec<CreditBudget>, Vec<Node>) {
-    let mut loaded = crate::cli::load::Loaded::default();
-    let mut errors = Vec::new();
-    for (file, text) in [
-        ("classes.yaml", include_str!("../../examples/classes.yaml")),
-        ("budgets.yaml", include_str!("../../examples/budgets.yaml")),
-        ("nodes.yaml", include_str!("../../examples/nodes.yaml")),
-    ] {
-        crate::cli::load::load_text(file.as_ref(), text, &mut loaded, &mut errors);
-    }
-    assert!(errors.is_empty(), "examples invalid: {errors:?}");
+    let loaded = crate::cli::load::examples();
     (loaded.classes, loaded.budgets, loaded.nodes)
 }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use kaccel::api::{AcceleratorClass, CreditBudget};
-use kaccel::cli::load::{Loaded, load_text};
+use kaccel::cli::load::Loaded;
 use kaccel::health::HealthSnapshot;
 use kaccel::inventory::Inventory;
 use kaccel::plan::{PlanInput, PlanOptions, plan};
@@ -19,17 +19,7 @@ use crate::support::{self, Cleanup, kueue};
 const WAIT: Duration = Duration::from_secs(60);
 
 fn examples() -> Loaded {
-    let mut loaded = Loaded::default();
-    let mut errors = Vec::new();
-    for (file, text) in [
-        ("classes.yaml", include_str!("../../examples/classes.yaml")),
-        ("budgets.yaml", include_str!("../../examples/budgets.yaml")),
-        ("nodes.yaml", include_str!("../../examples/nodes.yaml")),
-    ] {
-        load_text(file.as_ref(), text, &mut loaded, &mut errors);
-    }
-    assert!(errors.is_empty(), "{errors:?}");
-    loaded
+    kaccel::cli::load::examples()
 }
 
 fn workload(ns: &str, name: &str, queue: &str, count: u32, resource: &str, amount: u32) -> Value {
