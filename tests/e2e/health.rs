@@ -400,3 +400,205 @@ async fn faults(client: &Client, s: &Setup) -> Result<()> {
     .await?;
     Ok(())
 }
+
+/// Percentile (nearest rank) of sorted milliseconds.
+fn percentile(sorted: &[u128], p: f64) -> u128 {
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil().max(1.0) as usize;
+    sorted[rank.min(sorted.len()) - 1]
+}
+
+/// Measurement, not a test of time: run with
+/// `cargo test --features e2e --test e2e reaction -- --ignored --nocapture`
+/// (e2e/bench-health.sh does). Injects 20 ECC faults, one at a time, and times
+/// fault at the source -> node cordoned AND total H100 quota reduced.
+#[tokio::test]
+#[ignore = "measurement: run through e2e/bench-health.sh"]
+async fn reaction_time_over_20_faults() {
+    let _serial = support::serial().await;
+    let client = support::client().await;
+    let mut cleanup = Cleanup::default();
+    let result = async {
+        let s = setup(&client, &mut cleanup, 1).await?;
+        let nodes: Api<Node> = Api::all(client.clone());
+        let wait = Duration::from_secs(30);
+        let full = wait_for("quota", wait, || async { spare_h100(&client, &s.root).await }).await?;
+        let mut times = Vec::new();
+        for i in 0..20 {
+            let (node, exporter) = &s.exporters[i % s.exporters.len()];
+            let gpus = h100_nodes().iter().find(|(x, _)| x == node).unwrap().1;
+            let injected = Instant::now();
+            exporter.set(Answer::Metrics(dcgm(node, gpus, &[(i % 4) as u32])));
+            wait_for("cordon and quota", wait, || async {
+                let cordoned = node_state(&nodes, node).await?.0;
+                let quota = spare_h100(&client, &s.root).await?.unwrap_or(full);
+                Ok((cordoned && quota < full).then_some(()))
+            })
+            .await?;
+            times.push(injected.elapsed().as_millis());
+            exporter.set(Answer::Metrics(dcgm(node, gpus, &[])));
+            wait_for("recovered", wait, || async {
+                let cordoned = node_state(&nodes, node).await?.0;
+                let quota = spare_h100(&client, &s.root).await?.unwrap_or(0);
+                Ok((!cordoned && quota == full).then_some(()))
+            })
+            .await?;
+        }
+        let mut sorted = times.clone();
+        sorted.sort();
+        eprintln!(
+            "MEASURE reaction over {} faults (scrape interval 1 s, debounce 50 ms): p50 {} ms, p99 {} ms, min {} ms, max {} ms; all: {:?}",
+            sorted.len(),
+            percentile(&sorted, 50.0),
+            percentile(&sorted, 99.0),
+            sorted[0],
+            sorted[sorted.len() - 1],
+            times
+        );
+        Ok::<_, anyhow::Error>(())
+    }
+    .await;
+    uncordon_all(&client).await;
+    cleanup.run(&client).await;
+    result.unwrap();
+}
+
+async fn uncordon_all(client: &Client) {
+    let nodes: Api<Node> = Api::all(client.clone());
+    for (name, _) in h100_nodes() {
+        let _ = nodes
+            .patch(&name, &Default::default(), &kube::api::Patch::Merge(json!({
+                "metadata": {"annotations": {"kaccel.io/cordoned": null, "kaccel.io/tainted": null, "kaccel.io/repair-request": null}},
+                "spec": {"unschedulable": null, "taints": null}
+            })))
+            .await;
+    }
+}
+
+fn gpu_workload(ns: &str, name: &str, queue: &str, gpus: u32) -> serde_json::Value {
+    json!({
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+        "metadata": { "name": name, "namespace": ns },
+        "spec": { "queueName": queue, "podSets": [{ "name": "main", "count": 1,
+            "template": { "spec": { "restartPolicy": "Never", "containers": [{
+                "name": "main", "image": "registry.k8s.io/pause:3.10",
+                "resources": { "requests": { "cpu": "1", "memory": "1Gi", "nvidia.com/gpu": gpus.to_string() },
+                               "limits": { "nvidia.com/gpu": gpus.to_string() } } }] } } }] }
+    })
+}
+
+/// Submit `count` 4-GPU Workloads to `queue` and return how many Kueue admitted.
+async fn admitted_of(client: &Client, ns: &str, queue: &str, prefix: &str, count: u32, cleanup: &mut Cleanup) -> Result<u32> {
+    let wl: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &kueue("Workload"));
+    for i in 0..count {
+        let name = format!("{prefix}-{i}");
+        support::create(&wl, gpu_workload(ns, &name, queue, 4)).await?;
+        cleanup.add(Some(ns), kueue("Workload"), &name);
+    }
+    // Wait until Kueue decided on every one (QuotaReserved True or False).
+    wait_for("Kueue decided", Duration::from_secs(30), || async {
+        let list = wl.list(&Default::default()).await?;
+        let decided = list
+            .items
+            .iter()
+            .filter(|w| w.name_any().starts_with(prefix))
+            .filter(|w| support::condition(&serde_json::to_value(w).unwrap_or_default(), "QuotaReserved").is_some())
+            .count();
+        Ok((decided as u32 == count).then_some(()))
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let list = wl.list(&Default::default()).await?;
+    Ok(list
+        .items
+        .iter()
+        .filter(|w| w.name_any().starts_with(prefix))
+        .filter(|w| support::is_true(&serde_json::to_value(w).unwrap_or_default(), "QuotaReserved"))
+        .count() as u32)
+}
+
+/// The same fleet and fault, side by side: Kueue alone with the static quota a
+/// platform team would write (every H100 in the fleet), then with kaccel. The
+/// fault: one GPU with an uncorrectable ECC error (and the example fleet's GPU its
+/// plugin already withdrew). Healthy capacity is what remains; a Workload admitted
+/// beyond it is admitted onto broken capacity.
+#[tokio::test]
+async fn kueue_alone_admits_onto_broken_capacity_kaccel_does_not() {
+    let _serial = support::serial().await;
+    let client = support::client().await;
+    let mut cleanup = Cleanup::default();
+    let result = side_by_side(&client, &mut cleanup).await;
+    uncordon_all(&client).await;
+    cleanup.run(&client).await;
+    result.unwrap();
+}
+
+async fn side_by_side(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
+    ensure_example_nodes(client).await?;
+    let physical: u32 = h100_nodes().iter().map(|(_, c)| c).sum();
+    let withdrawn = 1; // examples/nodes.yaml: one H100 node reports allocatable 7 of 8
+    let failed = 1; // the ECC fault injected below
+    let healthy = physical - withdrawn - failed;
+    let fits_healthy = healthy / 4;
+    let requests = physical / 4;
+
+    // Kueue alone: static flavor + queue sized to the fleet.
+    let id = support::unique("s");
+    let ns = format!("ns-{id}");
+    support::namespace(client, &ns).await?;
+    cleanup.add_namespace(&ns);
+    let flavors: Api<DynamicObject> = Api::all_with(client.clone(), &kueue("ResourceFlavor"));
+    let flavor = format!("static-h100-{id}");
+    support::create(&flavors, json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
+        "metadata": {"name": flavor}, "spec": {"nodeLabels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}}})).await?;
+    cleanup.add(None, kueue("ResourceFlavor"), &flavor);
+    let cqs: Api<DynamicObject> = Api::all_with(client.clone(), &kueue("ClusterQueue"));
+    let cq = format!("static-{id}");
+    support::create(&cqs, json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
+        "metadata": {"name": cq}, "spec": {"namespaceSelector": {}, "resourceGroups": [{
+            "coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
+            "flavors": [{"name": flavor, "resources": [
+                {"name": "cpu", "nominalQuota": "1000"}, {"name": "memory", "nominalQuota": "10Ti"},
+                {"name": "nvidia.com/gpu", "nominalQuota": physical.to_string()}]}]}]}})).await?;
+    cleanup.add(None, kueue("ClusterQueue"), &cq);
+    let lqs: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &kueue("LocalQueue"));
+    let lq = format!("static-{id}");
+    support::create(&lqs, json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+        "metadata": {"name": lq, "namespace": ns}, "spec": {"clusterQueue": cq}})).await?;
+    cleanup.add(Some(&ns), kueue("LocalQueue"), &lq);
+    support::wait_until(&cqs, &cq, "Active", Duration::from_secs(30), |o| support::is_true(o, "Active")).await?;
+    let alone = admitted_of(client, &ns, &lq, "alone", requests, cleanup).await?;
+    let alone_broken = alone.saturating_sub(fits_healthy);
+    // Free the quota for the second half.
+    let wl: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &kueue("Workload"));
+    for i in 0..requests {
+        let _ = wl.delete(&format!("alone-{i}"), &Default::default()).await;
+    }
+    let _ = cqs.delete(&cq, &Default::default()).await;
+
+    // With kaccel: the same fault reported by the node's exporter.
+    let s = setup(client, cleanup, 60).await?;
+    let (n0, e0) = &s.exporters[0];
+    let gpus0 = h100_nodes()[0].1;
+    e0.set(Answer::Metrics(dcgm(n0, gpus0, &[2])));
+    let nodes: Api<Node> = Api::all(client.clone());
+    wait_for("kaccel acted", Duration::from_secs(30), || async { Ok(node_state(&nodes, n0).await?.0.then_some(())) }).await?;
+    wait_for("quota within healthy capacity", Duration::from_secs(30), || async {
+        Ok(spare_h100(client, &s.root).await?.filter(|q| *q <= u64::from(healthy)).map(|_| ()))
+    })
+    .await?;
+    let team_ns = {
+        let budgets: Api<CreditBudget> = Api::all(client.clone());
+        let list = budgets.list(&Default::default()).await?;
+        let b = list.items.iter().find(|b| b.spec.classes.iter().any(|c| c.name == s.class)).expect("budget");
+        b.spec.namespaces[0].clone()
+    };
+    let with = admitted_of(client, &team_ns, &s.class, "kaccel", requests, cleanup).await?;
+    let with_broken = with.saturating_sub(fits_healthy);
+    eprintln!(
+        "MEASURE side by side ({physical} H100, {withdrawn} withdrawn + {failed} failed -> {healthy} healthy; {requests} x 4-GPU Workloads): \
+         Kueue alone admitted {alone}, {alone_broken} onto broken capacity; with kaccel admitted {with}, {with_broken} onto broken capacity"
+    );
+    anyhow::ensure!(alone_broken > 0, "the comparison shows nothing: Kueue alone admitted {alone}");
+    anyhow::ensure!(with_broken == 0, "kaccel let Kueue admit {with_broken} Workload(s) onto broken capacity");
+    Ok(())
+}
