@@ -57,15 +57,27 @@ impl Default for Health {
     }
 }
 
-/// One exporter endpoint, scraped on its own interval.
+/// One vendor exporter kind read from one place, on its own interval: exactly one
+/// of `url` (one exporter's /metrics), `prometheus` (a Prometheus server that
+/// scrapes the exporters) or `pods` (the exporter pods found by a label selector).
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct HealthSource {
+    /// Unique; no `/` (per-node states are named `<name>/<node>`).
     pub name: String,
+    /// Which exporter's metrics (mapping in src/health/exporters.rs).
     pub kind: ExporterKind,
-    /// `http://host:port/metrics`.
-    pub url: String,
-    /// The node whose devices it reports; wins over the exporter's hostname label.
+    /// `http://host:port/metrics` of one exporter.
+    #[serde(default)]
+    pub url: Option<String>,
+    /// The exporter's series, read through a Prometheus query API.
+    #[serde(default)]
+    pub prometheus: Option<PrometheusSource>,
+    /// Every exporter pod matching a label selector, scraped one by one.
+    #[serde(default)]
+    pub pods: Option<PodsSource>,
+    /// With `url` only: the node whose devices it reports; wins over the exporter's
+    /// hostname label.
     #[serde(default)]
     pub node: Option<String>,
     #[serde(default = "default_interval")]
@@ -75,6 +87,68 @@ pub struct HealthSource {
     pub stale_after_seconds: i64,
     #[serde(default = "default_timeout")]
     pub timeout_seconds: u64,
+}
+
+/// Where a source reads from (exactly one, checked by [`Config::load`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum SourceEndpoint<'a> {
+    Url(&'a str),
+    Prometheus(&'a PrometheusSource),
+    Pods(&'a PodsSource),
+}
+
+impl HealthSource {
+    /// The one endpoint form set; None when the source has none or several.
+    pub fn endpoint(&self) -> Option<SourceEndpoint<'_>> {
+        match (&self.url, &self.prometheus, &self.pods) {
+            (Some(u), None, None) => Some(SourceEndpoint::Url(u)),
+            (None, Some(p), None) => Some(SourceEndpoint::Prometheus(p)),
+            (None, None, Some(p)) => Some(SourceEndpoint::Pods(p)),
+            _ => None,
+        }
+    }
+}
+
+/// A Prometheus server that already scrapes the exporter: one instant query per
+/// poll, `{__name__=~"<the mapping's metrics>",<selector>}[<staleAfterSeconds>s]`
+/// (src/health/promql.rs).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PrometheusSource {
+    /// Base URL of the query API, e.g. `http://prometheus.monitoring:9090`.
+    pub url: String,
+    /// Label matchers that pick this exporter's series, e.g. `{job="dcgm-exporter"}`.
+    #[serde(default)]
+    pub selector: String,
+    /// Label that names a series' node. Default: the exporter's hostname label
+    /// (dcgm-exporter `Hostname`, AMD `hostname`); required for Ascend and Gaudi.
+    #[serde(default)]
+    pub node_label: Option<String>,
+}
+
+impl PrometheusSource {
+    pub fn node_label(&self, kind: ExporterKind) -> Option<&str> {
+        self.node_label
+            .as_deref()
+            .or(crate::health::promql::default_node_label(kind))
+    }
+}
+
+/// Exporter pods discovered by label selector, listed every interval; each
+/// scheduled pod's node gets its own state (`<source>/<node>`).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PodsSource {
+    pub namespace: String,
+    /// A label selector, e.g. `app=nvidia-dcgm-exporter`.
+    pub selector: String,
+    pub port: u16,
+    #[serde(default = "default_metrics_path")]
+    pub path: String,
+}
+
+fn default_metrics_path() -> String {
+    "/metrics".into()
 }
 
 fn default_interval() -> u64 {
@@ -168,6 +242,129 @@ pub enum ConfigError {
     },
 }
 
+/// One source's own rules: (field, message) for the first one broken.
+fn validate_source(source: &HealthSource) -> Result<(), (&'static str, String)> {
+    let err = |field, message: &str| Err((field, message.to_string()));
+    if source.name.is_empty() || source.name.contains('/') {
+        return err(
+            "health.sources[].name",
+            "must be non-empty and without `/` (per-node states are named <name>/<node>)",
+        );
+    }
+    let set: Vec<&str> = [
+        ("url", source.url.is_some()),
+        ("prometheus", source.prometheus.is_some()),
+        ("pods", source.pods.is_some()),
+    ]
+    .iter()
+    .filter(|(_, on)| *on)
+    .map(|(f, _)| *f)
+    .collect();
+    match set.as_slice() {
+        [] => {
+            return err(
+                "health.sources[].url",
+                "needs exactly one of url, prometheus or pods; it has none",
+            );
+        }
+        [_] => {}
+        [first, second, ..] => {
+            let field = match *second {
+                "prometheus" => "health.sources[].prometheus",
+                _ => "health.sources[].pods",
+            };
+            return Err((
+                field,
+                format!(
+                    "needs exactly one of url, prometheus or pods; it has {first} and {second}"
+                ),
+            ));
+        }
+    }
+    if source.node.is_some() && source.url.is_none() {
+        return err(
+            "health.sources[].node",
+            "only with url: prometheus and pods sources read each device's node",
+        );
+    }
+    if let Some(url) = &source.url
+        && !url.starts_with("http://")
+    {
+        return err(
+            "health.sources[].url",
+            "must be an http:// URL, e.g. http://10.0.0.5:9400/metrics",
+        );
+    }
+    if let Some(p) = &source.prometheus {
+        if !p.url.starts_with("http://") || p.url.contains(['?', '#']) || p.url.len() <= 7 {
+            return err(
+                "health.sources[].prometheus.url",
+                "must be the http:// base URL of the query API, e.g. http://prometheus.monitoring:9090",
+            );
+        }
+        if let Err(e) = crate::health::promql::selector_matchers(&p.selector) {
+            return Err(("health.sources[].prometheus.selector", e));
+        }
+        match p.node_label(source.kind) {
+            None => {
+                return err(
+                    "health.sources[].prometheus.nodeLabel",
+                    "required for this exporter kind (it has no hostname label), e.g. kubernetes_node",
+                );
+            }
+            Some(l) if !valid_label_name(l) => {
+                return err(
+                    "health.sources[].prometheus.nodeLabel",
+                    "must be a Prometheus label name, e.g. Hostname or kubernetes_node",
+                );
+            }
+            Some(_) => {}
+        }
+    }
+    if let Some(p) = &source.pods {
+        if p.namespace.is_empty() || !crate::plan::names::valid_dns_subdomain(&p.namespace) {
+            return err(
+                "health.sources[].pods.namespace",
+                "must be a namespace name, e.g. gpu-operator",
+            );
+        }
+        if p.selector.trim().is_empty() {
+            return err(
+                "health.sources[].pods.selector",
+                "must be a label selector, e.g. app=nvidia-dcgm-exporter",
+            );
+        }
+        if p.port == 0 {
+            return err("health.sources[].pods.port", "must be 1..65535");
+        }
+        if !p.path.starts_with('/') || p.path.contains(['?', '#', ' ']) {
+            return err(
+                "health.sources[].pods.path",
+                "must be a URL path, e.g. /metrics",
+            );
+        }
+    }
+    if source.interval_seconds == 0 || source.timeout_seconds == 0 {
+        return err(
+            "health.sources[].intervalSeconds",
+            "intervalSeconds and timeoutSeconds must be at least 1",
+        );
+    }
+    if source.stale_after_seconds < source.interval_seconds as i64 {
+        return err(
+            "health.sources[].staleAfterSeconds",
+            "must be at least intervalSeconds, or every source would always be stale",
+        );
+    }
+    Ok(())
+}
+
+fn valid_label_name(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    matches!(bytes.next(), Some(b) if b.is_ascii_alphabetic() || b == b'_')
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
 impl Config {
     pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
         let Some(path) = path else {
@@ -220,24 +417,11 @@ impl Config {
             if !names.insert(source.name.as_str()) {
                 return Err(invalid("health.sources[].name", "names must be unique"));
             }
-            if !source.url.starts_with("http://") {
-                return Err(invalid(
-                    "health.sources[].url",
-                    "must be an http:// URL, e.g. http://10.0.0.5:9400/metrics",
-                ));
-            }
-            if source.interval_seconds == 0 || source.timeout_seconds == 0 {
-                return Err(invalid(
-                    "health.sources[].intervalSeconds",
-                    "intervalSeconds and timeoutSeconds must be at least 1",
-                ));
-            }
-            if source.stale_after_seconds < source.interval_seconds as i64 {
-                return Err(invalid(
-                    "health.sources[].staleAfterSeconds",
-                    "must be at least intervalSeconds, or every source would always be stale",
-                ));
-            }
+            validate_source(source).map_err(|(field, message)| ConfigError::Invalid {
+                path: path.to_string(),
+                field,
+                message: format!("source {:?}: {message}", source.name),
+            })?;
         }
         if self.health.actions.max_share_percent > 100 {
             return Err(invalid("health.actions.maxSharePercent", "must be 0..100"));
@@ -284,6 +468,134 @@ mod tests {
             Config::default(),
             "config/kaccel.yaml must show the defaults"
         );
+    }
+
+    fn load_text(name: &str, text: &str) -> Result<Config, ConfigError> {
+        let dir = std::env::temp_dir().join(format!("kaccel-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(format!("{name}.yaml"));
+        std::fs::write(&path, text).unwrap();
+        Config::load(Some(&path))
+    }
+
+    fn sources(items: &str) -> String {
+        format!("health:\n  sources:\n{items}")
+    }
+
+    #[test]
+    fn the_three_source_forms_load() {
+        let c = load_text(
+            "forms",
+            &sources(concat!(
+                "    - {name: one, kind: dcgm-exporter, url: \"http://10.0.0.5:9400/metrics\", node: n1}\n",
+                "    - name: prom\n",
+                "      kind: dcgm-exporter\n",
+                "      prometheus: {url: \"http://prometheus:9090\", selector: '{job=\"dcgm-exporter\"}'}\n",
+                "    - name: prom-npu\n",
+                "      kind: ascend-npu-exporter\n",
+                "      prometheus: {url: \"http://prometheus:9090\", nodeLabel: kubernetes_node}\n",
+                "    - name: pods\n",
+                "      kind: dcgm-exporter\n",
+                "      pods: {namespace: gpu-operator, selector: app=nvidia-dcgm-exporter, port: 9400}\n",
+            )),
+        )
+        .unwrap();
+        let s = &c.health.sources;
+        assert_eq!(
+            s[0].endpoint(),
+            Some(SourceEndpoint::Url("http://10.0.0.5:9400/metrics"))
+        );
+        let Some(SourceEndpoint::Prometheus(p)) = s[1].endpoint() else {
+            panic!("{:?}", s[1]);
+        };
+        assert_eq!(p.selector, "{job=\"dcgm-exporter\"}");
+        assert_eq!(p.node_label(s[1].kind), Some("Hostname"), "dcgm default");
+        let Some(SourceEndpoint::Prometheus(p)) = s[2].endpoint() else {
+            panic!("{:?}", s[2]);
+        };
+        assert_eq!(p.node_label(s[2].kind), Some("kubernetes_node"));
+        let Some(SourceEndpoint::Pods(p)) = s[3].endpoint() else {
+            panic!("{:?}", s[3]);
+        };
+        assert_eq!((p.port, p.path.as_str()), (9400, "/metrics"));
+    }
+
+    #[test]
+    fn bad_sources_name_the_field() {
+        let cases = [
+            (
+                "    - {name: a, kind: dcgm-exporter}\n",
+                "health.sources[].url",
+                "has none",
+            ),
+            (
+                "    - {name: a, kind: dcgm-exporter, url: \"http://x:1/metrics\", prometheus: {url: \"http://p:9090\"}}\n",
+                "health.sources[].prometheus",
+                "has url and prometheus",
+            ),
+            (
+                "    - {name: a, kind: dcgm-exporter, url: \"http://x:1/metrics\", pods: {namespace: n, selector: a=b, port: 1}}\n",
+                "health.sources[].pods",
+                "has url and pods",
+            ),
+            (
+                "    - {name: a, kind: dcgm-exporter, node: n, prometheus: {url: \"http://p:9090\"}}\n",
+                "health.sources[].node",
+                "only with url",
+            ),
+            (
+                "    - {name: a, kind: dcgm-exporter, prometheus: {url: \"https://p:9090\"}}\n",
+                "health.sources[].prometheus.url",
+                "http://",
+            ),
+            (
+                "    - {name: a, kind: dcgm-exporter, prometheus: {url: \"http://p:9090\", selector: 'job=\"x\"'}}\n",
+                "health.sources[].prometheus.selector",
+                "braces",
+            ),
+            (
+                "    - {name: a, kind: gaudi-exporter, prometheus: {url: \"http://p:9090\"}}\n",
+                "health.sources[].prometheus.nodeLabel",
+                "required",
+            ),
+            (
+                "    - {name: a, kind: dcgm-exporter, prometheus: {url: \"http://p:9090\", nodeLabel: \"k8s-node\"}}\n",
+                "health.sources[].prometheus.nodeLabel",
+                "label name",
+            ),
+            (
+                "    - {name: a, kind: dcgm-exporter, pods: {namespace: gpu-operator, selector: \"\", port: 9400}}\n",
+                "health.sources[].pods.selector",
+                "label selector",
+            ),
+            (
+                "    - {name: a, kind: dcgm-exporter, pods: {namespace: gpu-operator, selector: a=b, port: 0}}\n",
+                "health.sources[].pods.port",
+                "1..65535",
+            ),
+            (
+                "    - {name: a, kind: dcgm-exporter, pods: {namespace: gpu-operator, selector: a=b, port: 9400, path: metrics}}\n",
+                "health.sources[].pods.path",
+                "URL path",
+            ),
+            (
+                "    - {name: a/b, kind: dcgm-exporter, url: \"http://x:1/metrics\"}\n",
+                "health.sources[].name",
+                "without `/`",
+            ),
+            (
+                "    - {name: a, kind: dcgm-exporter, pods: {namespace: gpu-operator, selector: a=b, port: 9400, typo: 1}}\n",
+                "typo",
+                "unknown field",
+            ),
+        ];
+        for (i, (items, field, message)) in cases.iter().enumerate() {
+            let err = load_text(&format!("src{i}"), &sources(items))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(field), "{items}: {err}");
+            assert!(err.contains(message), "{items}: {err}");
+        }
     }
 
     #[test]

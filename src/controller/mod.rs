@@ -213,6 +213,8 @@ struct Reconciler {
     metrics: Metrics,
     recorder: Recorder,
     health: health::SharedTracker,
+    /// Nodes held back by the share limit at the last reconcile.
+    held_back: std::sync::Mutex<std::collections::BTreeSet<String>>,
 }
 
 /// Run the controller until SIGTERM / Ctrl-C.
@@ -249,7 +251,13 @@ pub async fn run(config: Config) -> Result<(), Error> {
     // Health pollers wake the reconcile loop like a watch event does.
     let tracker = health::tracker(&config.health);
     let (wake_tx, mut wake_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
-    health::spawn_pollers(&config.health, tracker.clone(), metrics.clone(), wake_tx);
+    health::spawn_pollers(
+        &client,
+        &config.health,
+        tracker.clone(),
+        metrics.clone(),
+        wake_tx,
+    );
     let health_events = stream::poll_fn(move |cx| wake_rx.poll_recv(cx).map(|o| o.map(Ok))).boxed();
     let events: Events = stream::select(watch_events, health_events).boxed();
     let identity = std::env::var("POD_NAME")
@@ -268,6 +276,7 @@ pub async fn run(config: Config) -> Result<(), Error> {
         config: config.clone(),
         metrics: metrics.clone(),
         health: tracker,
+        held_back: Default::default(),
     };
 
     let result = if config.leader_election.enabled {
@@ -545,8 +554,39 @@ impl Reconciler {
                 first_error.get_or_insert(e);
             }
         }
-        for held in &decided.held_back {
+        // Held-back actions: an Event once per node when it starts being held back
+        // (not on every reconcile: a persisting fault must not cost writes).
+        let now_held: std::collections::BTreeSet<String> =
+            decided.held_back.iter().map(|h| h.node.clone()).collect();
+        let newly_held: Vec<_> = {
+            let mut last = self.held_back.lock().expect("held-back lock");
+            let newly = decided
+                .held_back
+                .iter()
+                .filter(|h| !last.contains(&h.node))
+                .cloned()
+                .collect();
+            *last = now_held;
+            newly
+        };
+        for held in newly_held {
             tracing::warn!(node = %held.node, flavor = %held.flavor, allowed = held.allowed, reason = %held.reason, "node action held back by the share limit");
+            let reference = ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Node".into()),
+                name: Some(held.node.clone()),
+                ..Default::default()
+            };
+            self.publish(
+                &reference,
+                EventType::Warning,
+                "AutomationLimited",
+                &format!(
+                    "not taken out despite {}: flavor {} already has {} node(s) held out by kaccel (maxSharePercent)",
+                    held.reason, held.flavor, held.allowed
+                ),
+            )
+            .await;
         }
 
         // Status.

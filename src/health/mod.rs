@@ -8,6 +8,7 @@
 pub mod exporters;
 pub mod policy;
 pub mod prom;
+pub mod promql;
 pub mod scrape;
 
 use std::collections::BTreeMap;

@@ -204,7 +204,10 @@ impl Tracker {
             if raw != DeviceStatus::Healthy {
                 last_unhealthy_at = Some(now);
             } else if let (Some(prev), Some(bad_at)) = (previous, last_unhealthy_at)
-                && now - bad_at < policy.hold_down_seconds
+                // Times are whole seconds: a difference of exactly `hold_down_seconds`
+                // can be as little as `hold_down_seconds - 1` real seconds (bad at
+                // x.99, healthy at x+2.00). Hold until the difference exceeds it.
+                && now - bad_at <= policy.hold_down_seconds
                 && prev.status != DeviceStatus::Healthy
                 && prev.status != DeviceStatus::Unknown
             {
@@ -212,7 +215,7 @@ impl Tracker {
                 status = prev.status;
                 reasons = vec![format!(
                     "recovering: healthy again, counts from {} (hold-down {}s)",
-                    bad_at + policy.hold_down_seconds,
+                    bad_at + policy.hold_down_seconds + 1,
                     policy.hold_down_seconds
                 )];
             }
@@ -282,17 +285,28 @@ impl Tracker {
                 let physical = devices.len().max(1) as u64;
                 let capacity = u64::from(group.capacity);
                 // Partitions and time-share replicas follow their physical device.
-                let units = |n: usize| (n as u64 * capacity / physical) as u32;
-                let count = |s: DeviceStatus| devices.iter().filter(|d| d.status == s).count();
+                // Bad statuses round up and healthy rounds down, so a failed chip
+                // on a node whose devices are split over several groups never
+                // disappears in rounding (invariant 1).
+                let count =
+                    |st: DeviceStatus| devices.iter().filter(|d| d.status == st).count() as u64;
+                let up = |n: u64| n.saturating_mul(capacity).div_ceil(physical);
+                let failed = up(count(DeviceStatus::Failed)).min(capacity);
+                let degraded = up(count(DeviceStatus::Degraded)).min(capacity - failed);
+                let warning = up(count(DeviceStatus::Warning)).min(capacity - failed - degraded);
+                let healthy = (count(DeviceStatus::Healthy) * capacity / physical)
+                    .min(capacity - failed - degraded - warning);
+                // What is left (unreported devices, rounding) is Unknown.
+                let unknown = capacity - failed - degraded - warning - healthy;
                 snapshot.set(
                     &node.name,
                     &group.variant.resource_name,
                     HealthCounts {
-                        healthy: units(count(DeviceStatus::Healthy)),
-                        warning: units(count(DeviceStatus::Warning)),
-                        degraded: units(count(DeviceStatus::Degraded)),
-                        failed: units(count(DeviceStatus::Failed)),
-                        unknown: units(count(DeviceStatus::Unknown)),
+                        healthy: healthy as u32,
+                        warning: warning as u32,
+                        degraded: degraded as u32,
+                        failed: failed as u32,
+                        unknown: unknown as u32,
                     },
                 );
             }
@@ -376,6 +390,32 @@ mod tests {
     }
 
     #[test]
+    fn hold_down_is_never_shorter_than_configured() {
+        // Whole-second clock: bad at 100.99 reads as 100, healthy at 102.00 as 102.
+        // Only ~1 s has passed, so a 2 s hold-down must still hold.
+        let p = Policy {
+            hold_down_seconds: 2,
+            ..Default::default()
+        };
+        let mut t = Tracker::default();
+        let key = ("n".to_string(), "0".to_string());
+        let mut bad = reading("n", "0");
+        bad.last_xid = Some(79);
+        t.observe("s", vec![bad], 100, &p);
+        t.observe("s", vec![reading("n", "0")], 101, &p);
+        assert_eq!(t.devices[&key].status, DeviceStatus::Failed);
+        t.observe("s", vec![reading("n", "0")], 102, &p);
+        assert_eq!(
+            t.devices[&key].status,
+            DeviceStatus::Failed,
+            "released after as little as 1 s"
+        );
+        assert!(t.devices[&key].reasons[0].contains("counts from 103"));
+        t.observe("s", vec![reading("n", "0")], 103, &p);
+        assert_eq!(t.devices[&key].status, DeviceStatus::Healthy);
+    }
+
+    #[test]
     fn stale_or_broken_sources_are_unknown_never_last_value() {
         let s = SourceState {
             name: "s".into(),
@@ -391,6 +431,51 @@ mod tests {
             ..s
         };
         assert!(!broken.usable(101));
+    }
+
+    #[test]
+    fn a_failed_chip_never_rounds_away() {
+        // 8 physical chips shared by a 4-card group and a 20-vNPU group.
+        let text = include_str!("../../examples/nodes.yaml");
+        let nodes: Vec<k8s_openapi::api::core::v1::Node> = serde_yaml::Deserializer::from_str(text)
+            .map(|d| serde::Deserialize::deserialize(d).unwrap())
+            .collect();
+        let inventory = Inventory::from_nodes(&nodes);
+        let node = inventory
+            .nodes
+            .values()
+            .find(|n| {
+                n.groups.len() > 1 && n.groups.iter().all(|g| g.variant.vendor == Vendor::Huawei)
+            })
+            .expect("an Ascend node with whole and vNPU groups");
+        let p = Policy::default();
+        let mut t = Tracker::default();
+        t.sources.insert(
+            "s".into(),
+            SourceState {
+                name: "s".into(),
+                nodes: vec![node.name.clone()],
+                vendor: Some(Vendor::Huawei),
+                stale_after_seconds: 30,
+                ..Default::default()
+            },
+        );
+        let readings: Vec<DeviceReading> = (0..8)
+            .map(|i| DeviceReading {
+                vendor: Some(Vendor::Huawei),
+                node: Some(node.name.clone()),
+                device: i.to_string(),
+                vendor_healthy: Some(i != 3),
+                ..Default::default()
+            })
+            .collect();
+        t.observe("s", readings, 100, &p);
+        let snap = t.snapshot(&inventory, 100);
+        for g in &node.groups {
+            let c = snap.counts_for(node, g);
+            assert!(c.failed >= 1, "{}: {c:?}", g.variant.resource_name);
+            assert_eq!(c.total(), g.capacity);
+        }
     }
 }
 

@@ -40,7 +40,17 @@ impl Default for Scraper {
 }
 
 impl Scraper {
+    /// `GET url`: the body of a 200 answer; any other status is an error.
     pub async fn fetch(&self, url: &str, timeout: Duration) -> Result<String, ScrapeError> {
+        match self.get(url, timeout).await? {
+            (200, body) => Ok(body),
+            (status, _) => Err(ScrapeError::Status(status)),
+        }
+    }
+
+    /// `GET url`: the status and the body, whatever the status (a Prometheus query
+    /// API explains a 4xx/5xx in its JSON body). Same deadline and size cap.
+    pub async fn get(&self, url: &str, timeout: Duration) -> Result<(u16, String), ScrapeError> {
         let uri: hyper::Uri = url.parse().map_err(|_| ScrapeError::Url(url.into()))?;
         if uri.scheme_str() != Some("http") || uri.host().is_none() {
             return Err(ScrapeError::Url(url.into()));
@@ -52,15 +62,14 @@ impl Scraper {
                 .await
                 .map_err(|e| ScrapeError::Connect(e.to_string()))?;
             let status = response.status().as_u16();
-            if status != 200 {
-                return Err(ScrapeError::Status(status));
-            }
             let body = Limited::new(response.into_body(), MAX_BODY_BYTES)
                 .collect()
                 .await
                 .map_err(|e| ScrapeError::Body(e.to_string()))?
                 .to_bytes();
-            String::from_utf8(body.to_vec()).map_err(|_| ScrapeError::Body("not UTF-8".into()))
+            let text = String::from_utf8(body.to_vec())
+                .map_err(|_| ScrapeError::Body("not UTF-8".into()))?;
+            Ok((status, text))
         };
         tokio::time::timeout(timeout, request)
             .await

@@ -810,6 +810,26 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
                 "no device of this class is degraded or failed",
             ));
         }
+        // Unknown is not unhealthy, but it must be visible (invariant 6).
+        report.conditions.push(if devices.unknown > 0 {
+            DesiredCondition::new(
+                api::HEALTH_UNKNOWN,
+                true,
+                "NoFreshHealthData",
+                format!(
+                    "{} of {} devices have no fresh health data (a stale, unreachable or unparseable source, or a NotReady node); they still count as capacity and trigger no action",
+                    devices.unknown,
+                    devices.total()
+                ),
+            )
+        } else {
+            DesiredCondition::new(
+                api::HEALTH_UNKNOWN,
+                false,
+                "HealthKnown",
+                "every device has a fresh health reading or node status",
+            )
+        });
         let capacity: u64 = report
             .flavors
             .iter()

@@ -255,15 +255,7 @@ async fn faults_shrink_quota_and_cordon_within_the_share_and_recover() {
     }
     .await;
     // Whatever happened, leave no node cordoned or tainted by this test.
-    let nodes: Api<Node> = Api::all(client.clone());
-    for (name, _) in h100_nodes() {
-        let _ = nodes
-            .patch(&name, &Default::default(), &kube::api::Patch::Merge(json!({
-                "metadata": {"annotations": {"kaccel.io/cordoned": null, "kaccel.io/tainted": null, "kaccel.io/repair-request": null}},
-                "spec": {"unschedulable": null, "taints": null}
-            })))
-            .await;
-    }
+    uncordon_all(&client).await;
     cleanup.run(&client).await;
     result.unwrap();
 }
@@ -462,13 +454,23 @@ async fn reaction_time_over_20_faults() {
     result.unwrap();
 }
 
-async fn uncordon_all(client: &Client) {
+/// Put the H100 nodes back as examples/nodes.yaml has them (vendor taints kept).
+pub async fn uncordon_all(client: &Client) {
     let nodes: Api<Node> = Api::all(client.clone());
-    for (name, _) in h100_nodes() {
+    let text = include_str!("../../examples/nodes.yaml");
+    for doc in serde_yaml::Deserializer::from_str(text) {
+        let Ok(example): Result<Node, _> = serde::Deserialize::deserialize(doc) else {
+            continue;
+        };
+        let name = example.name_any();
+        if !name.starts_with("gpu-h100") {
+            continue;
+        }
+        let taints = example.spec.and_then(|s| s.taints).unwrap_or_default();
         let _ = nodes
             .patch(&name, &Default::default(), &kube::api::Patch::Merge(json!({
                 "metadata": {"annotations": {"kaccel.io/cordoned": null, "kaccel.io/tainted": null, "kaccel.io/repair-request": null}},
-                "spec": {"unschedulable": null, "taints": null}
+                "spec": {"unschedulable": null, "taints": taints}
             })))
             .await;
     }
@@ -487,7 +489,14 @@ fn gpu_workload(ns: &str, name: &str, queue: &str, gpus: u32) -> serde_json::Val
 }
 
 /// Submit `count` 4-GPU Workloads to `queue` and return how many Kueue admitted.
-async fn admitted_of(client: &Client, ns: &str, queue: &str, prefix: &str, count: u32, cleanup: &mut Cleanup) -> Result<u32> {
+async fn admitted_of(
+    client: &Client,
+    ns: &str,
+    queue: &str,
+    prefix: &str,
+    count: u32,
+    cleanup: &mut Cleanup,
+) -> Result<u32> {
     let wl: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &kueue("Workload"));
     for i in 0..count {
         let name = format!("{prefix}-{i}");
@@ -501,7 +510,13 @@ async fn admitted_of(client: &Client, ns: &str, queue: &str, prefix: &str, count
             .items
             .iter()
             .filter(|w| w.name_any().starts_with(prefix))
-            .filter(|w| support::condition(&serde_json::to_value(w).unwrap_or_default(), "QuotaReserved").is_some())
+            .filter(|w| {
+                support::condition(
+                    &serde_json::to_value(w).unwrap_or_default(),
+                    "QuotaReserved",
+                )
+                .is_some()
+            })
             .count();
         Ok((decided as u32 == count).then_some(()))
     })
@@ -512,7 +527,12 @@ async fn admitted_of(client: &Client, ns: &str, queue: &str, prefix: &str, count
         .items
         .iter()
         .filter(|w| w.name_any().starts_with(prefix))
-        .filter(|w| support::is_true(&serde_json::to_value(w).unwrap_or_default(), "QuotaReserved"))
+        .filter(|w| {
+            support::is_true(
+                &serde_json::to_value(w).unwrap_or_default(),
+                "QuotaReserved",
+            )
+        })
         .count() as u32)
 }
 
@@ -553,19 +573,30 @@ async fn side_by_side(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
     cleanup.add(None, kueue("ResourceFlavor"), &flavor);
     let cqs: Api<DynamicObject> = Api::all_with(client.clone(), &kueue("ClusterQueue"));
     let cq = format!("static-{id}");
-    support::create(&cqs, json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
+    support::create(
+        &cqs,
+        json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
         "metadata": {"name": cq}, "spec": {"namespaceSelector": {}, "resourceGroups": [{
             "coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
             "flavors": [{"name": flavor, "resources": [
                 {"name": "cpu", "nominalQuota": "1000"}, {"name": "memory", "nominalQuota": "10Ti"},
-                {"name": "nvidia.com/gpu", "nominalQuota": physical.to_string()}]}]}]}})).await?;
+                {"name": "nvidia.com/gpu", "nominalQuota": physical.to_string()}]}]}]}}),
+    )
+    .await?;
     cleanup.add(None, kueue("ClusterQueue"), &cq);
     let lqs: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &kueue("LocalQueue"));
     let lq = format!("static-{id}");
-    support::create(&lqs, json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
-        "metadata": {"name": lq, "namespace": ns}, "spec": {"clusterQueue": cq}})).await?;
+    support::create(
+        &lqs,
+        json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+        "metadata": {"name": lq, "namespace": ns}, "spec": {"clusterQueue": cq}}),
+    )
+    .await?;
     cleanup.add(Some(&ns), kueue("LocalQueue"), &lq);
-    support::wait_until(&cqs, &cq, "Active", Duration::from_secs(30), |o| support::is_true(o, "Active")).await?;
+    support::wait_until(&cqs, &cq, "Active", Duration::from_secs(30), |o| {
+        support::is_true(o, "Active")
+    })
+    .await?;
     let alone = admitted_of(client, &ns, &lq, "alone", requests, cleanup).await?;
     let alone_broken = alone.saturating_sub(fits_healthy);
     // Free the quota for the second half.
@@ -581,15 +612,29 @@ async fn side_by_side(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
     let gpus0 = h100_nodes()[0].1;
     e0.set(Answer::Metrics(dcgm(n0, gpus0, &[2])));
     let nodes: Api<Node> = Api::all(client.clone());
-    wait_for("kaccel acted", Duration::from_secs(30), || async { Ok(node_state(&nodes, n0).await?.0.then_some(())) }).await?;
-    wait_for("quota within healthy capacity", Duration::from_secs(30), || async {
-        Ok(spare_h100(client, &s.root).await?.filter(|q| *q <= u64::from(healthy)).map(|_| ()))
+    wait_for("kaccel acted", Duration::from_secs(30), || async {
+        Ok(node_state(&nodes, n0).await?.0.then_some(()))
     })
+    .await?;
+    wait_for(
+        "quota within healthy capacity",
+        Duration::from_secs(30),
+        || async {
+            Ok(spare_h100(client, &s.root)
+                .await?
+                .filter(|q| *q <= u64::from(healthy))
+                .map(|_| ()))
+        },
+    )
     .await?;
     let team_ns = {
         let budgets: Api<CreditBudget> = Api::all(client.clone());
         let list = budgets.list(&Default::default()).await?;
-        let b = list.items.iter().find(|b| b.spec.classes.iter().any(|c| c.name == s.class)).expect("budget");
+        let b = list
+            .items
+            .iter()
+            .find(|b| b.spec.classes.iter().any(|c| c.name == s.class))
+            .expect("budget");
         b.spec.namespaces[0].clone()
     };
     let with = admitted_of(client, &team_ns, &s.class, "kaccel", requests, cleanup).await?;
@@ -598,7 +643,13 @@ async fn side_by_side(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
         "MEASURE side by side ({physical} H100, {withdrawn} withdrawn + {failed} failed -> {healthy} healthy; {requests} x 4-GPU Workloads): \
          Kueue alone admitted {alone}, {alone_broken} onto broken capacity; with kaccel admitted {with}, {with_broken} onto broken capacity"
     );
-    anyhow::ensure!(alone_broken > 0, "the comparison shows nothing: Kueue alone admitted {alone}");
-    anyhow::ensure!(with_broken == 0, "kaccel let Kueue admit {with_broken} Workload(s) onto broken capacity");
+    anyhow::ensure!(
+        alone_broken > 0,
+        "the comparison shows nothing: Kueue alone admitted {alone}"
+    );
+    anyhow::ensure!(
+        with_broken == 0,
+        "kaccel let Kueue admit {with_broken} Workload(s) onto broken capacity"
+    );
     Ok(())
 }

@@ -7,6 +7,8 @@
 
 mod controller;
 mod health;
+mod health_sources;
+mod health_vendors;
 mod inventory;
 mod plan;
 mod smoke;
