@@ -36,13 +36,19 @@ fn main() -> ExitCode {
 }
 
 fn run_inventory(args: &inventory::InventoryArgs) -> Result<(), String> {
+    let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
     let report = if args.nodes.is_empty() {
-        let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
         runtime.block_on(inventory::read_cluster())
     } else {
         inventory::read_files(&args.nodes)
     }
     .map_err(|e| e.to_string())?;
+    let report = match &args.health_from {
+        Some(address) => runtime
+            .block_on(report.with_health_from(address))
+            .map_err(|e| e.to_string())?,
+        None => report,
+    };
     inventory::write(&report, args.output, &mut std::io::stdout().lock()).map_err(|e| e.to_string())
 }
 

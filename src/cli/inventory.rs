@@ -36,6 +36,11 @@ pub struct InventoryArgs {
     /// Output format.
     #[arg(short, long, value_enum, default_value_t = InventoryOutput::Table)]
     pub output: InventoryOutput,
+    /// Per-device health from a running `kaccel run` (its HTTP address, e.g.
+    /// http://127.0.0.1:8080): every device with status, reasons and readings, and
+    /// every health source with whether it is usable.
+    #[arg(long)]
+    pub health_from: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
@@ -56,6 +61,10 @@ pub enum InventoryError {
         "no cluster to read: {0}\nSet KUBECONFIG (or ~/.kube/config) to a cluster, or read Nodes from a file: kaccel inventory --nodes nodes.yaml"
     )]
     NoCluster(String),
+    #[error(
+        "cannot read per-device health: {0}\nIs `kaccel run` serving HTTP there (its --http-address)?"
+    )]
+    Health(String),
     #[error("cannot list {what} from {server}: {message}")]
     Api {
         what: &'static str,
@@ -82,6 +91,54 @@ pub struct InventoryReport {
     /// Sources that were skipped, and why (e.g. ResourceSlices not served).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// Per-device health from the controller (`--health-from`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device_health: Option<DeviceHealth>,
+}
+
+/// What `kaccel run` serves at `/devices`.
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeviceHealth {
+    pub observed_at: i64,
+    pub sources: Vec<crate::health::policy::SourceState>,
+    pub devices: Vec<crate::health::policy::TrackedDevice>,
+}
+
+impl InventoryReport {
+    /// Take per-device health from a running controller: group counts then follow
+    /// the controller's sources (the same snapshot its planner uses).
+    pub async fn with_health_from(mut self, address: &str) -> Result<Self, InventoryError> {
+        let url = format!("{}/devices", address.trim_end_matches('/'));
+        let (status, body) = crate::health::scrape::Scraper::default()
+            .get(&url, std::time::Duration::from_secs(5))
+            .await
+            .map_err(|e| InventoryError::Health(format!("{url}: {e}")))?;
+        if status != 200 {
+            return Err(InventoryError::Health(format!("{url}: HTTP {status}")));
+        }
+        let health: DeviceHealth = serde_json::from_str(&body).map_err(|e| {
+            InventoryError::Health(format!("{url}: not a kaccel /devices answer: {e}"))
+        })?;
+        let mut tracker = crate::health::policy::Tracker::default();
+        for s in &health.sources {
+            tracker.sources.insert(s.name.clone(), s.clone());
+        }
+        for d in &health.devices {
+            tracker
+                .devices
+                .insert((d.node.clone(), d.device.clone()), d.clone());
+        }
+        let snapshot = tracker.snapshot(&self.inventory, health.observed_at);
+        for (node, group) in self.inventory.groups() {
+            self.health.entry(node.name.clone()).or_default().insert(
+                group.variant.resource_name.clone(),
+                snapshot.counts_for(node, group),
+            );
+        }
+        self.device_health = Some(health);
+        Ok(self)
+    }
 }
 
 /// Devices held by admitted Kueue Workloads, per ResourceFlavor and resource.
@@ -133,6 +190,7 @@ impl InventoryReport {
             health,
             allocation,
             notes: Vec::new(),
+            device_health: None,
         }
     }
 }
@@ -599,6 +657,41 @@ pub fn render(report: &InventoryReport) -> String {
         .chain(alloc.warnings.iter().cloned())
         .chain(report.notes.iter().cloned())
         .collect();
+    if let Some(h) = &report.device_health {
+        let _ = writeln!(s);
+        let _ = writeln!(
+            s,
+            "{:<20} {:<28} {:<7} {:<9} {:>6} {:<22} REASONS",
+            "NODE", "DEVICE", "VENDOR", "STATUS", "TEMP", "SOURCE"
+        );
+        for d in &h.devices {
+            let _ = writeln!(
+                s,
+                "{:<20} {:<28} {:<7} {:<9} {:>6} {:<22} {}",
+                d.node,
+                d.reading.uuid.as_deref().unwrap_or(&d.device),
+                d.vendor.map(|v| v.as_str()).unwrap_or("-"),
+                format!("{:?}", d.status),
+                d.reading
+                    .temperature_c
+                    .map(|t| format!("{t:.0}C"))
+                    .unwrap_or_else(|| "-".into()),
+                d.source,
+                d.reasons.join("; ")
+            );
+        }
+        let _ = writeln!(s);
+        let _ = writeln!(s, "{:<32} {:<7} PROBLEM", "HEALTH SOURCE", "USABLE");
+        for src in &h.sources {
+            let _ = writeln!(
+                s,
+                "{:<32} {:<7} {}",
+                src.name,
+                src.usable(h.observed_at),
+                src.problem(h.observed_at).unwrap_or_default()
+            );
+        }
+    }
     if !warnings.is_empty() {
         let _ = writeln!(s);
         let _ = writeln!(s, "Notes:");

@@ -16,6 +16,8 @@ pub struct HttpState {
     pub registry: Arc<Registry>,
     /// Set once every watch cache has synced.
     pub ready: Arc<AtomicBool>,
+    /// Per-device health, served at /devices (read by `kaccel inventory --health-from`).
+    pub tracker: super::health::SharedTracker,
 }
 
 pub async fn serve(
@@ -27,6 +29,7 @@ pub async fn serve(
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
+        .route("/devices", get(devices))
         .with_state(state);
     let listener = tokio::net::TcpListener::bind(address).await?;
     tracing::info!(%address, "serving /healthz, /readyz, /metrics");
@@ -57,4 +60,32 @@ async fn metrics(State(state): State<HttpState>) -> impl IntoResponse {
             .into_response(),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
     }
+}
+
+/// Per-device health as the health loop sees it: every device with its status,
+/// reasons, normalised fields and raw vendor fields, and every source with whether
+/// it is usable and why not.
+async fn devices(State(state): State<HttpState>) -> impl IntoResponse {
+    let now = super::health::now_seconds();
+    let body = {
+        let tracker = state.tracker.lock().expect("tracker lock");
+        let sources: Vec<serde_json::Value> = tracker
+            .sources
+            .values()
+            .map(|s| {
+                let mut v = serde_json::to_value(s).unwrap_or_default();
+                v["usable"] = serde_json::Value::Bool(s.usable(now));
+                v["problem"] = serde_json::to_value(s.problem(now)).unwrap_or_default();
+                v
+            })
+            .collect();
+        let devices: Vec<&crate::health::policy::TrackedDevice> =
+            tracker.devices.values().collect();
+        serde_json::json!({ "observedAt": now, "sources": sources, "devices": devices })
+    };
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
 }

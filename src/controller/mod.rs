@@ -227,9 +227,11 @@ pub async fn run(config: Config) -> Result<(), Error> {
     let ready = Arc::new(AtomicBool::new(false));
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
 
+    let tracker = health::tracker(&config.health);
     let http_state = http::HttpState {
         registry: Arc::new(registry),
         ready: ready.clone(),
+        tracker: tracker.clone(),
     };
     let address = config.http_address;
     let mut http_shutdown = shutdown_rx.clone();
@@ -249,7 +251,6 @@ pub async fn run(config: Config) -> Result<(), Error> {
 
     let (caches, watch_events) = start_watches(&client, &config).await?;
     // Health pollers wake the reconcile loop like a watch event does.
-    let tracker = health::tracker(&config.health);
     let (wake_tx, mut wake_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
     health::spawn_pollers(
         &client,

@@ -89,7 +89,7 @@ impl ExporterKind {
 }
 
 /// One device as an exporter describes it, vendor-neutral, with the raw fields kept.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DeviceReading {
     pub vendor: Option<Vendor>,

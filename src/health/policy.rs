@@ -114,7 +114,7 @@ pub fn classify(reading: &DeviceReading, policy: &Policy) -> (DeviceStatus, Vec<
 }
 
 /// One device's tracked health.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TrackedDevice {
     pub node: String,
@@ -132,7 +132,7 @@ pub struct TrackedDevice {
 }
 
 /// State of one health source.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SourceState {
     pub name: String,

@@ -300,6 +300,46 @@ async fn faults(client: &Client, s: &Setup) -> Result<()> {
     );
     let d = class_devices(&classes, &s.class).await?;
     assert!(d.failed >= 1, "{d:?}");
+    // Per-device health, as an operator reads it: kaccel inventory --health-from.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kaccel"))
+        .args([
+            "inventory",
+            "--health-from",
+            &format!("http://127.0.0.1:{}", s.controller.port),
+            "-o",
+            "json",
+        ])
+        .output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "kaccel inventory: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let inv: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    let failed: Vec<&serde_json::Value> = inv["deviceHealth"]["devices"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|d| d["status"] == "Failed")
+        .collect();
+    anyhow::ensure!(
+        failed.len() == 1
+            && failed[0]["node"] == n0.as_str()
+            && failed[0]["reasons"][0]
+                .as_str()
+                .is_some_and(|r| r.contains("uncorrectable ECC")),
+        "inventory does not show the failed GPU: {failed:?}"
+    );
+    anyhow::ensure!(
+        failed[0]["reading"]["rawValues"]["DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"] == 1.0,
+        "raw vendor field missing: {}",
+        failed[0]["reading"]
+    );
+    anyhow::ensure!(
+        inv["health"][n0.as_str()]["nvidia.com/gpu"]["failed"] == 1,
+        "group counts not from the controller: {}",
+        inv["health"][n0.as_str()]
+    );
     let node = nodes.get(n0).await?;
     let ann = node.annotations();
     assert_eq!(
