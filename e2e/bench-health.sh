@@ -24,4 +24,4 @@ rm -rf "$KACCEL_E2E_RUN"
 trap '"$E2E_DIR/cluster.sh" down >/dev/null 2>&1 || true' EXIT
 eval "$("$E2E_DIR/cluster.sh" env)"
 cargo test --features e2e --test e2e reaction_time_over_20_faults -- --ignored --nocapture 2>&1 \
-  | grep -E 'MEASURE|test result|panicked'
+  | grep -E 'MEASURE|test result|panicked|timed out|Error:|error:'

@@ -453,7 +453,20 @@ async fn reaction_time_over_20_faults() {
         let s = setup(&client, &mut cleanup, 1).await?;
         let nodes: Api<Node> = Api::all(client.clone());
         let wait = Duration::from_secs(30);
-        let full = wait_for("quota", wait, || async { spare_h100(&client, &s.root).await }).await?;
+        // Settled: every device reported, and the quota equals the flavor's healthy
+        // capacity as the class status states it.
+        let classes: Api<AcceleratorClass> = Api::all(client.clone());
+        let full = wait_for("settled quota", wait, || async {
+            let capacity: u64 = classes
+                .get(&s.class)
+                .await?
+                .status
+                .map(|st| st.flavors.iter().map(|f| u64::from(f.healthy_capacity)).sum())
+                .unwrap_or(0);
+            let quota = spare_h100(&client, &s.root).await?;
+            Ok(quota.filter(|q| capacity > 0 && *q == capacity))
+        })
+        .await?;
         let mut times = Vec::new();
         for i in 0..20 {
             let (node, exporter) = &s.exporters[i % s.exporters.len()];
