@@ -531,6 +531,40 @@ async fn quiet(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
             controller.log_tail()
         );
     }
+
+    // A flapping node label (100 updates in a burst) is debounced into few plans,
+    // and since the plan does not change, into zero writes.
+    let nodes: Api<Node> = Api::all(client.clone());
+    let reconciles = |m: &str| metric_sum(m, "kaccel_reconciles_total");
+    let before = reconciles(&controller.metrics().context("metrics")?);
+    let flapped = "gpu-h100-01";
+    for i in 0..100 {
+        nodes
+            .patch(
+                flapped,
+                &PatchParams::default(),
+                &Patch::Merge(
+                    json!({"metadata": {"labels": {"e2e.kaccel.io/flap": (i % 2).to_string()}}}),
+                ),
+            )
+            .await?;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    nodes
+        .patch(
+            flapped,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"e2e.kaccel.io/flap": null}}})),
+        )
+        .await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let after_metrics = controller.metrics().context("metrics")?;
+    let plans = reconciles(&after_metrics) - before;
+    let writes = metric_sum(&after_metrics, "kaccel_writes_total") - writes_after;
+    eprintln!("MEASURE 101 node label updates -> {plans} reconcile(s), {writes} write(s)");
+    if writes != 0 || plans > 20 {
+        bail!("a flapping label cost {plans} reconciles and {writes} writes");
+    }
     Ok(())
 }
 
