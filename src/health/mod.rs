@@ -59,16 +59,22 @@ impl HealthSnapshot {
     /// condition is False or Unknown makes its unreported devices Unknown. Reports
     /// are clamped to the group's capacity so a confused source cannot invent devices.
     pub fn counts_for(&self, node: &NodeInventory, group: &DeviceGroup) -> HealthCounts {
-        let withdrawn = group.capacity.saturating_sub(group.allocatable);
+        // Out of service: withdrawn by the device plugin, or tainted through DRA
+        // (a device taint keeps new claims off it, like a withdrawn device).
+        let tainted = group.devices.iter().filter(|d| d.tainted).count() as u32;
+        let withdrawn = group
+            .capacity
+            .saturating_sub(group.allocatable)
+            .max(tainted.min(group.capacity));
         match self.get(&node.name, &group.variant.resource_name) {
             Some(reported) => clamp(*reported, group.capacity, withdrawn),
             None if node.ready != Some(true) => HealthCounts {
-                unknown: group.allocatable,
+                unknown: group.capacity - withdrawn,
                 degraded: withdrawn,
                 ..Default::default()
             },
             None => HealthCounts {
-                healthy: group.allocatable,
+                healthy: group.capacity - withdrawn,
                 degraded: withdrawn,
                 ..Default::default()
             },
@@ -112,6 +118,31 @@ fn clamp(reported: HealthCounts, capacity: u32, withdrawn: u32) -> HealthCounts 
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_dra_tainted_device_is_out_of_service() {
+        let nodes = crate::cli::load::examples().nodes;
+        let mut inventory = crate::inventory::Inventory::from_nodes(&nodes);
+        let node = inventory
+            .nodes
+            .values_mut()
+            .find(|n| n.groups.len() == 1 && n.groups[0].capacity == n.groups[0].allocatable)
+            .expect("an example node with nothing withdrawn");
+        let name = node.name.clone();
+        let group = &mut node.groups[0];
+        group.devices.push(crate::inventory::DeviceRecord {
+            name: "gpu-3".into(),
+            uuid: None,
+            pci_address: None,
+            memory_mib: None,
+            raw_attributes: Default::default(),
+            tainted: true,
+        });
+        let node = &inventory.nodes[&name];
+        let c = HealthSnapshot::default().counts_for(node, &node.groups[0]);
+        assert_eq!(c.degraded, 1);
+        assert_eq!(c.healthy, node.groups[0].capacity - 1);
+    }
 
     proptest! {
         #[test]

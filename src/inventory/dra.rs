@@ -194,6 +194,7 @@ impl DraDevice {
                     .or_else(|| get("pciBusID")),
                 memory_mib,
                 raw_attributes: attrs.clone(),
+                tainted,
             },
             product: get("productName"),
             architecture: get("architecture")

@@ -121,6 +121,9 @@ pub struct DeviceRecord {
     pub memory_mib: Option<u64>,
     /// All attributes as published, stringified, for the engineer who needs them.
     pub raw_attributes: BTreeMap<String, String>,
+    /// The driver (or a DeviceTaintRule) put a NoSchedule/NoExecute taint on it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tainted: bool,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
