@@ -128,6 +128,8 @@ fn cluster_role_is_exactly_what_the_controller_calls() {
                 &[],
                 &["get", "list", "watch", "create", "patch", "delete"]
             ),
+            // evictWorkloadsOnFailed: deactivate / reactivate Workloads on a cordoned node.
+            rule(&["kueue.x-k8s.io"], &["workloads"], &[], &["list", "patch"]),
         ],
         "manifests/clusterrole.yaml changed, or the controller's Kueue kinds did: review both"
     );

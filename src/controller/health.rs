@@ -578,6 +578,104 @@ pub async fn apply_node_action(client: &Client, action: &NodeAction) -> Result<(
     Ok(())
 }
 
+/// On a Workload kaccel evicted: which node and why.
+pub const EVICTED_FOR_ANNOTATION: &str = "kaccel.io/evicted-for";
+/// On a Workload kaccel deactivated and will activate again once Kueue evicted it.
+pub const REQUEUE_ANNOTATION: &str = "kaccel.io/requeue";
+
+fn workload_resource() -> kube::core::ApiResource {
+    kube::core::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
+        crate::kueue::GROUP,
+        crate::kueue::VERSION,
+        "Workload",
+    ))
+}
+
+/// Evict the admitted Workloads whose pods run on `node`: a pod belongs to the
+/// Workload that owns it or its controller (Job, JobSet, ...). Kueue does the
+/// eviction when kaccel deactivates the Workload (`spec.active: false`).
+pub async fn evict_workloads_on(
+    client: &Client,
+    node: &str,
+    reason: &str,
+) -> Result<Vec<String>, kube::Error> {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{DynamicObject, ListParams};
+    let pods: Api<Pod> = Api::all(client.clone());
+    let on_node = pods
+        .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
+        .await?;
+    let mut owners: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> =
+        Default::default();
+    for pod in &on_node.items {
+        let ns = pod.namespace().unwrap_or_default();
+        let set = owners.entry(ns).or_default();
+        set.extend(pod.metadata.uid.clone());
+        set.extend(pod.owner_references().iter().map(|o| o.uid.clone()));
+    }
+    let mut evicted = Vec::new();
+    for (ns, uids) in owners {
+        let workloads: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), &ns, &workload_resource());
+        for wl in workloads.list(&ListParams::default()).await?.items {
+            let v = serde_json::to_value(&wl).unwrap_or_default();
+            let owned = wl.owner_references().iter().any(|o| uids.contains(&o.uid));
+            let admitted = !v["status"]["admission"].is_null();
+            let active = v["spec"]["active"].as_bool().unwrap_or(true);
+            if !(owned && admitted && active) {
+                continue;
+            }
+            let name = wl.name_any();
+            let patch = json!({
+                "metadata": {"annotations": {
+                    EVICTED_FOR_ANNOTATION: format!("{node}: {reason}"),
+                    REQUEUE_ANNOTATION: "true",
+                }},
+                "spec": {"active": false},
+            });
+            workloads
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+            evicted.push(format!("{ns}/{name}"));
+        }
+    }
+    Ok(evicted)
+}
+
+/// Activate again the Workloads kaccel deactivated, once Kueue has evicted them
+/// (their admission is gone): they queue for healthy capacity like any other.
+pub async fn requeue_evicted(client: &Client) -> Result<(Vec<String>, usize), kube::Error> {
+    use kube::api::{DynamicObject, ListParams};
+    let workloads: Api<DynamicObject> = Api::all_with(client.clone(), &workload_resource());
+    let mut requeued = Vec::new();
+    let mut waiting = 0;
+    for wl in workloads.list(&ListParams::default()).await?.items {
+        if wl.annotations().get(REQUEUE_ANNOTATION).map(String::as_str) != Some("true") {
+            continue;
+        }
+        let v = serde_json::to_value(&wl).unwrap_or_default();
+        if !v["status"]["admission"].is_null() {
+            waiting += 1; // Kueue has not evicted it yet
+            continue;
+        }
+        let ns = wl.namespace().unwrap_or_default();
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), &ns, &workload_resource());
+        let patch = json!({
+            "metadata": {"annotations": {REQUEUE_ANNOTATION: null}},
+            "spec": {"active": true},
+        });
+        api.patch(
+            &wl.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await?;
+        requeued.push(format!("{ns}/{}", wl.name_any()));
+    }
+    Ok((requeued, waiting))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -215,6 +215,8 @@ struct Reconciler {
     health: health::SharedTracker,
     /// Nodes held back by the share limit at the last reconcile.
     held_back: std::sync::Mutex<std::collections::BTreeSet<String>>,
+    /// Workloads kaccel evicted may be waiting to be requeued (checked at start too).
+    requeue_pending: AtomicBool,
 }
 
 /// Run the controller until SIGTERM / Ctrl-C.
@@ -278,6 +280,7 @@ pub async fn run(config: Config) -> Result<(), Error> {
         metrics: metrics.clone(),
         health: tracker,
         held_back: Default::default(),
+        requeue_pending: AtomicBool::new(config.health.actions.evict_workloads_on_failed),
     };
 
     let result = if config.leader_election.enabled {
@@ -477,6 +480,11 @@ async fn reconcile_loop(
                     last_event = Instant::now() + Duration::from_secs(1);
                 }
                 reconciler.metrics.reconcile_duration.observe(started.elapsed().as_secs_f64());
+                if dirty_since.is_none() && reconciler.requeue_pending.load(Ordering::Relaxed) {
+                    // Kueue evicts asynchronously and Workloads are not watched: look again soon.
+                    dirty_since = Some(Instant::now());
+                    last_event = Instant::now() + Duration::from_millis(500);
+                }
             }
         }
     }
@@ -588,6 +596,18 @@ impl Reconciler {
                 ),
             )
             .await;
+        }
+
+        // Workloads kaccel evicted go back to their queues once Kueue evicted them.
+        if self.requeue_pending.load(Ordering::Relaxed) {
+            let (requeued, waiting) = health::requeue_evicted(&self.client)
+                .await
+                .map_err(api_err("requeueing evicted Workloads"))?;
+            for w in &requeued {
+                self.metrics.write("Workload", "requeue");
+                tracing::info!(workload = %w, "requeued after eviction");
+            }
+            self.requeue_pending.store(waiting > 0, Ordering::Relaxed);
         }
 
         // Status.
@@ -708,6 +728,31 @@ impl Reconciler {
         health::apply_node_action(&self.client, action)
             .await
             .map_err(api_err(format!("{verb} node {}", action.node())))?;
+        if let NodeAction::Cordon { node, reason } = action
+            && self.config.health.actions.evict_workloads_on_failed
+        {
+            let evicted = health::evict_workloads_on(&self.client, node, reason)
+                .await
+                .map_err(api_err(format!("evicting Workloads from node {node}")))?;
+            if !evicted.is_empty() {
+                self.metrics.write("Workload", "evict");
+                self.requeue_pending.store(true, Ordering::Relaxed);
+                tracing::warn!(%node, workloads = ?evicted, "evicted Workloads from a node with a failed accelerator");
+                let reference = ObjectReference {
+                    api_version: Some("v1".into()),
+                    kind: Some("Node".into()),
+                    name: Some(node.clone()),
+                    ..Default::default()
+                };
+                self.publish(
+                    &reference,
+                    EventType::Warning,
+                    "KaccelEvictedWorkloads",
+                    &format!("evicted for requeue: {}", evicted.join(", ")),
+                )
+                .await;
+            }
+        }
         self.metrics.write("Node", verb);
         self.metrics
             .node_actions

@@ -31,6 +31,10 @@ pub struct NodeActionPolicy {
     pub max_share_percent: u32,
     /// ... but at least this many nodes (a 4-node flavor at 20% would otherwise allow none).
     pub min_nodes: u32,
+    /// When kaccel cordons a node for a Failed accelerator, evict the admitted Kueue
+    /// Workloads whose pods run there (deactivate them), and requeue them (activate
+    /// again) once Kueue has evicted them, so they are admitted on healthy capacity.
+    pub evict_workloads_on_failed: bool,
 }
 
 impl Default for NodeActionPolicy {
@@ -40,6 +44,7 @@ impl Default for NodeActionPolicy {
             cordon_on_failed: true,
             max_share_percent: 20,
             min_nodes: 1,
+            evict_workloads_on_failed: false,
         }
     }
 }

@@ -118,7 +118,7 @@ fn h100_nodes() -> Vec<(String, u32)> {
 
 fn health_config(root: &str, sources: &[(String, u16)], hold_down: u32) -> String {
     let mut s = format!(
-        "rootCohort: {root}\ndebounceMs: 50\nmaxDelayMs: 300\nwatchResourceSlices: false\nleaderElection:\n  enabled: false\nhealth:\n  policy:\n    holdDownSeconds: {hold_down}\n  sources:\n"
+        "rootCohort: {root}\ndebounceMs: 50\nmaxDelayMs: 300\nwatchResourceSlices: false\nleaderElection:\n  enabled: false\nhealth:\n  actions:\n    evictWorkloadsOnFailed: true\n  policy:\n    holdDownSeconds: {hold_down}\n  sources:\n"
     );
     for (node, port) in sources {
         s.push_str(&format!(
@@ -703,6 +703,117 @@ async fn side_by_side(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
     anyhow::ensure!(
         with_broken == 0,
         "kaccel let Kueue admit {with_broken} Workload(s) onto broken capacity"
+    );
+    Ok(())
+}
+
+/// A Failed accelerator evicts the Workloads running on its node and requeues them
+/// onto healthy capacity (evictWorkloadsOnFailed). With no kubelet here, the Pod is
+/// an API object bound to the node by `spec.nodeName`, owned like a Job's pod.
+#[tokio::test]
+async fn failed_node_evicts_and_requeues_its_workloads() {
+    let _serial = support::serial().await;
+    let client = support::client().await;
+    let mut cleanup = Cleanup::default();
+    let result = async {
+        let s = setup(&client, &mut cleanup, 60).await?;
+        let r = evict_requeue(&client, &s, &mut cleanup).await;
+        if r.is_err() {
+            eprintln!("--- kaccel log:\n{}", s.controller.log_tail());
+        }
+        r
+    }
+    .await;
+    uncordon_all(&client).await;
+    cleanup.run(&client).await;
+    result.unwrap();
+}
+
+async fn evict_requeue(client: &Client, s: &Setup, cleanup: &mut Cleanup) -> Result<()> {
+    use k8s_openapi::api::batch::v1::Job;
+    use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
+    let wait = Duration::from_secs(30);
+    let budgets: Api<CreditBudget> = Api::all(client.clone());
+    let ns = budgets
+        .list(&Default::default())
+        .await?
+        .items
+        .into_iter()
+        .find(|b| b.spec.classes.iter().any(|c| c.name == s.class))
+        .map(|b| b.spec.namespaces[0].clone())
+        .expect("the test budget");
+    let (n0, e0) = &s.exporters[0];
+    let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), &ns);
+    sas.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "default"}}))?,
+    )
+    .await
+    .ok();
+    // A real batch/v1 Job through Kueue's Job integration: Kueue creates its
+    // Workload, admits it and unsuspends the Job.
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
+    let job = jobs
+        .create(&PostParams::default(), &serde_json::from_value(json!({
+            "metadata": {"name": "trainer", "labels": {"kueue.x-k8s.io/queue-name": s.class}},
+            "spec": {"suspend": true, "parallelism": 1, "completions": 1, "template": {"spec": {
+                "restartPolicy": "Never",
+                "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"requests": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "4"},
+                                  "limits": {"nvidia.com/gpu": "4"}}}]}}}
+        }))?)
+        .await?;
+    cleanup.add(Some(&ns), ApiResource::erase::<Job>(&()), "trainer");
+    let job_uid = job.metadata.uid.clone().unwrap();
+    let wl: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &kueue("Workload"));
+    let name = wait_for("the Job's Workload admitted", wait, || async {
+        for w in wl.list(&Default::default()).await?.items {
+            let v = serde_json::to_value(&w)?;
+            if w.owner_references().iter().any(|o| o.uid == job_uid)
+                && support::is_true(&v, "QuotaReserved")
+            {
+                return Ok(Some(w.name_any()));
+            }
+        }
+        Ok(None)
+    })
+    .await?;
+    cleanup.add(Some(&ns), kueue("Workload"), &name);
+    // Its pod, as the Job controller would create it, bound to node 0 (no kubelet).
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    pods.create(&PostParams::default(), &serde_json::from_value(json!({
+        "metadata": {"name": "trainer-0", "ownerReferences": [{
+            "apiVersion": "batch/v1", "kind": "Job", "name": "trainer", "uid": job_uid, "controller": true}]},
+        "spec": {"nodeName": n0, "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}]}
+    }))?)
+    .await?;
+    cleanup.add(Some(&ns), ApiResource::erase::<Pod>(&()), "trainer-0");
+
+    let gpus0 = h100_nodes()[0].1;
+    let injected = Instant::now();
+    e0.set(Answer::Metrics(dcgm(n0, gpus0, &[5])));
+    // Evicted by Kueue after kaccel deactivated it (Kueue suspends the Job and
+    // releases the quota)...
+    let evicted = support::wait_until(&wl, &name, "Evicted", wait, |o| {
+        support::is_true(o, "Evicted")
+    })
+    .await?;
+    let ann = &evicted["metadata"]["annotations"]["kaccel.io/evicted-for"];
+    anyhow::ensure!(
+        ann.as_str().is_some_and(|a| a.starts_with(n0.as_str())),
+        "no eviction note: {ann}"
+    );
+    // ...then active again and admitted again.
+    let back = support::wait_until(&wl, &name, "requeued and admitted", wait, |o| {
+        o["spec"]["active"].as_bool().unwrap_or(true)
+            && o["metadata"]["annotations"]["kaccel.io/requeue"].is_null()
+            && support::is_true(o, "QuotaReserved")
+    })
+    .await?;
+    eprintln!(
+        "MEASURE failed GPU -> Workload evicted and readmitted in {} ms (admission: {})",
+        injected.elapsed().as_millis(),
+        back["status"]["admission"]["clusterQueue"]
     );
     Ok(())
 }
