@@ -33,6 +33,16 @@ cargo clippy --all-targets --all-features -- -D warnings
 step "cargo test (unit, property and doc tests)"
 cargo test
 
+step "PostgreSQL from Debian's packages (e2e/postgres.sh) for the ledger store suite"
+KACCEL_TEST_POSTGRES_URL="$("$E2E_DIR/postgres.sh" start)"
+export KACCEL_TEST_POSTGRES_URL
+step "cargo test --features e2e --test ledger_postgres"
+if ! cargo test --features e2e --test ledger_postgres; then
+  "$E2E_DIR/postgres.sh" stop || true
+  exit 1
+fi
+"$E2E_DIR/postgres.sh" stop
+
 step "build the e2e test binary"
 cargo test --features e2e --test e2e --no-run
 

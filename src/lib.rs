@@ -11,4 +11,5 @@ pub mod crds;
 pub mod health;
 pub mod inventory;
 pub mod kueue;
+pub mod ledger;
 pub mod plan;

@@ -55,6 +55,9 @@ pub enum Command {
         #[arg(long, default_value_t = 42)]
         seed: u64,
     },
+    /// The credit ledger: export entries (CSV, FOCUS 1.2, JSON lines) and verify
+    /// balances.
+    Ledger(crate::ledger::cli::LedgerArgs),
     /// Print kaccel's CustomResourceDefinitions (or write them into a folder).
     Crds {
         /// Write one file per CRD into this folder instead of printing.

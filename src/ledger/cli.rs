@@ -1,0 +1,330 @@
+//! `kaccel ledger export|verify` (and the hidden `bench`).
+
+use std::io::Write;
+use std::time::Instant;
+
+use clap::{Subcommand, ValueEnum};
+
+use super::entry::{Entry, EntryKind, grant_key, post_key, reserve_key, void_key};
+use super::export::{Exporter, Format, Pricing};
+use super::store::{EntryFilter, LedgerStore, Store, for_each_entry, verify};
+use super::{Rate, price_interval};
+
+#[derive(clap::Args, Debug)]
+pub struct LedgerArgs {
+    #[command(subcommand)]
+    pub command: LedgerCommand,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+pub enum ExportFormat {
+    /// One row per ledger entry.
+    Csv,
+    /// FOCUS 1.2-shaped cost and usage CSV (charges only: posts and corrections).
+    Focus,
+    /// One JSON object per entry per line.
+    Json,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum LedgerCommand {
+    /// Stream ledger entries whose interval starts in [--from, --to) to stdout.
+    Export {
+        /// sqlite:PATH or postgres://USER@HOST:PORT/DB
+        #[arg(long, env = "KACCEL_LEDGER_STORE")]
+        store: String,
+        /// Inclusive start, RFC 3339 (2026-01-01T00:00:00Z).
+        #[arg(long)]
+        from: jiff::Timestamp,
+        /// Exclusive end, RFC 3339.
+        #[arg(long)]
+        to: jiff::Timestamp,
+        /// Only this team.
+        #[arg(long)]
+        team: Option<String>,
+        #[arg(long, value_enum, default_value_t = ExportFormat::Csv)]
+        format: ExportFormat,
+        /// Billing currency of FOCUS exports (ISO 4217).
+        #[arg(long, default_value = "EUR")]
+        currency: String,
+        /// Price of one credit in the billing currency.
+        #[arg(long, default_value = "1")]
+        credit_price: String,
+    },
+    /// Recompute every balance from the entries and check every reservation; exits
+    /// non-zero on any mismatch (the report goes to stderr).
+    Verify {
+        #[arg(long, env = "KACCEL_LEDGER_STORE")]
+        store: String,
+    },
+    /// Measure append throughput and a full FOCUS export of the store.
+    #[command(hide = true)]
+    Bench {
+        #[arg(long, env = "KACCEL_LEDGER_STORE")]
+        store: String,
+        #[arg(long, default_value_t = 100_000)]
+        entries: usize,
+        #[arg(long, default_value_t = 1000)]
+        batch: usize,
+    },
+}
+
+pub fn run(args: &LedgerArgs) -> Result<(), String> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    runtime.block_on(run_async(args))
+}
+
+async fn run_async(args: &LedgerArgs) -> Result<(), String> {
+    match &args.command {
+        LedgerCommand::Export {
+            store,
+            from,
+            to,
+            team,
+            format,
+            currency,
+            credit_price,
+        } => {
+            let pricing = Pricing::new(currency, credit_price).map_err(|e| e.to_string())?;
+            if from >= to {
+                return Err(format!("--from {from} must be before --to {to}"));
+            }
+            let store = Store::open(store).await.map_err(|e| e.to_string())?;
+            let filter = EntryFilter {
+                from: Some(from.as_second()),
+                to: Some(to.as_second()),
+                team: team.clone(),
+            };
+            let stdout = std::io::stdout().lock();
+            export(
+                &store,
+                &filter,
+                *format,
+                pricing,
+                std::io::BufWriter::new(stdout),
+            )
+            .await
+            .map(|_| ())
+        }
+        LedgerCommand::Verify { store } => {
+            let store = Store::open(store).await.map_err(|e| e.to_string())?;
+            let report = verify(&store).await.map_err(|e| e.to_string())?;
+            let mut err = std::io::stderr().lock();
+            let _ = writeln!(
+                err,
+                "ledger verify: {} entries, {} reservations ({} open), {} budgets",
+                report.entries,
+                report.reservations,
+                report.open_reservations,
+                report.budgets.len()
+            );
+            for (name, b) in &report.budgets {
+                let _ = writeln!(
+                    err,
+                    "  budget {name}: granted {} reserved {} spent {} remaining {}",
+                    super::entry::format_micros(b.granted),
+                    super::entry::format_micros(b.reserved),
+                    super::entry::format_micros(b.spent),
+                    super::entry::format_micros(b.remaining())
+                );
+            }
+            for p in &report.problems {
+                let _ = writeln!(err, "  MISMATCH: {p}");
+            }
+            if report.ok() {
+                let _ = writeln!(err, "ledger verify: OK");
+                Ok(())
+            } else {
+                Err(format!(
+                    "ledger verify found {} problem(s)",
+                    report.problems.len()
+                ))
+            }
+        }
+        LedgerCommand::Bench {
+            store,
+            entries,
+            batch,
+        } => bench(store, *entries, (*batch).max(1)).await,
+    }
+}
+
+/// Streams the matching entries into `out` in `format`; returns the rows written.
+pub async fn export<S: LedgerStore, W: Write>(
+    store: &S,
+    filter: &EntryFilter,
+    format: ExportFormat,
+    pricing: Pricing,
+    out: W,
+) -> Result<u64, String> {
+    let format = match format {
+        ExportFormat::Csv => Format::Csv,
+        ExportFormat::Focus => Format::Focus,
+        ExportFormat::Json => Format::Json,
+    };
+    let mut ex = Exporter::new(out, format, pricing).map_err(|e| e.to_string())?;
+    for_each_entry(store, filter, |e| {
+        ex.write(e).map_err(super::export::ExportError::from)
+    })
+    .await
+    .map_err(|e| e.to_string())?;
+    let rows = ex.rows();
+    ex.finish().map_err(|e| e.to_string())?;
+    Ok(rows)
+}
+
+/// Peak resident memory of this process in KiB (`VmHWM`), if the kernel says.
+pub fn peak_rss_kib() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    s.lines()
+        .find(|l| l.starts_with("VmHWM:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// Synthetic two-phase entries: per workload one Reserve, 8 hourly Posts and a
+/// Void; one Grant per budget. `run` keeps runs on one store apart.
+pub fn synthetic_entries(run: &str, count: usize) -> impl Iterator<Item = Entry> {
+    let t0: i64 = 1_767_225_600; // 2026-01-01T00:00:00Z
+    let rate = Rate(4_000_000);
+    let run = run.to_string();
+    (0..)
+        .flat_map(move |w: usize| {
+            let budget = format!("team-{}", w % 10);
+            let uid = format!("{run}-{w:08}");
+            let start = t0 + (w as i64 % 720) * 3600;
+            let units = 1 + (w as u64 % 8);
+            let base = Entry {
+                key: String::new(),
+                kind: EntryKind::Reserve,
+                budget: budget.clone(),
+                team: format!("t{}", w % 10),
+                namespace: format!("ns-{}", w % 10),
+                workload: format!("job-{w}"),
+                workload_uid: uid.clone(),
+                admission: 1,
+                class: "gpu-large".into(),
+                flavor: "nvidia-h100-80gb".into(),
+                resource: "nvidia.com/gpu".into(),
+                device_units: units,
+                start,
+                end: start + 10 * 3600,
+                credits: 0,
+                rate_card: "rc-bench".into(),
+                reason: String::new(),
+                created_at: start,
+            };
+            let mut out = Vec::with_capacity(11);
+            if w < 10 {
+                out.push(Entry {
+                    key: grant_key(&budget, t0),
+                    kind: EntryKind::Grant,
+                    workload_uid: String::new(),
+                    namespace: String::new(),
+                    workload: String::new(),
+                    class: String::new(),
+                    flavor: String::new(),
+                    resource: String::new(),
+                    device_units: 0,
+                    start: t0,
+                    end: t0 + 30 * 86_400,
+                    credits: 1_000_000_000_000,
+                    ..base.clone()
+                });
+            }
+            let price = |a: i64, b: i64| price_interval(rate, units, start, a, b).unwrap().0 as i64;
+            let reserved = price(start, start + 10 * 3600);
+            out.push(Entry {
+                key: reserve_key(&budget, &uid, 1),
+                credits: reserved,
+                ..base.clone()
+            });
+            let mut posted = 0;
+            for h in 0..8 {
+                let (a, b) = (start + h * 3600, start + (h + 1) * 3600);
+                let c = price(a, b);
+                posted += c;
+                out.push(Entry {
+                    key: post_key(&budget, &uid, 1, a, b),
+                    kind: EntryKind::Post,
+                    start: a,
+                    end: b,
+                    credits: c,
+                    created_at: b,
+                    ..base.clone()
+                });
+            }
+            out.push(Entry {
+                key: void_key(&budget, &uid, 1),
+                kind: EntryKind::Void,
+                credits: reserved - posted,
+                end: start + 8 * 3600,
+                created_at: start + 8 * 3600,
+                ..base
+            });
+            out
+        })
+        .take(count)
+}
+
+async fn bench(url: &str, entries: usize, batch: usize) -> Result<(), String> {
+    let store = Store::open(url).await.map_err(|e| e.to_string())?;
+    let run = format!("bench{}", jiff::Timestamp::now().as_millisecond());
+    let mut it = synthetic_entries(&run, entries).peekable();
+    let mut first_batch = Vec::new();
+    let t = Instant::now();
+    let mut n = 0usize;
+    while it.peek().is_some() {
+        let chunk: Vec<Entry> = it.by_ref().take(batch).collect();
+        let out = store.append(&chunk).await.map_err(|e| e.to_string())?;
+        n += out.inserted;
+        if first_batch.is_empty() {
+            first_batch = chunk;
+        }
+    }
+    let secs = t.elapsed().as_secs_f64();
+    println!(
+        "append: {n} entries in {secs:.2} s = {:.0} entries/s (batches of {batch}, one transaction each)",
+        n as f64 / secs
+    );
+    let replay = store
+        .append(&first_batch)
+        .await
+        .map_err(|e| e.to_string())?;
+    println!(
+        "replay of the first batch: inserted {}, duplicates {}",
+        replay.inserted, replay.duplicates
+    );
+    let rss_before = peak_rss_kib().unwrap_or(0);
+    let t = Instant::now();
+    let rows = export(
+        &store,
+        &EntryFilter::default(),
+        ExportFormat::Focus,
+        Pricing::new("EUR", "0.5").map_err(|e| e.to_string())?,
+        std::io::BufWriter::new(std::io::sink()),
+    )
+    .await?;
+    let secs = t.elapsed().as_secs_f64();
+    println!(
+        "export focus: {rows} rows from the whole store in {secs:.2} s = {:.0} rows/s; peak RSS (VmHWM) {} KiB before export, {} KiB after",
+        rows as f64 / secs,
+        rss_before,
+        peak_rss_kib().unwrap_or(0)
+    );
+    let t = Instant::now();
+    let report = verify(&store).await.map_err(|e| e.to_string())?;
+    println!(
+        "verify: {} entries, {} problems, in {:.2} s",
+        report.entries,
+        report.problems.len(),
+        t.elapsed().as_secs_f64()
+    );
+    Ok(())
+}

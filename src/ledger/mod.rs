@@ -1,0 +1,17 @@
+//! The credit ledger: one pricing function, append-only two-phase entries, durable
+//! stores (SQLite, PostgreSQL) and streaming exports (CSV, FOCUS 1.2, JSON lines).
+
+pub mod cli;
+#[doc(hidden)]
+pub mod conformance;
+pub mod entry;
+pub mod export;
+pub mod pricing;
+pub mod store;
+
+pub use entry::{Balances, Entry, EntryKind};
+pub use pricing::{Rate, cumulative, price_interval, rate_card_version, resolve_rate};
+pub use store::{
+    AppendOutcome, EntryFilter, LedgerStore, PostgresStore, SqliteStore, Store, StoreError,
+    VerifyReport, for_each_entry, verify,
+};

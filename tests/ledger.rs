@@ -1,0 +1,130 @@
+//! The ledger store suite against SQLite (a temporary file), plus SQLite-only
+//! failure cases: corrupted rows, a schema from the future, a bad path.
+
+use kaccel::ledger::conformance as suite;
+use kaccel::ledger::store::{EntryFilter, LedgerStore, SqliteStore, Store, StoreError, verify};
+
+async fn fresh() -> (tempfile::TempDir, SqliteStore) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(&dir.path().join("ledger.db"))
+        .await
+        .unwrap();
+    (dir, store)
+}
+
+macro_rules! suite_tests {
+    ($($name:ident),* $(,)?) => {$(
+        #[tokio::test]
+        async fn $name() {
+            let (_dir, store) = fresh().await;
+            suite::$name(&store).await;
+        }
+    )*};
+}
+
+suite_tests!(
+    schema_is_current,
+    append_is_idempotent,
+    conflicting_replay_is_refused_atomically,
+    invalid_entries_are_refused,
+    two_phase_balances,
+    hourly_posts_equal_one_post,
+    streams_by_period_and_team,
+    verify_finds_problems,
+);
+
+#[tokio::test]
+async fn survives_reopen_and_opens_by_url() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.db");
+    {
+        let s = SqliteStore::open(&path).await.unwrap();
+        s.append(&suite::lifecycle("b1", "t", "u1", 1, 2))
+            .await
+            .unwrap();
+    }
+    let s = Store::open(&format!("sqlite:{}", path.display()))
+        .await
+        .unwrap();
+    assert_eq!(s.schema_version().await.unwrap(), 1);
+    assert!(verify(&s).await.unwrap().ok());
+    assert_eq!(s.balances("b1").await.unwrap().spent, 8_000_000);
+}
+
+#[tokio::test]
+async fn corrupted_rows_are_named() {
+    let (dir, store) = fresh().await;
+    store
+        .append(&suite::lifecycle("b1", "t", "u1", 1, 2))
+        .await
+        .unwrap();
+    let raw = rusqlite::Connection::open(dir.path().join("ledger.db")).unwrap();
+    raw.execute("UPDATE entries SET credits = 'lots' WHERE id = 3", [])
+        .unwrap();
+    let err = verify(&store).await.unwrap_err();
+    match &err {
+        StoreError::CorruptRow { id, column, .. } => assert_eq!((*id, *column), (3, "credits")),
+        other => panic!("expected a corrupt row error, got {other}"),
+    }
+    assert!(err.to_string().contains("row id 3"), "{err}");
+    raw.execute(
+        "UPDATE entries SET credits = 1, kind = 'Gift' WHERE id = 3",
+        [],
+    )
+    .unwrap();
+    let err = store
+        .entries_page(&EntryFilter::default(), 0, 10)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("column kind"), "{err}");
+}
+
+#[tokio::test]
+async fn schema_too_new_is_refused() {
+    let (dir, store) = fresh().await;
+    drop(store);
+    let path = dir.path().join("ledger.db");
+    let raw = rusqlite::Connection::open(&path).unwrap();
+    raw.execute(
+        "INSERT INTO schema_migrations (version, applied_at) VALUES (99, 0)",
+        [],
+    )
+    .unwrap();
+    let err = SqliteStore::open(&path).await.err().unwrap();
+    assert!(
+        matches!(
+            err,
+            StoreError::SchemaTooNew {
+                found: 99,
+                supported: 1
+            }
+        ),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn bad_urls_and_paths_are_clear() {
+    let err = Store::open("mysql://x").await.err().unwrap();
+    assert!(err.to_string().contains("sqlite:PATH"), "{err}");
+    let err = Store::open("sqlite:/nonexistent-dir/sub/ledger.db")
+        .await
+        .err()
+        .unwrap();
+    assert!(
+        err.to_string().contains("/nonexistent-dir/sub/ledger.db"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn unreachable_postgres_names_the_url_without_password() {
+    let err = Store::open("postgres://kaccel:hunter2@127.0.0.1:1/ledger?connect_timeout=2")
+        .await
+        .err()
+        .unwrap();
+    let text = err.to_string();
+    assert!(matches!(err, StoreError::Unreachable { .. }), "{text}");
+    assert!(text.contains("kaccel:***@127.0.0.1:1"), "{text}");
+    assert!(!text.contains("hunter2"), "{text}");
+}

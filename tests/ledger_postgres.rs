@@ -1,0 +1,158 @@
+//! The ledger store suite against a real PostgreSQL (from Debian's packages).
+//! Start one with `e2e/postgres.sh start` and pass its URL:
+//!
+//!   KACCEL_TEST_POSTGRES_URL=$(e2e/postgres.sh start) cargo test --features e2e --test ledger_postgres
+//!
+//! Without the variable every test fails (never skips) and says how to start it.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use kaccel::ledger::conformance as suite;
+use kaccel::ledger::store::{EntryFilter, LedgerStore, PostgresStore, StoreError, verify};
+
+fn admin_url() -> String {
+    std::env::var("KACCEL_TEST_POSTGRES_URL").unwrap_or_else(|_| {
+        panic!(
+            "KACCEL_TEST_POSTGRES_URL is not set: start a throwaway server with \
+             `export KACCEL_TEST_POSTGRES_URL=$(e2e/postgres.sh start)` and run again"
+        )
+    })
+}
+
+/// A fresh database per test, so tests run in parallel and start empty.
+async fn fresh() -> (String, PostgresStore) {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let admin = admin_url();
+    let name = format!(
+        "kaccel_test_{}_{}_{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::SeqCst),
+        jiff::Timestamp::now().as_millisecond()
+    );
+    let (client, conn) = tokio_postgres::connect(&admin, tokio_postgres::NoTls)
+        .await
+        .unwrap_or_else(|e| {
+            panic!("cannot reach {admin}: {e}; is `e2e/postgres.sh start` running?")
+        });
+    tokio::spawn(conn);
+    client
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .await
+        .unwrap();
+    let base = admin.rsplit_once('/').map(|(b, _)| b).unwrap_or(&admin);
+    let url = format!("{base}/{name}");
+    let store = PostgresStore::connect(&url).await.unwrap();
+    (url, store)
+}
+
+async fn raw(url: &str) -> tokio_postgres::Client {
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    client
+}
+
+macro_rules! suite_tests {
+    ($($name:ident),* $(,)?) => {$(
+        #[tokio::test]
+        async fn $name() {
+            let (_url, store) = fresh().await;
+            suite::$name(&store).await;
+        }
+    )*};
+}
+
+suite_tests!(
+    schema_is_current,
+    append_is_idempotent,
+    conflicting_replay_is_refused_atomically,
+    invalid_entries_are_refused,
+    two_phase_balances,
+    hourly_posts_equal_one_post,
+    streams_by_period_and_team,
+    verify_finds_problems,
+);
+
+#[tokio::test]
+async fn migrations_are_idempotent() {
+    let (url, store) = fresh().await;
+    store
+        .append(&suite::lifecycle("b1", "t", "u1", 1, 2))
+        .await
+        .unwrap();
+    drop(store);
+    let again = PostgresStore::connect(&url).await.unwrap();
+    assert_eq!(again.schema_version().await.unwrap(), 1);
+    assert!(verify(&again).await.unwrap().ok());
+}
+
+#[tokio::test]
+async fn corrupted_rows_are_named() {
+    let (url, store) = fresh().await;
+    store
+        .append(&suite::lifecycle("b1", "t", "u1", 1, 2))
+        .await
+        .unwrap();
+    let c = raw(&url).await;
+    c.batch_execute("UPDATE entries SET kind = 'Gift' WHERE id = 3")
+        .await
+        .unwrap();
+    let err = store
+        .entries_page(&EntryFilter::default(), 0, 10)
+        .await
+        .unwrap_err();
+    match &err {
+        StoreError::CorruptRow { id, column, .. } => assert_eq!((*id, *column), (3, "kind")),
+        other => panic!("expected a corrupt row error, got {other}"),
+    }
+    c.batch_execute("UPDATE entries SET kind = 'Post', credits = -4 WHERE id = 3")
+        .await
+        .unwrap();
+    let err = verify(&store).await.unwrap_err();
+    assert!(err.to_string().contains("column credits"), "{err}");
+}
+
+#[tokio::test]
+async fn schema_too_new_is_refused() {
+    let (url, store) = fresh().await;
+    drop(store);
+    raw(&url)
+        .await
+        .batch_execute("INSERT INTO schema_migrations (version, applied_at) VALUES (99, 0)")
+        .await
+        .unwrap();
+    let err = PostgresStore::connect(&url).await.err().unwrap();
+    assert!(
+        matches!(err, StoreError::SchemaTooNew { found: 99, .. }),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn reconnects_after_the_connection_drops() {
+    let (url, store) = fresh().await;
+    store
+        .append(&suite::lifecycle("b1", "t", "u1", 1, 1))
+        .await
+        .unwrap();
+    let db = url.rsplit_once('/').unwrap().1.to_string();
+    // Kill every other backend of this database (the store's connection).
+    raw(&admin_url())
+        .await
+        .execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()",
+            &[&db],
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    // The first call may see the dying connection; a retry must succeed.
+    let more = suite::lifecycle("b2", "t", "u2", 1, 1);
+    let first = store.append(&more).await;
+    if first.is_err() {
+        store.append(&more).await.unwrap();
+    }
+    assert!(verify(&store).await.unwrap().ok());
+    assert_eq!(store.balances("b2").await.unwrap().spent, 4_000_000);
+}
