@@ -146,24 +146,44 @@ async fn node_state(nodes: &Api<Node>, name: &str) -> Result<(bool, bool)> {
 /// Total nominal quota of nvidia.com/gpu on the H100 flavor across every
 /// ClusterQueue and Cohort: what Kueue may admit there (invariant 1 says at most the
 /// healthy capacity).
-async fn spare_h100(client: &Client, _root: &str) -> Result<Option<u64>> {
+/// Total nominal quota of nvidia.com/gpu on the H100 flavor in this test's Kueue
+/// tree: its root Cohort, the team Cohorts under it and their ClusterQueues (what
+/// Kueue may admit there; objects other tests leave behind belong to other roots).
+async fn spare_h100(client: &Client, root: &str) -> Result<Option<u64>> {
+    let cohorts: Api<DynamicObject> = Api::all_with(client.clone(), &kueue("Cohort"));
+    let cqs: Api<DynamicObject> = Api::all_with(client.clone(), &kueue("ClusterQueue"));
+    let mut tree: Vec<serde_json::Value> = Vec::new();
+    let mut teams = std::collections::BTreeSet::new();
+    for c in cohorts.list(&Default::default()).await?.items {
+        let v = serde_json::to_value(&c)?;
+        if c.name_any() == root {
+            tree.push(v);
+        } else if v["spec"]["parentName"] == root {
+            teams.insert(c.name_any());
+        }
+    }
+    for q in cqs.list(&Default::default()).await?.items {
+        let v = serde_json::to_value(&q)?;
+        if v["spec"]["cohortName"]
+            .as_str()
+            .is_some_and(|c| teams.contains(c))
+        {
+            tree.push(v);
+        }
+    }
     let mut total = 0u64;
     let mut seen = false;
-    for kind in ["ClusterQueue", "Cohort"] {
-        let api: Api<DynamicObject> = Api::all_with(client.clone(), &kueue(kind));
-        for o in api.list(&Default::default()).await?.items {
-            let v = serde_json::to_value(o)?;
-            for rg in v["spec"]["resourceGroups"].as_array().into_iter().flatten() {
-                for f in rg["flavors"].as_array().into_iter().flatten() {
-                    if f["name"].as_str().is_some_and(|n| n.contains("h100")) {
-                        for r in f["resources"].as_array().into_iter().flatten() {
-                            if r["name"] == "nvidia.com/gpu" {
-                                seen = true;
-                                total += r["nominalQuota"]
-                                    .as_str()
-                                    .and_then(|q| q.parse::<u64>().ok())
-                                    .unwrap_or(0);
-                            }
+    for v in tree {
+        for rg in v["spec"]["resourceGroups"].as_array().into_iter().flatten() {
+            for f in rg["flavors"].as_array().into_iter().flatten() {
+                if f["name"].as_str().is_some_and(|n| n.contains("h100")) {
+                    for r in f["resources"].as_array().into_iter().flatten() {
+                        if r["name"] == "nvidia.com/gpu" {
+                            seen = true;
+                            total += r["nominalQuota"]
+                                .as_str()
+                                .and_then(|q| q.parse::<u64>().ok())
+                                .unwrap_or(0);
                         }
                     }
                 }
@@ -763,7 +783,6 @@ async fn evict_requeue(client: &Client, s: &Setup, cleanup: &mut Cleanup) -> Res
                                   "limits": {"nvidia.com/gpu": "4"}}}]}}}
         }))?)
         .await?;
-    cleanup.add(Some(&ns), ApiResource::erase::<Job>(&()), "trainer");
     let job_uid = job.metadata.uid.clone().unwrap();
     let wl: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &kueue("Workload"));
     let name = wait_for("the Job's Workload admitted", wait, || async {
@@ -779,6 +798,9 @@ async fn evict_requeue(client: &Client, s: &Setup, cleanup: &mut Cleanup) -> Res
     })
     .await?;
     cleanup.add(Some(&ns), kueue("Workload"), &name);
+    // Deleted before its Workload (cleanup runs in reverse), or Kueue would make a
+    // new Workload for it; there is no garbage collector here.
+    cleanup.add(Some(&ns), ApiResource::erase::<Job>(&()), "trainer");
     // Its pod, as the Job controller would create it, bound to node 0 (no kubelet).
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     pods.create(&PostParams::default(), &serde_json::from_value(json!({
@@ -794,8 +816,11 @@ async fn evict_requeue(client: &Client, s: &Setup, cleanup: &mut Cleanup) -> Res
     e0.set(Answer::Metrics(dcgm(n0, gpus0, &[5])));
     // Evicted by Kueue after kaccel deactivated it (Kueue suspends the Job and
     // releases the quota)...
-    let evicted = support::wait_until(&wl, &name, "Evicted", wait, |o| {
+    // (the cycle can be faster than a poll, so look for its traces: kaccel's note and
+    // Kueue's accumulated execution time of the ended admission)
+    let evicted = support::wait_until(&wl, &name, "evicted", wait, |o| {
         support::is_true(o, "Evicted")
+            || o["status"]["accumulatedPastExecutionTimeSeconds"].is_number()
     })
     .await?;
     let ann = &evicted["metadata"]["annotations"]["kaccel.io/evicted-for"];
