@@ -611,7 +611,16 @@ impl Reconciler {
         }
 
         // Status.
-        self.write_class_status(&classes, &planned).await?;
+        let limited: std::collections::BTreeMap<String, (u32, Vec<String>)> = decided
+            .held_back
+            .iter()
+            .fold(Default::default(), |mut m, h| {
+                let e = m.entry(h.flavor.clone()).or_insert((h.allowed, Vec::new()));
+                e.1.push(h.node.clone());
+                m
+            });
+        self.write_class_status(&classes, &planned, &limited)
+            .await?;
         self.write_budget_status(&budgets, &planned).await?;
         match first_error {
             Some(e) => Err(e),
@@ -849,10 +858,12 @@ impl Reconciler {
         }
     }
 
+    /// `limited`: flavor -> (nodes allowed out, nodes held back by the share limit).
     async fn write_class_status(
         &self,
         classes: &[AcceleratorClass],
         planned: &Plan,
+        limited: &std::collections::BTreeMap<String, (u32, Vec<String>)>,
     ) -> Result<(), Error> {
         let now = Time(k8s_openapi::jiff::Timestamp::now());
         let api: Api<AcceleratorClass> = Api::all(self.client.clone());
@@ -863,6 +874,38 @@ impl Reconciler {
             };
             let existing = class.status.clone().unwrap_or_default();
             let generation = class.metadata.generation;
+            // The share limit held node actions back: say so on every class using
+            // the flavor, next to the metric and the Node Events.
+            let held: Vec<String> = report
+                .flavors
+                .iter()
+                .filter_map(|f| {
+                    limited.get(&f.name).map(|(allowed, nodes)| {
+                        format!(
+                            "{}: {} node(s) not taken out ({}) because {allowed} already are (maxSharePercent)",
+                            f.name,
+                            nodes.len(),
+                            nodes.join(", ")
+                        )
+                    })
+                })
+                .collect();
+            let mut desired = report.conditions.clone();
+            desired.push(if held.is_empty() {
+                crate::api::DesiredCondition::new(
+                    "AutomationLimited",
+                    false,
+                    "WithinShare",
+                    "node actions are within the configured share of each flavor",
+                )
+            } else {
+                crate::api::DesiredCondition::new(
+                    "AutomationLimited",
+                    true,
+                    "ShareLimitReached",
+                    held.join("; "),
+                )
+            });
             let status = AcceleratorClassStatus {
                 observed_generation: generation,
                 summary: (!report.flavors.is_empty()).then(|| {
@@ -875,12 +918,7 @@ impl Reconciler {
                 }),
                 flavors: report.flavors.clone(),
                 devices: report.devices,
-                conditions: merge_conditions(
-                    &existing.conditions,
-                    &report.conditions,
-                    &now,
-                    generation,
-                ),
+                conditions: merge_conditions(&existing.conditions, &desired, &now, generation),
             };
             if status == existing {
                 continue;

@@ -397,6 +397,19 @@ async fn faults(client: &Client, s: &Setup) -> Result<()> {
             .any(|l| l.starts_with("kaccel_node_actions_held_back") && !l.ends_with(" 0")),
         "no held-back metric"
     );
+    let limited = wait_for("AutomationLimited condition", wait, || async {
+        let status = classes.get(&s.class).await?.status.unwrap_or_default();
+        Ok(status
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == "AutomationLimited" && c.status == "True"))
+    })
+    .await?;
+    assert!(
+        limited.message.contains("maxSharePercent"),
+        "{}",
+        limited.message
+    );
     for (n, e) in &s.exporters[1..3] {
         let gpus = h100_nodes().iter().find(|(x, _)| x == n).unwrap().1;
         e.set(Answer::Metrics(dcgm(n, gpus, &[])));
