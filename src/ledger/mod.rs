@@ -1,6 +1,7 @@
 //! The credit ledger: one pricing function, append-only two-phase entries, durable
 //! stores (SQLite, PostgreSQL) and streaming exports (CSV, FOCUS 1.2, JSON lines).
 
+pub mod admission;
 pub mod cli;
 #[doc(hidden)]
 pub mod conformance;

@@ -1,0 +1,905 @@
+//! The pure decision layer of kaccel's credit AdmissionCheck: what a Kueue
+//! admission uses, what it costs, whether a budget can cover it, and which ledger
+//! entries settle it. No I/O and no clock: every time is passed in (unix seconds).
+//!
+//! Flow for the AdmissionCheck controller:
+//! 1. [`usage_from_workload`] reads `status.admission.podSetAssignments[]` into
+//!    device units per (flavor, resource); [`admission_number`] and
+//!    [`horizon_seconds`] read the admission number and the reservation horizon.
+//! 2. [`reservation`] prices the usage over the horizon with THE pricing function
+//!    ([`cumulative`], invariant 2), taking rates from [`rate_info`] / [`rate_for`]
+//!    (which reuse [`resolve_rate`]).
+//! 3. [`decide`] answers Reserve (with the Reserve entry), Wait (with the message
+//!    the ML user sees) or Reject (a flavor/resource without a rate).
+//! 4. While the workload runs, [`post_interval`] posts usage per interval; when it
+//!    ends (finished, evicted, preempted), [`settle`] posts the last interval and
+//!    voids the rest. Keys come from [`super::entry`], so replays are no-ops.
+//!
+//! Charged time is clipped at the horizon, so posts never exceed the reservation;
+//! the price of admitted seconds `s` is `Σ_lines cumulative(rate, units, min(s, h))`,
+//! a sum of floored cumulative prices, so posts over any split of the admission
+//! add up to one post (the telescoping rule of [`super::pricing`]).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde_json::Value;
+
+use super::entry::{Balances, Entry, EntryKind, format_micros, post_key, reserve_key, void_key};
+use super::pricing::{PricingError, Rate, cumulative, rate_card_version, resolve_rate};
+use crate::api::{AcceleratorClassSpec, Credits};
+use crate::inventory::parse_count;
+
+/// Default reservation horizon when a Workload has no
+/// `spec.maximumExecutionTimeSeconds` and the budget configures none: one hour.
+pub const DEFAULT_HORIZON_SECONDS: u64 = 3600;
+
+/// Core resources that are never accelerators.
+const NON_ACCELERATOR: [&str; 4] = ["cpu", "memory", "ephemeral-storage", "pods"];
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AdmissionError {
+    #[error("workload has no status.admission.podSetAssignments: Kueue has not reserved quota")]
+    NotAdmitted,
+    #[error("workload field {field} is malformed: {reason}")]
+    Malformed { field: String, reason: String },
+    #[error(
+        "podSet {pod_set:?}: resourceUsage[{resource:?}] = {value:?} is not a whole device count: {reason}"
+    )]
+    BadQuantity {
+        pod_set: String,
+        resource: String,
+        value: String,
+        reason: String,
+    },
+    #[error("podSet {pod_set:?}: resource {resource:?} has usage but no flavor in flavors")]
+    NoFlavor { pod_set: String, resource: String },
+    #[error(transparent)]
+    Pricing(#[from] PricingError),
+    #[error("reservation of {micros} micro-credits does not fit a ledger amount")]
+    TooLarge { micros: u128 },
+}
+
+/// Device units of one (flavor, resource) in an admission, summed over podSets.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct FlavorUsage {
+    pub flavor: String,
+    pub resource: String,
+    pub device_units: u64,
+}
+
+/// Whether `resource` is counted as an accelerator: an extended resource
+/// (`domain/name`, e.g. `nvidia.com/gpu`, `nvidia.com/mig-1g.10gb`,
+/// `amd.com/gpu`, `huawei.com/Ascend910`) outside the `kubernetes.io` domains.
+/// `cpu`, `memory`, `ephemeral-storage`, `pods` and `hugepages-*` are not.
+pub fn is_accelerator_resource(resource: &str) -> bool {
+    if NON_ACCELERATOR.contains(&resource) || resource.starts_with("hugepages-") {
+        return false;
+    }
+    match resource.split_once('/') {
+        Some((domain, name)) => {
+            !name.is_empty() && domain != "kubernetes.io" && !domain.ends_with(".kubernetes.io")
+        }
+        None => false,
+    }
+}
+
+fn malformed(field: &str, reason: impl Into<String>) -> AdmissionError {
+    AdmissionError::Malformed {
+        field: field.to_string(),
+        reason: reason.into(),
+    }
+}
+
+/// Device units per (flavor, resource) of a Kueue v1beta2 Workload's admission,
+/// accelerator resources only, sorted by (flavor, resource).
+///
+/// `podSetAssignments[].resourceUsage` is, per Kueue v0.17's `PodSetAssignment`
+/// ("keeps track of the total resources all the pods in the podset need to
+/// run"), the **total for the podSet**, not per pod: it is used as is and
+/// `count` is not multiplied in (it is only checked to be a non-negative
+/// integer when present). It "will not change in case of quota reclaim", so the
+/// amount is stable for the whole admission (invariant 2 counts exactly this).
+/// Extended resources are whole units: a fractional or unparsable quantity is an
+/// error naming the podSet and resource.
+pub fn usage_from_workload(workload: &Value) -> Result<Vec<FlavorUsage>, AdmissionError> {
+    let assignments = workload
+        .pointer("/status/admission/podSetAssignments")
+        .ok_or(AdmissionError::NotAdmitted)?
+        .as_array()
+        .ok_or_else(|| malformed("status.admission.podSetAssignments", "not a list"))?;
+    let mut totals: BTreeMap<(String, String), u64> = BTreeMap::new();
+    for (i, psa) in assignments.iter().enumerate() {
+        let field = format!("status.admission.podSetAssignments[{i}]");
+        // Kueue defaults the name to "main".
+        let pod_set = match psa.get("name") {
+            None | Some(Value::Null) => "main".to_string(),
+            Some(Value::String(s)) => s.clone(),
+            Some(_) => return Err(malformed(&format!("{field}.name"), "not a string")),
+        };
+        if let Some(count) = psa.get("count")
+            && !count.is_null()
+            && count.as_u64().is_none()
+        {
+            return Err(malformed(
+                &format!("{field}.count"),
+                "not a non-negative integer",
+            ));
+        }
+        let flavors = match psa.get("flavors") {
+            None | Some(Value::Null) => serde_json::Map::new(),
+            Some(Value::Object(m)) => m.clone(),
+            Some(_) => return Err(malformed(&format!("{field}.flavors"), "not a map")),
+        };
+        let usage = match psa.get("resourceUsage") {
+            None | Some(Value::Null) => continue,
+            Some(Value::Object(m)) => m,
+            Some(_) => return Err(malformed(&format!("{field}.resourceUsage"), "not a map")),
+        };
+        for (resource, quantity) in usage {
+            if !is_accelerator_resource(resource) {
+                continue;
+            }
+            let bad = |value: String, reason: String| AdmissionError::BadQuantity {
+                pod_set: pod_set.clone(),
+                resource: resource.clone(),
+                value,
+                reason,
+            };
+            let raw = match quantity {
+                Value::String(s) => s.clone(),
+                Value::Number(n) => n.to_string(),
+                other => return Err(bad(other.to_string(), "not a quantity".into())),
+            };
+            let units = parse_count(&raw).map_err(|e| bad(raw.clone(), e.to_string()))?;
+            if units == 0 {
+                continue;
+            }
+            let flavor = flavors
+                .get(resource)
+                .and_then(Value::as_str)
+                .ok_or_else(|| AdmissionError::NoFlavor {
+                    pod_set: pod_set.clone(),
+                    resource: resource.clone(),
+                })?;
+            let slot = totals
+                .entry((flavor.to_string(), resource.clone()))
+                .or_default();
+            *slot = slot.saturating_add(u64::from(units));
+        }
+    }
+    Ok(totals
+        .into_iter()
+        .map(|((flavor, resource), device_units)| FlavorUsage {
+            flavor,
+            resource,
+            device_units,
+        })
+        .collect())
+}
+
+/// The admission number of a Workload's current admission: 1 + the total of
+/// `status.schedulingStats.evictions[].count`.
+///
+/// Why: it lives in the Workload's status (so it survives controller restarts
+/// and is the same for every replica), Kueue only increments it (an eviction is
+/// counted once, and every re-admission is preceded by an eviction), and the
+/// list is capped at 256 (reason, cause) pairs so it is cheap. The QuotaReserved
+/// condition's `lastTransitionTime` was rejected: it has one-second resolution
+/// (two admissions within a second would collide) and it also moves on a
+/// False transition. `requeueState.count` was rejected: Kueue resets it when a
+/// deactivated Workload is reactivated, which would reuse old numbers.
+///
+/// The number already increments when Kueue marks the Workload evicted, before
+/// it releases the quota: the controller must settle an admission with the
+/// number stored on its Reserve entry, never recompute it at the end.
+pub fn admission_number(workload: &Value) -> Result<u32, AdmissionError> {
+    let evictions = match workload.pointer("/status/schedulingStats/evictions") {
+        None | Some(Value::Null) => return Ok(1),
+        Some(Value::Array(a)) => a,
+        Some(_) => {
+            return Err(malformed("status.schedulingStats.evictions", "not a list"));
+        }
+    };
+    let mut total: u32 = 1;
+    for (i, e) in evictions.iter().enumerate() {
+        let count = e
+            .get("count")
+            .and_then(Value::as_u64)
+            .and_then(|c| u32::try_from(c).ok())
+            .ok_or_else(|| {
+                malformed(
+                    &format!("status.schedulingStats.evictions[{i}].count"),
+                    "not a non-negative 32-bit integer",
+                )
+            })?;
+        total = total
+            .checked_add(count)
+            .ok_or_else(|| malformed("status.schedulingStats.evictions", "count overflows"))?;
+    }
+    Ok(total)
+}
+
+/// The reservation horizon: `spec.maximumExecutionTimeSeconds` when set (Kueue
+/// deactivates the Workload after it, so the reservation covers the whole run),
+/// else `default_seconds`.
+pub fn horizon_seconds(workload: &Value, default_seconds: u64) -> u64 {
+    workload
+        .pointer("/spec/maximumExecutionTimeSeconds")
+        .and_then(Value::as_u64)
+        .filter(|s| *s > 0)
+        .unwrap_or(default_seconds)
+}
+
+/// The rate of a device `model` of a class, in micro-credits per device-hour:
+/// the class's model override or its `perDeviceHour` ([`resolve_rate`]).
+pub fn rate_for(class: &AcceleratorClassSpec, model: &str) -> Result<Credits, PricingError> {
+    resolve_rate(&class.credits, model).map(|r| Credits(r.0))
+}
+
+/// Everything a line needs to be priced and recorded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RateInfo {
+    pub class: String,
+    pub model: String,
+    pub rate: Rate,
+    pub rate_card: String,
+}
+
+/// The [`RateInfo`] of a flavor whose devices are `model` (a `FlavorReport`'s
+/// `model`) in class `class_name`.
+pub fn rate_info(
+    class_name: &str,
+    class: &AcceleratorClassSpec,
+    generation: Option<i64>,
+    model: &str,
+) -> Result<RateInfo, PricingError> {
+    Ok(RateInfo {
+        class: class_name.to_string(),
+        model: model.to_string(),
+        rate: resolve_rate(&class.credits, model)?,
+        rate_card: rate_card_version(&class.credits, generation),
+    })
+}
+
+/// One priced (flavor, resource) of a reservation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReservationLine {
+    pub usage: FlavorUsage,
+    pub rate: RateInfo,
+    /// Price of the whole horizon for this line.
+    pub credits: Credits,
+}
+
+/// The credits an admission needs for its whole horizon.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reservation {
+    pub lines: Vec<ReservationLine>,
+    /// Usage for which no rate was found (the admission must be rejected).
+    pub unpriced: Vec<FlavorUsage>,
+    pub horizon_seconds: u64,
+    /// Sum of the lines' credits; fits an `i64` ledger amount.
+    pub total: Credits,
+}
+
+/// Prices `usage` for `horizon_seconds` with [`cumulative`], the function every
+/// post uses. Usage without a rate goes to `unpriced`; overflow is an error.
+pub fn reservation(
+    usage: &[FlavorUsage],
+    rates: &dyn Fn(&FlavorUsage) -> Option<RateInfo>,
+    horizon_seconds: u64,
+) -> Result<Reservation, AdmissionError> {
+    let mut lines = Vec::new();
+    let mut unpriced = Vec::new();
+    let mut total: u128 = 0;
+    for u in usage {
+        match rates(u) {
+            None => unpriced.push(u.clone()),
+            Some(rate) => {
+                let credits = cumulative(rate.rate, u.device_units, horizon_seconds)?;
+                total += u128::from(credits.0);
+                lines.push(ReservationLine {
+                    usage: u.clone(),
+                    rate,
+                    credits,
+                });
+            }
+        }
+    }
+    if total > i64::MAX as u128 {
+        return Err(AdmissionError::TooLarge { micros: total });
+    }
+    Ok(Reservation {
+        lines,
+        unpriced,
+        horizon_seconds,
+        total: Credits(total as u64),
+    })
+}
+
+/// What `decide` needs of a budget.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BudgetView {
+    pub budget: String,
+    pub team: String,
+    pub balances: Balances,
+}
+
+/// What `decide` needs of a workload's admission.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkloadView {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    /// From [`admission_number`].
+    pub admission: u32,
+    /// When Kueue reserved quota (the QuotaReserved condition's
+    /// `lastTransitionTime`), unix seconds: the pricing anchor.
+    pub admitted_at: i64,
+    /// The decision time, recorded as `created_at`.
+    pub now: i64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Append these entries (at most one Reserve), then set the check Ready.
+    Reserve { entries: Vec<Entry> },
+    /// Keep the check Pending (or Retry, per the budget's policy) with `message`.
+    Wait { message: String },
+    /// The admission can never be priced: set the check Rejected with `message`.
+    Reject { message: String },
+}
+
+fn format_duration(seconds: u64) -> String {
+    match seconds {
+        s if s > 0 && s % 3600 == 0 => format!("{}h", s / 3600),
+        s if s > 0 && s % 60 == 0 => format!("{}m", s / 60),
+        s => format!("{s}s"),
+    }
+}
+
+fn describe(res: &Reservation) -> String {
+    let mut out = String::new();
+    for (i, l) in res.lines.iter().enumerate() {
+        if i > 0 {
+            out.push_str(" + ");
+        }
+        let _ = write!(
+            out,
+            "{} x {} for {} at {}/device-hour",
+            l.usage.device_units,
+            l.rate.model,
+            format_duration(res.horizon_seconds),
+            Credits(l.rate.rate.0)
+        );
+    }
+    out
+}
+
+fn join_distinct<'a>(items: impl Iterator<Item = &'a str>) -> String {
+    let mut seen: Vec<&str> = Vec::new();
+    for i in items {
+        if !seen.contains(&i) {
+            seen.push(i);
+        }
+    }
+    seen.join("+")
+}
+
+/// The Reserve entry of a priced admission. The ledger keys one reservation per
+/// admission ([`reserve_key`]), so a multi-flavor admission is one entry whose
+/// `class`/`flavor`/`resource`/`rate_card` join the lines' distinct values with
+/// `+` and whose `device_units` is the lines' sum.
+pub fn reserve_entry(budget: &BudgetView, workload: &WorkloadView, res: &Reservation) -> Entry {
+    let horizon = i64::try_from(res.horizon_seconds).unwrap_or(i64::MAX);
+    Entry {
+        key: reserve_key(&budget.budget, &workload.uid, workload.admission),
+        kind: EntryKind::Reserve,
+        budget: budget.budget.clone(),
+        team: budget.team.clone(),
+        namespace: workload.namespace.clone(),
+        workload: workload.name.clone(),
+        workload_uid: workload.uid.clone(),
+        admission: workload.admission,
+        class: join_distinct(res.lines.iter().map(|l| l.rate.class.as_str())),
+        flavor: join_distinct(res.lines.iter().map(|l| l.usage.flavor.as_str())),
+        resource: join_distinct(res.lines.iter().map(|l| l.usage.resource.as_str())),
+        device_units: res
+            .lines
+            .iter()
+            .fold(0u64, |a, l| a.saturating_add(l.usage.device_units)),
+        start: workload.admitted_at,
+        end: workload.admitted_at.saturating_add(horizon),
+        credits: res.total.0 as i64,
+        rate_card: join_distinct(res.lines.iter().map(|l| l.rate.rate_card.as_str())),
+        reason: format!("reserve {}", describe(res)),
+        created_at: workload.now,
+    }
+}
+
+/// Reserve if the budget's remaining credits cover the reservation, else Wait
+/// with the message the ML user sees; Reject when some usage has no rate.
+/// An admission with no accelerator usage reserves nothing (empty entries).
+pub fn decide(budget: &BudgetView, workload: &WorkloadView, reservation: &Reservation) -> Decision {
+    if !reservation.unpriced.is_empty() {
+        let what: Vec<String> = reservation
+            .unpriced
+            .iter()
+            .map(|u| format!("{} x {} on flavor {}", u.device_units, u.resource, u.flavor))
+            .collect();
+        return Decision::Reject {
+            message: format!(
+                "budget {} has no credit rate for {}: no AcceleratorClass granted to team {} prices that flavor",
+                budget.budget,
+                what.join(", "),
+                budget.team
+            ),
+        };
+    }
+    if reservation.lines.is_empty() {
+        return Decision::Reserve { entries: vec![] };
+    }
+    let remaining = budget.balances.remaining();
+    if remaining >= i128::from(reservation.total.0) {
+        return Decision::Reserve {
+            entries: vec![reserve_entry(budget, workload, reservation)],
+        };
+    }
+    Decision::Wait {
+        message: format!(
+            "team {} has {} credits left; this workload needs up to {} ({})",
+            budget.team,
+            format_micros(remaining),
+            reservation.total,
+            describe(reservation)
+        ),
+    }
+}
+
+/// A Reserve entry with the priced lines it was made from (the controller keeps
+/// the lines with the entry, or re-derives them from the Workload's admission,
+/// which Kueue does not change during the admission, and the rate card named on
+/// the entry).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReserveEntryView {
+    pub reserve: Entry,
+    pub lines: Vec<ReservationLine>,
+    pub horizon_seconds: u64,
+}
+
+impl Reservation {
+    /// The view `settle` and `post_interval` work from.
+    pub fn view(&self, reserve: Entry) -> ReserveEntryView {
+        ReserveEntryView {
+            reserve,
+            lines: self.lines.clone(),
+            horizon_seconds: self.horizon_seconds,
+        }
+    }
+}
+
+impl ReserveEntryView {
+    fn reserved(&self) -> u64 {
+        u64::try_from(self.reserve.credits).unwrap_or(0)
+    }
+
+    /// Cumulative charge for the admitted span `[admitted_at, at)`, clipped at
+    /// the horizon and at the reserved amount (so never more than reserved).
+    fn charged_until(&self, admitted_at: i64, at: i64) -> u64 {
+        let s = if at <= admitted_at {
+            0
+        } else {
+            at.abs_diff(admitted_at).min(self.horizon_seconds)
+        };
+        let sum = self.lines.iter().fold(0u64, |acc, l| {
+            let c = cumulative(l.rate.rate, l.usage.device_units, s)
+                .map(|c| c.0)
+                .unwrap_or(u64::MAX);
+            acc.saturating_add(c)
+        });
+        sum.min(self.reserved())
+    }
+
+    fn derived(&self, kind: EntryKind, key: String, start: i64, end: i64, credits: u64) -> Entry {
+        let mut e = self.reserve.clone();
+        e.key = key;
+        e.kind = kind;
+        e.start = start;
+        e.end = end;
+        e.credits = credits as i64;
+        e.created_at = end;
+        e.reason = match kind {
+            EntryKind::Post => "usage".into(),
+            _ => "release unused reservation".into(),
+        };
+        e
+    }
+}
+
+/// The Post for `[from, to)` of a running admission (e.g. hourly), priced
+/// cumulatively from `admitted_at`. `None` when the interval is empty.
+/// `from` below `admitted_at` is treated as `admitted_at`.
+pub fn post_interval(
+    reservation: &ReserveEntryView,
+    admitted_at: i64,
+    from: i64,
+    to: i64,
+) -> Option<Entry> {
+    let from = from.max(admitted_at);
+    if to <= from {
+        return None;
+    }
+    let credits =
+        reservation.charged_until(admitted_at, to) - reservation.charged_until(admitted_at, from);
+    let r = &reservation.reserve;
+    Some(reservation.derived(
+        EntryKind::Post,
+        post_key(&r.budget, &r.workload_uid, r.admission, from, to),
+        from,
+        to,
+        credits,
+    ))
+}
+
+/// Settles an admission that ended at `ended_at`: the Post for
+/// `[already_posted_until, ended_at)` (omitted when empty) and the Void of the
+/// rest of the reservation (always, possibly zero, so the reservation closes).
+/// Usage past the horizon is not charged here (the reservation caps it).
+pub fn settle(
+    reservation: &ReserveEntryView,
+    admitted_at: i64,
+    ended_at: i64,
+    already_posted_until: i64,
+) -> Vec<Entry> {
+    let mut out = Vec::with_capacity(2);
+    if let Some(post) = post_interval(reservation, admitted_at, already_posted_until, ended_at) {
+        out.push(post);
+    }
+    let used = reservation.charged_until(admitted_at, ended_at.max(already_posted_until));
+    let rest = reservation.reserved() - used;
+    let r = &reservation.reserve;
+    let end = ended_at.max(already_posted_until).max(admitted_at);
+    out.push(reservation.derived(
+        EntryKind::Void,
+        void_key(&r.budget, &r.workload_uid, r.admission),
+        end,
+        end,
+        rest,
+    ));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::CreditRate;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    fn workload() -> Value {
+        json!({
+            "apiVersion": "kueue.x-k8s.io/v1beta2",
+            "kind": "Workload",
+            "metadata": {"name": "job-train-7f2c", "namespace": "vision", "uid": "0b6e-uid"},
+            "spec": {
+                "queueName": "vision",
+                "maximumExecutionTimeSeconds": 7200,
+                "podSets": [
+                    {"name": "launcher", "count": 1},
+                    {"name": "workers", "count": 4},
+                    {"name": "notebook", "count": 2}
+                ]
+            },
+            "status": {
+                "conditions": [{"type": "QuotaReserved", "status": "True",
+                                "lastTransitionTime": "2025-01-01T00:00:00Z"}],
+                "admission": {
+                    "clusterQueue": "kaccel-vision",
+                    "podSetAssignments": [
+                        {"name": "launcher", "count": 1,
+                         "flavors": {"cpu": "cpu-pool", "memory": "cpu-pool"},
+                         "resourceUsage": {"cpu": "2", "memory": "4Gi"}},
+                        {"name": "workers", "count": 4,
+                         "flavors": {"cpu": "h100-pool", "memory": "h100-pool",
+                                     "nvidia.com/mig-1g.10gb": "nvidia-h100-80gb-hbm3-mig-1g.10gb"},
+                         "resourceUsage": {"cpu": "32", "memory": "256Gi",
+                                           "nvidia.com/mig-1g.10gb": "8",
+                                           "ephemeral-storage": "10Gi", "pods": "4"}},
+                        {"name": "notebook", "count": 2,
+                         "flavors": {"nvidia.com/gpu": "nvidia-a10g-SHARED"},
+                         "resourceUsage": {"nvidia.com/gpu": "2", "hugepages-2Mi": "0"}}
+                    ]
+                },
+                "schedulingStats": {"evictions": [
+                    {"reason": "Preempted", "underlyingCause": "", "count": 2},
+                    {"reason": "PodsReadyTimeout", "underlyingCause": "", "count": 1}
+                ]}
+            }
+        })
+    }
+
+    #[test]
+    fn usage_reads_totals_per_flavor_and_skips_core_resources() {
+        let u = usage_from_workload(&workload()).unwrap();
+        assert_eq!(
+            u,
+            vec![
+                FlavorUsage {
+                    flavor: "nvidia-a10g-SHARED".into(),
+                    resource: "nvidia.com/gpu".into(),
+                    device_units: 2,
+                },
+                FlavorUsage {
+                    flavor: "nvidia-h100-80gb-hbm3-mig-1g.10gb".into(),
+                    resource: "nvidia.com/mig-1g.10gb".into(),
+                    device_units: 8,
+                },
+            ]
+        );
+        assert_eq!(admission_number(&workload()).unwrap(), 4);
+        assert_eq!(horizon_seconds(&workload(), 3600), 7200);
+        assert_eq!(admission_number(&json!({"status": {}})).unwrap(), 1);
+        assert_eq!(horizon_seconds(&json!({}), 3600), 3600);
+    }
+
+    #[test]
+    fn bad_quantities_name_the_pod_set_and_resource() {
+        for bad in ["0.5", "500m", "lots", "-1"] {
+            let mut w = workload();
+            w["status"]["admission"]["podSetAssignments"][1]["resourceUsage"]["nvidia.com/mig-1g.10gb"] =
+                json!(bad);
+            let e = usage_from_workload(&w).unwrap_err().to_string();
+            assert!(e.contains("workers") && e.contains("mig-1g.10gb"), "{e}");
+        }
+        let mut w = workload();
+        w["status"]["admission"]["podSetAssignments"][2]["flavors"] = json!({});
+        assert!(matches!(
+            usage_from_workload(&w),
+            Err(AdmissionError::NoFlavor { .. })
+        ));
+        assert_eq!(
+            usage_from_workload(&json!({"status": {}})),
+            Err(AdmissionError::NotAdmitted)
+        );
+        let mut w = workload();
+        w["status"]["schedulingStats"]["evictions"][0]["count"] = json!(-1);
+        assert!(admission_number(&w).is_err());
+    }
+
+    fn class(rate: &str) -> AcceleratorClassSpec {
+        serde_json::from_value(json!({"sharing": "Whole", "credits": {"perDeviceHour": rate}}))
+            .unwrap_or_else(|_| panic!("class spec"))
+    }
+
+    fn rates(u: &FlavorUsage) -> Option<RateInfo> {
+        let (model, r) = match u.resource.as_str() {
+            "nvidia.com/gpu" => ("nvidia-a10g", "1.5"),
+            "nvidia.com/mig-1g.10gb" => ("nvidia-h100-80gb-hbm3-mig-1g.10gb", "0.25"),
+            _ => return None,
+        };
+        let spec = CreditRate {
+            per_device_hour: r.into(),
+            model_overrides: vec![],
+        };
+        Some(RateInfo {
+            class: "gpu".into(),
+            model: model.into(),
+            rate: resolve_rate(&spec, model).ok()?,
+            rate_card: rate_card_version(&spec, Some(1)),
+        })
+    }
+
+    fn budget(remaining_credits: u64) -> BudgetView {
+        let mut balances = Balances::default();
+        balances.apply(EntryKind::Grant, Credits::whole(remaining_credits).0 as i64);
+        BudgetView {
+            budget: "vision".into(),
+            team: "vision".into(),
+            balances,
+        }
+    }
+
+    fn view() -> WorkloadView {
+        WorkloadView {
+            namespace: "vision".into(),
+            name: "job-train-7f2c".into(),
+            uid: "0b6e-uid".into(),
+            admission: 4,
+            admitted_at: 1_735_689_600,
+            now: 1_735_689_601,
+        }
+    }
+
+    #[test]
+    fn rate_for_reuses_resolve_rate() {
+        assert_eq!(rate_for(&class("2.5"), "x").ok(), Some(Credits(2_500_000)));
+    }
+
+    #[test]
+    fn decide_reserves_waits_and_rejects() {
+        let u = usage_from_workload(&workload()).unwrap();
+        let res = reservation(&u, &rates, horizon_seconds(&workload(), 3600)).unwrap();
+        // 2 x 1.5 x 2h + 8 x 0.25 x 2h = 6 + 4 = 10 credits.
+        assert_eq!(res.total, Credits::whole(10));
+        match decide(&budget(10), &view(), &res) {
+            Decision::Reserve { entries } => {
+                assert_eq!(entries.len(), 1);
+                let e = &entries[0];
+                assert_eq!(e.key, reserve_key("vision", "0b6e-uid", 4));
+                assert_eq!(e.credits, 10_000_000);
+                assert_eq!(e.device_units, 10);
+                assert_eq!(e.end - e.start, 7200);
+                e.validate().unwrap();
+            }
+            d => panic!("{d:?}"),
+        }
+        match decide(&budget(3), &view(), &res) {
+            Decision::Wait { message } => assert_eq!(
+                message,
+                "team vision has 3 credits left; this workload needs up to 10 \
+                 (2 x nvidia-a10g for 2h at 1.5/device-hour + \
+                 8 x nvidia-h100-80gb-hbm3-mig-1g.10gb for 2h at 0.25/device-hour)"
+            ),
+            d => panic!("{d:?}"),
+        }
+        let mut u2 = u.clone();
+        u2.push(FlavorUsage {
+            flavor: "mi300x".into(),
+            resource: "amd.com/gpu".into(),
+            device_units: 1,
+        });
+        match decide(
+            &budget(100),
+            &view(),
+            &reservation(&u2, &rates, 3600).unwrap(),
+        ) {
+            Decision::Reject { message } => {
+                assert!(message.contains("amd.com/gpu") && message.contains("mi300x"))
+            }
+            d => panic!("{d:?}"),
+        }
+        assert_eq!(
+            decide(
+                &budget(0),
+                &view(),
+                &reservation(&[], &rates, 3600).unwrap()
+            ),
+            Decision::Reserve { entries: vec![] }
+        );
+    }
+
+    #[test]
+    fn message_example_from_the_issue() {
+        let usage = [FlavorUsage {
+            flavor: "h100".into(),
+            resource: "nvidia.com/gpu".into(),
+            device_units: 4,
+        }];
+        let r = |_: &FlavorUsage| {
+            Some(RateInfo {
+                class: "gpu".into(),
+                model: "nvidia-h100-80gb-hbm3".into(),
+                rate: Rate(100_000_000),
+                rate_card: "rc-x".into(),
+            })
+        };
+        let res = reservation(&usage, &r, 3600).unwrap();
+        match decide(&budget(120), &view(), &res) {
+            Decision::Wait { message } => assert_eq!(
+                message,
+                "team vision has 120 credits left; this workload needs up to 400 \
+                 (4 x nvidia-h100-80gb-hbm3 for 1h at 100/device-hour)"
+            ),
+            d => panic!("{d:?}"),
+        }
+    }
+
+    fn reserved_view(rate: u64, units: u64, horizon: u64, admitted_at: i64) -> ReserveEntryView {
+        let usage = [FlavorUsage {
+            flavor: "f".into(),
+            resource: "nvidia.com/gpu".into(),
+            device_units: units,
+        }];
+        let r = move |_: &FlavorUsage| {
+            Some(RateInfo {
+                class: "c".into(),
+                model: "m".into(),
+                rate: Rate(rate),
+                rate_card: "rc-x".into(),
+            })
+        };
+        let res = reservation(&usage, &r, horizon).unwrap();
+        let wl = WorkloadView {
+            admitted_at,
+            now: admitted_at,
+            ..view()
+        };
+        let entry = reserve_entry(&budget(0), &wl, &res);
+        res.view(entry)
+    }
+
+    #[test]
+    fn settle_posts_then_voids_with_entry_keys() {
+        let v = reserved_view(2_000_000, 4, 7200, 1000);
+        let hourly = post_interval(&v, 1000, 1000, 4600).unwrap();
+        assert_eq!(hourly.credits, 8_000_000);
+        assert_eq!(hourly.key, post_key("vision", "0b6e-uid", 4, 1000, 4600));
+        hourly.validate().unwrap();
+        let s = settle(&v, 1000, 5500, 4600);
+        assert_eq!(s.len(), 2);
+        assert_eq!(s[0].kind, EntryKind::Post);
+        assert_eq!(s[0].credits, 2_000_000); // 900 s x 4 x 2/h
+        assert_eq!(s[1].kind, EntryKind::Void);
+        assert_eq!(s[1].key, void_key("vision", "0b6e-uid", 4));
+        assert_eq!(s[1].credits, 16_000_000 - 10_000_000);
+        for e in &s {
+            e.validate().unwrap();
+        }
+        // Ran past the horizon: charge capped, nothing voided.
+        let s = settle(&v, 1000, 99_999, 4600);
+        assert_eq!(s[0].credits, 8_000_000);
+        assert_eq!(s[1].credits, 0);
+        // Ended before the last post: no post, void the rest.
+        let s = settle(&v, 1000, 4000, 4600);
+        assert_eq!(s.len(), 1);
+        assert_eq!(s[0].credits, 8_000_000);
+    }
+
+    proptest! {
+        #[test]
+        fn settle_never_posts_more_than_reserved(rate in 0u64..1_000_000_000, units in 0u64..1000,
+                horizon in 0u64..1_000_000, admitted in 0i64..2_000_000_000,
+                ran in 0i64..2_000_000, posted in 0i64..2_000_000) {
+            let v = reserved_view(rate, units, horizon, admitted);
+            let posted_until = admitted + posted.min(ran);
+            let before = post_interval(&v, admitted, admitted, posted_until).map_or(0, |e| e.credits);
+            let s = settle(&v, admitted, admitted + ran, posted_until);
+            let total: i64 = before + s.iter().map(|e| e.credits).sum::<i64>();
+            prop_assert_eq!(total, v.reserve.credits);
+            let posted_total: i64 = before + s.iter().filter(|e| e.kind == EntryKind::Post).map(|e| e.credits).sum::<i64>();
+            prop_assert!(posted_total <= v.reserve.credits);
+            for e in &s { prop_assert!(e.validate().is_ok()); }
+        }
+
+        #[test]
+        fn posts_over_any_split_sum_to_one_post(rate in 0u64..1_000_000_000, units in 0u64..1000,
+                horizon in 0u64..1_000_000, admitted in 0i64..2_000_000_000,
+                len in 0i64..2_000_000, cuts in proptest::collection::vec(0i64..2_000_000, 0..10)) {
+            let v = reserved_view(rate, units, horizon, admitted);
+            let end = admitted + len;
+            let mut pts: Vec<i64> = cuts.into_iter().map(|c| admitted + c % (len + 1)).collect();
+            pts.push(admitted);
+            pts.push(end);
+            pts.sort_unstable();
+            let whole = post_interval(&v, admitted, admitted, end).map_or(0, |e| e.credits);
+            let sum: i64 = pts.windows(2)
+                .filter_map(|w| post_interval(&v, admitted, w[0], w[1]))
+                .map(|e| e.credits)
+                .sum();
+            prop_assert_eq!(whole, sum);
+        }
+
+        #[test]
+        fn decide_never_reserves_more_than_remaining(rate in 0u64..1_000_000_000, units in 0u64..1000,
+                horizon in 0u64..1_000_000, granted in 0i64..1_000_000_000_000, spent in 0i64..1_000_000_000_000) {
+            let usage = [FlavorUsage { flavor: "f".into(), resource: "nvidia.com/gpu".into(), device_units: units }];
+            let r = move |_: &FlavorUsage| Some(RateInfo { class: "c".into(), model: "m".into(), rate: Rate(rate), rate_card: "rc".into() });
+            let res = reservation(&usage, &r, horizon).unwrap();
+            let mut balances = Balances::default();
+            balances.apply(EntryKind::Grant, granted);
+            balances.apply(EntryKind::Correction, spent);
+            let b = BudgetView { budget: "b".into(), team: "t".into(), balances };
+            match decide(&b, &view(), &res) {
+                Decision::Reserve { entries } => {
+                    let sum: i128 = entries.iter().map(|e| i128::from(e.credits)).sum();
+                    prop_assert!(sum <= balances.remaining());
+                }
+                Decision::Wait { message } => {
+                    prop_assert!(i128::from(res.total.0) > balances.remaining());
+                    prop_assert!(message.contains("credits left"));
+                }
+                Decision::Reject { .. } => prop_assert!(false, "priced usage rejected"),
+            }
+        }
+    }
+}
