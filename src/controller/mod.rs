@@ -217,6 +217,8 @@ struct Reconciler {
     held_back: std::sync::Mutex<std::collections::BTreeSet<String>>,
     /// Workloads kaccel evicted may be waiting to be requeued (checked at start too).
     requeue_pending: AtomicBool,
+    /// Some budget names a namespace that does not exist (retried every few seconds).
+    namespaces_missing: AtomicBool,
 }
 
 /// Run the controller until SIGTERM / Ctrl-C.
@@ -281,6 +283,7 @@ pub async fn run(config: Config) -> Result<(), Error> {
         health: tracker,
         held_back: Default::default(),
         requeue_pending: AtomicBool::new(config.health.actions.evict_workloads_on_failed),
+        namespaces_missing: AtomicBool::new(false),
     };
 
     let result = if config.leader_election.enabled {
@@ -480,6 +483,11 @@ async fn reconcile_loop(
                     last_event = Instant::now() + Duration::from_secs(1);
                 }
                 reconciler.metrics.reconcile_duration.observe(started.elapsed().as_secs_f64());
+                if dirty_since.is_none() && reconciler.namespaces_missing.load(Ordering::Relaxed) {
+                    // Namespaces are not watched: try the missing ones again in a while.
+                    dirty_since = Some(Instant::now() + Duration::from_secs(5));
+                    last_event = Instant::now() + Duration::from_secs(5);
+                }
                 if dirty_since.is_none() && reconciler.requeue_pending.load(Ordering::Relaxed) {
                     // Kueue evicts asynchronously and Workloads are not watched: look again soon.
                     dirty_since = Some(Instant::now());
@@ -540,12 +548,31 @@ impl Reconciler {
 
         // Apply.
         let mut first_error = None;
+        // A LocalQueue whose namespace does not exist yet is not an error to retry
+        // at once: it becomes a condition on its budget, and is tried again later.
+        let mut missing_namespaces: std::collections::BTreeMap<
+            String,
+            std::collections::BTreeSet<String>,
+        > = Default::default();
         for action in &actions {
-            if let Err(e) = self.apply(action, &live).await {
-                tracing::warn!(error = %e, "write failed");
-                first_error.get_or_insert(e);
+            match self.apply(action, &live).await {
+                Ok(()) => {}
+                Err(Error::Api {
+                    source: kube::Error::Api(status),
+                    ..
+                }) if status.code == 404 && is_local_queue(action) => {
+                    if let Some((budget, ns)) = local_queue_budget(action) {
+                        missing_namespaces.entry(budget).or_default().insert(ns);
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "write failed");
+                    first_error.get_or_insert(e);
+                }
             }
         }
+        self.namespaces_missing
+            .store(!missing_namespaces.is_empty(), Ordering::Relaxed);
         self.record_metrics(&planned, &desired);
 
         // Nodes: taint / cordon for health, within the share limit.
@@ -621,7 +648,8 @@ impl Reconciler {
             });
         self.write_class_status(&classes, &planned, &limited)
             .await?;
-        self.write_budget_status(&budgets, &planned).await?;
+        self.write_budget_status(&budgets, &planned, &missing_namespaces)
+            .await?;
         match first_error {
             Some(e) => Err(e),
             None => Ok(()),
@@ -952,10 +980,12 @@ impl Reconciler {
         Ok(())
     }
 
+    /// `missing`: budget -> namespaces whose LocalQueues could not be created.
     async fn write_budget_status(
         &self,
         budgets: &[CreditBudget],
         planned: &Plan,
+        missing: &std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
     ) -> Result<(), Error> {
         let now = Time(k8s_openapi::jiff::Timestamp::now());
         let api: Api<CreditBudget> = Api::all(self.client.clone());
@@ -966,17 +996,32 @@ impl Reconciler {
             };
             let existing = budget.status.clone().unwrap_or_default();
             let generation = budget.metadata.generation;
+            let mut desired = report.conditions.clone();
+            if report.valid {
+                desired.push(match missing.get(&name) {
+                    Some(namespaces) => crate::api::DesiredCondition::new(
+                        "NamespaceMissing",
+                        true,
+                        "NamespaceNotFound",
+                        format!(
+                            "spec.namespaces: {} do(es) not exist: create them; their LocalQueues are created as soon as they do",
+                            namespaces.iter().cloned().collect::<Vec<_>>().join(", ")
+                        ),
+                    ),
+                    None => crate::api::DesiredCondition::new(
+                        "NamespaceMissing",
+                        false,
+                        "NamespacesExist",
+                        "every namespace in spec.namespaces has its LocalQueues",
+                    ),
+                });
+            }
             let status = CreditBudgetStatus {
                 observed_generation: generation,
                 cohort: report.cohort.clone(),
                 cluster_queues: report.cluster_queues.clone(),
                 local_queues: report.local_queues.clone(),
-                conditions: merge_conditions(
-                    &existing.conditions,
-                    &report.conditions,
-                    &now,
-                    generation,
-                ),
+                conditions: merge_conditions(&existing.conditions, &desired, &now, generation),
                 // Credit figures belong to the ledger; keep what is there.
                 granted: existing.granted.clone(),
                 reserved: existing.reserved.clone(),
@@ -1021,6 +1066,20 @@ fn condition_true(
         .iter()
         .find(|c| c.type_ == type_)
         .map(|c| c.status == "True")
+}
+
+fn is_local_queue(action: &Action) -> bool {
+    matches!(action, Action::Apply { target, .. } | Action::Recreate { target, .. } if target.kind == Kind::LocalQueue)
+}
+
+/// The budget (label) and namespace of a LocalQueue write.
+fn local_queue_budget(action: &Action) -> Option<(String, String)> {
+    let (Action::Apply { target, object, .. } | Action::Recreate { target, object }) = action
+    else {
+        return None;
+    };
+    let budget = object["metadata"]["labels"][crate::plan::BUDGET_LABEL].as_str()?;
+    Some((budget.to_string(), target.namespace.clone()?))
 }
 
 /// Total nominal quota of device resources (not cpu/memory) in a ClusterQueue.

@@ -366,6 +366,31 @@ async fn lifecycle(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
         let labelled = cqs.list(&ListParams::default().labels(&format!("kaccel.io/class={bad}"))).await?;
         assert!(labelled.items.is_empty(), "a queue was written for an invalid class");
 
+        // A budget naming a namespace that does not exist: a condition, not an
+        // error loop; the LocalQueue appears once the namespace does.
+        let ghost = format!("ghost-{id}");
+        let ghost_ns = format!("later-{id}");
+        budgets
+            .create(&PostParams::default(), &budget(&ghost, &ghost_ns, &[(&lt, 0)]))
+            .await?;
+        cleanup.add(None, budget_ar.clone(), &ghost);
+        let missing = wait_for("NamespaceMissing", WAIT, || async {
+            Ok(budgets
+                .get(&ghost)
+                .await?
+                .status
+                .and_then(|s| s.conditions.into_iter().find(|c| c.type_ == "NamespaceMissing" && c.status == "True")))
+        })
+        .await?;
+        assert!(missing.message.contains(&ghost_ns), "{}", missing.message);
+        support::namespace(client, &ghost_ns).await?;
+        cleanup.add_namespace(&ghost_ns);
+        let ghost_lqs: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ghost_ns, &kueue("LocalQueue"));
+        wait_obj(&ghost_lqs, &lt, "created once the namespace exists", |_| true).await?;
+        cleanup.add(Some(&ghost_ns), kueue("LocalQueue"), &lt);
+        cleanup.add(None, kueue("ClusterQueue"), &format!("{ghost}-{lt}"));
+        cleanup.add(None, kueue("Cohort"), &format!("{root}-{ghost}"));
+
         // Deleting a class removes what it created.
         classes.delete(&inf, &DeleteParams::default()).await?;
         wait_for("inference queue removed", WAIT, || async {
