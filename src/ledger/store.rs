@@ -309,6 +309,36 @@ struct RawRow {
 }
 
 impl RawRow {
+    /// `id` then [`COLUMNS`] in order, through each backend's typed getters
+    /// (which name the column when a row is corrupt).
+    fn read(
+        id: i64,
+        text: impl Fn(usize, &'static str) -> Result<String, StoreError>,
+        int: impl Fn(usize, &'static str) -> Result<i64, StoreError>,
+    ) -> Result<RawRow, StoreError> {
+        Ok(RawRow {
+            id,
+            key: text(1, "idempotency_key")?,
+            kind: text(2, "kind")?,
+            budget: text(3, "budget")?,
+            team: text(4, "team")?,
+            namespace: text(5, "workload_namespace")?,
+            workload: text(6, "workload_name")?,
+            uid: text(7, "workload_uid")?,
+            admission: int(8, "admission")?,
+            class: text(9, "class")?,
+            flavor: text(10, "flavor")?,
+            resource: text(11, "resource")?,
+            units: int(12, "device_units")?,
+            start: int(13, "interval_start")?,
+            end: int(14, "interval_end")?,
+            credits: int(15, "credits")?,
+            rate_card: text(16, "rate_card")?,
+            reason: text(17, "reason")?,
+            created_at: int(18, "created_at")?,
+        })
+    }
+
     fn into_entry(self) -> Result<StoredEntry, StoreError> {
         let id = self.id;
         let corrupt = |column, detail: String| StoreError::CorruptRow { id, column, detail };
@@ -574,28 +604,7 @@ impl SqliteStore {
                 }),
             }
         };
-        RawRow {
-            id,
-            key: text(1, "idempotency_key")?,
-            kind: text(2, "kind")?,
-            budget: text(3, "budget")?,
-            team: text(4, "team")?,
-            namespace: text(5, "workload_namespace")?,
-            workload: text(6, "workload_name")?,
-            uid: text(7, "workload_uid")?,
-            admission: int(8, "admission")?,
-            class: text(9, "class")?,
-            flavor: text(10, "flavor")?,
-            resource: text(11, "resource")?,
-            units: int(12, "device_units")?,
-            start: int(13, "interval_start")?,
-            end: int(14, "interval_end")?,
-            credits: int(15, "credits")?,
-            rate_card: text(16, "rate_card")?,
-            reason: text(17, "reason")?,
-            created_at: int(18, "created_at")?,
-        }
-        .into_entry()
+        RawRow::read(id, text, int)?.into_entry()
     }
 }
 
@@ -823,28 +832,7 @@ impl PostgresStore {
                 detail: e.to_string(),
             })
         };
-        RawRow {
-            id,
-            key: text(1, "idempotency_key")?,
-            kind: text(2, "kind")?,
-            budget: text(3, "budget")?,
-            team: text(4, "team")?,
-            namespace: text(5, "workload_namespace")?,
-            workload: text(6, "workload_name")?,
-            uid: text(7, "workload_uid")?,
-            admission: int(8, "admission")?,
-            class: text(9, "class")?,
-            flavor: text(10, "flavor")?,
-            resource: text(11, "resource")?,
-            units: int(12, "device_units")?,
-            start: int(13, "interval_start")?,
-            end: int(14, "interval_end")?,
-            credits: int(15, "credits")?,
-            rate_card: text(16, "rate_card")?,
-            reason: text(17, "reason")?,
-            created_at: int(18, "created_at")?,
-        }
-        .into_entry()
+        RawRow::read(id, text, int)?.into_entry()
     }
 }
 
