@@ -147,6 +147,35 @@ pub fn class_from_example(example: &str, name: &str) -> AcceleratorClass {
     panic!("no example class {example}");
 }
 
+/// Create `class`, a fresh namespace and a budget `team-<id>` there guaranteeing
+/// `guaranteed` devices of the class; all deleted by `cleanup`. Returns the
+/// namespace and the budget name.
+pub async fn class_with_budget(
+    client: &Client,
+    cleanup: &mut Cleanup,
+    id: &str,
+    class: &AcceleratorClass,
+    guaranteed: u32,
+) -> Result<(String, String)> {
+    let name = class.name_any();
+    Api::<AcceleratorClass>::all(client.clone())
+        .create(&PostParams::default(), class)
+        .await?;
+    cleanup.add(None, ApiResource::erase::<AcceleratorClass>(&()), &name);
+    let ns = format!("ns-{id}");
+    support::namespace(client, &ns).await?;
+    cleanup.add_namespace(&ns);
+    let team = format!("team-{id}");
+    Api::<CreditBudget>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &budget(&team, &ns, &[(&name, guaranteed)]),
+        )
+        .await?;
+    cleanup.add(None, ApiResource::erase::<CreditBudget>(&()), &team);
+    Ok((ns, team))
+}
+
 fn budget(name: &str, namespace: &str, grants: &[(&str, u32)]) -> CreditBudget {
     serde_json::from_value(json!({
         "apiVersion": "kaccel.io/v1alpha1", "kind": "CreditBudget",

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use k8s_openapi::api::core::v1::Node;
-use kaccel::api::{AcceleratorClass, CreditBudget};
+use kaccel::api::AcceleratorClass;
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::core::ApiResource;
 use kube::{Client, ResourceExt};
@@ -15,7 +15,7 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::controller::{
-    Controller, class_from_example, ensure_example_nodes, free_port, wait_for,
+    Controller, class_from_example, class_with_budget, ensure_example_nodes, free_port, wait_for,
 };
 use crate::support::{self, Cleanup, kueue};
 
@@ -198,6 +198,8 @@ struct Setup {
     controller: Controller,
     root: String,
     class: String,
+    /// The budget's namespace, holding the class's LocalQueue.
+    ns: String,
 }
 
 async fn setup(client: &Client, cleanup: &mut Cleanup, hold_down: u32) -> Result<Setup> {
@@ -206,23 +208,7 @@ async fn setup(client: &Client, cleanup: &mut Cleanup, hold_down: u32) -> Result
     let class = format!("h100-{id}");
     let mut c = class_from_example("large-training", &class);
     c.spec.selector.models = vec!["*H100*".into()];
-    Api::<AcceleratorClass>::all(client.clone())
-        .create(&PostParams::default(), &c)
-        .await?;
-    cleanup.add(None, ApiResource::erase::<AcceleratorClass>(&()), &class);
-    let ns = format!("ns-{id}");
-    support::namespace(client, &ns).await?;
-    cleanup.add_namespace(&ns);
-    let team = format!("team-{id}");
-    let budget: CreditBudget = serde_json::from_value(json!({
-        "apiVersion": "kaccel.io/v1alpha1", "kind": "CreditBudget", "metadata": {"name": team},
-        "spec": {"team": "e2e", "namespaces": [ns], "classes": [{"name": class, "guaranteedDevices": 8}],
-                 "credits": {"perPeriod": "100", "period": {"start": "2026-12-01T00:00:00Z", "days": 30}}}
-    }))?;
-    Api::<CreditBudget>::all(client.clone())
-        .create(&PostParams::default(), &budget)
-        .await?;
-    cleanup.add(None, ApiResource::erase::<CreditBudget>(&()), &team);
+    let (ns, team) = class_with_budget(client, cleanup, &id, &c, 8).await?;
 
     let mut exporters = Vec::new();
     for (node, gpus) in h100_nodes() {
@@ -245,6 +231,7 @@ async fn setup(client: &Client, cleanup: &mut Cleanup, hold_down: u32) -> Result
         controller,
         root,
         class,
+        ns,
     })
 }
 
@@ -713,17 +700,7 @@ async fn side_by_side(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
         },
     )
     .await?;
-    let team_ns = {
-        let budgets: Api<CreditBudget> = Api::all(client.clone());
-        let list = budgets.list(&Default::default()).await?;
-        let b = list
-            .items
-            .iter()
-            .find(|b| b.spec.classes.iter().any(|c| c.name == s.class))
-            .expect("budget");
-        b.spec.namespaces[0].clone()
-    };
-    let with = admitted_of(client, &team_ns, &s.class, "kaccel", requests, cleanup).await?;
+    let with = admitted_of(client, &s.ns, &s.class, "kaccel", requests, cleanup).await?;
     let with_broken = with.saturating_sub(fits_healthy);
     eprintln!(
         "MEASURE side by side ({physical} H100, {withdrawn} withdrawn + {failed} failed -> {healthy} healthy; {requests} x 4-GPU Workloads): \
@@ -766,15 +743,7 @@ async fn evict_requeue(client: &Client, s: &Setup, cleanup: &mut Cleanup) -> Res
     use k8s_openapi::api::batch::v1::Job;
     use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
     let wait = Duration::from_secs(30);
-    let budgets: Api<CreditBudget> = Api::all(client.clone());
-    let ns = budgets
-        .list(&Default::default())
-        .await?
-        .items
-        .into_iter()
-        .find(|b| b.spec.classes.iter().any(|c| c.name == s.class))
-        .map(|b| b.spec.namespaces[0].clone())
-        .expect("the test budget");
+    let ns = s.ns.clone();
     let (n0, e0) = &s.exporters[0];
     let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), &ns);
     sas.create(

@@ -10,15 +10,14 @@ use std::time::Duration;
 
 use anyhow::Result;
 use k8s_openapi::api::core::v1::Node;
-use kaccel::api::{AcceleratorClass, CreditBudget, HealthCounts};
-use kube::api::{Api, DynamicObject, PostParams};
-use kube::core::ApiResource;
+use kaccel::api::{AcceleratorClass, HealthCounts};
+use kube::api::{Api, DynamicObject};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::controller::{
-    Controller, class_from_example, ensure_example_nodes, free_port, wait_for,
+    Controller, class_from_example, class_with_budget, ensure_example_nodes, free_port, wait_for,
 };
 use crate::support::{self, Cleanup, kueue};
 
@@ -255,23 +254,7 @@ async fn prometheus_source(client: &Client, cleanup: &mut Cleanup) -> Result<()>
     let class = format!("h100-{id}");
     let mut c = class_from_example("large-training", &class);
     c.spec.selector.models = vec!["*H100*".into()];
-    Api::<AcceleratorClass>::all(client.clone())
-        .create(&PostParams::default(), &c)
-        .await?;
-    cleanup.add(None, ApiResource::erase::<AcceleratorClass>(&()), &class);
-    let ns = format!("ns-{id}");
-    support::namespace(client, &ns).await?;
-    cleanup.add_namespace(&ns);
-    let team = format!("team-{id}");
-    let budget: CreditBudget = serde_json::from_value(json!({
-        "apiVersion": "kaccel.io/v1alpha1", "kind": "CreditBudget", "metadata": {"name": team},
-        "spec": {"team": "e2e", "namespaces": [ns], "classes": [{"name": class, "guaranteedDevices": 8}],
-                 "credits": {"perPeriod": "100", "period": {"start": "2026-12-01T00:00:00Z", "days": 30}}}
-    }))?;
-    Api::<CreditBudget>::all(client.clone())
-        .create(&PostParams::default(), &budget)
-        .await?;
-    cleanup.add(None, ApiResource::erase::<CreditBudget>(&()), &team);
+    let (ns, team) = class_with_budget(client, cleanup, &id, &c, 8).await?;
 
     let prometheus = FakePrometheus::start(fleet.clone()).await;
     let root = format!("root-{id}");

@@ -16,14 +16,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use k8s_openapi::api::core::v1::Node;
-use kaccel::api::{AcceleratorClass, CreditBudget, HealthCounts, ResolvedFlavor};
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
-use kube::core::ApiResource;
+use kaccel::api::{AcceleratorClass, HealthCounts, ResolvedFlavor};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
 use crate::controller::{
-    Controller, class_from_example, ensure_example_nodes, free_port, wait_for,
+    Controller, class_from_example, class_with_budget, ensure_example_nodes, free_port, wait_for,
 };
 use crate::health::{Answer, FakeExporter};
 use crate::support::{self, Cleanup, kueue};
@@ -466,23 +465,14 @@ impl Rig {
         restore_nodes(client, vendor).await;
         let id = support::unique("hv");
         let class = format!("{example}-{id}");
-        Api::<AcceleratorClass>::all(client.clone())
-            .create(&PostParams::default(), &class_from_example(example, &class))
-            .await?;
-        cleanup.add(None, ApiResource::erase::<AcceleratorClass>(&()), &class);
-        let ns = format!("ns-{id}");
-        support::namespace(client, &ns).await?;
-        cleanup.add_namespace(&ns);
-        let team = format!("team-{id}");
-        let budget: CreditBudget = serde_json::from_value(json!({
-            "apiVersion": "kaccel.io/v1alpha1", "kind": "CreditBudget", "metadata": {"name": team},
-            "spec": {"team": "e2e", "namespaces": [ns], "classes": [{"name": class, "guaranteedDevices": 4}],
-                     "credits": {"perPeriod": "100", "period": {"start": "2026-12-01T00:00:00Z", "days": 30}}}
-        }))?;
-        Api::<CreditBudget>::all(client.clone())
-            .create(&PostParams::default(), &budget)
-            .await?;
-        cleanup.add(None, ApiResource::erase::<CreditBudget>(&()), &team);
+        let (ns, team) = class_with_budget(
+            client,
+            cleanup,
+            &id,
+            &class_from_example(example, &class),
+            4,
+        )
+        .await?;
 
         let mut exporters = Vec::new();
         for (node, n) in vendor.fleet() {
