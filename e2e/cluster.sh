@@ -66,7 +66,17 @@ start() { # start <name> <binary> <args...>: detached, own session, log in $RUN
   log "starting $name (log: $RUN/$name.log)"
   echo "=== $(date -Is) $*" >>"$RUN/$name.log"
   setsid "$@" </dev/null >>"$RUN/$name.log" 2>&1 &
-  echo $! >"$RUN/$name.pid"
+  local pid=$! i
+  echo "$pid" >"$RUN/$name.pid"
+  # Until the forked shell has exec'd the binary, /proc/<pid>/cmdline still
+  # shows this script, and pid_of (which checks the binary to guard against a
+  # recycled pid) would report the component as exited. On a busy machine that
+  # window is long enough to lose the race, so wait for the exec here.
+  for ((i = 0; i < 200; i++)); do
+    tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "/$name " && return 0
+    [[ -d "/proc/$pid" ]] || return 0 # exited already: wait_for shows its log
+    sleep 0.05
+  done
 }
 
 stop() { # stop <name>: SIGTERM, wait up to 20s, then SIGKILL
