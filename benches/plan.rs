@@ -92,10 +92,12 @@ fn budgets() -> Vec<CreditBudget> {
                         ),
                         days: 30,
                     },
+                    top_ups: Vec::new(),
                 },
                 fair_share_weight: None,
                 on_exhaustion: ExhaustionPolicy::Hold,
                 allow_borrowing: true,
+                admission: Default::default(),
             },
             status: None,
         })

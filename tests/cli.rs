@@ -125,6 +125,33 @@ spec:
 }
 
 #[test]
+fn negative_top_up_is_refused_offline_with_the_crd_message() {
+    let path = scratch(
+        "negative-top-up",
+        r#"apiVersion: kaccel.io/v1alpha1
+kind: CreditBudget
+metadata: {name: vision}
+spec:
+  team: vision
+  namespaces: [vision]
+  classes: [{name: inference}]
+  credits:
+    perPeriod: "100"
+    period: {start: "2026-12-01T00:00:00Z", days: 30}
+    topUps: [{name: q3-extra, credits: "-50", reason: clawback}]
+"#,
+    );
+    let out = kaccel(&["plan", "-f", path.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.contains("spec.credits.topUps[].credits must be a positive decimal")
+            && err.contains("lower perPeriod"),
+        "{err}"
+    );
+}
+
+#[test]
 fn crds_command_prints_both_crds() {
     let out = kaccel(&["crds"]);
     assert!(out.status.success());

@@ -2,7 +2,9 @@
 //! failure cases: corrupted rows, a schema from the future, a bad path.
 
 use kaccel::ledger::conformance as suite;
-use kaccel::ledger::store::{EntryFilter, LedgerStore, SqliteStore, Store, StoreError, verify};
+use kaccel::ledger::store::{
+    EntryFilter, LedgerStore, SCHEMA_VERSION, SqliteStore, Store, StoreError, verify,
+};
 
 async fn fresh() -> (tempfile::TempDir, SqliteStore) {
     let dir = tempfile::tempdir().unwrap();
@@ -31,6 +33,9 @@ suite_tests!(
     hourly_posts_equal_one_post,
     streams_by_period_and_team,
     verify_finds_problems,
+    entries_for_workload_and_by_key,
+    open_reservations_track_posts_and_voids,
+    posted_between_is_half_open_per_budget,
 );
 
 #[tokio::test]
@@ -46,7 +51,7 @@ async fn survives_reopen_and_opens_by_url() {
     let s = Store::open(&format!("sqlite:{}", path.display()))
         .await
         .unwrap();
-    assert_eq!(s.schema_version().await.unwrap(), 1);
+    assert_eq!(s.schema_version().await.unwrap(), SCHEMA_VERSION);
     assert!(verify(&s).await.unwrap().ok());
     assert_eq!(s.balances("b1").await.unwrap().spent, 8_000_000);
 }
@@ -80,6 +85,62 @@ async fn corrupted_rows_are_named() {
 }
 
 #[tokio::test]
+async fn corrupted_rows_are_named_by_the_admission_queries() {
+    let (dir, store) = fresh().await;
+    // ids: 1 grant, 2 reserve, 3 and 4 posts, 5 void; 6 reserve, 7 post (open).
+    store
+        .append(&suite::lifecycle("b1", "t", "u1", 1, 2))
+        .await
+        .unwrap();
+    let mut open = suite::lifecycle("b1", "t", "u2", 1, 1);
+    open.remove(0);
+    open.pop();
+    store.append(&open).await.unwrap();
+    let raw = rusqlite::Connection::open(dir.path().join("ledger.db")).unwrap();
+    let corrupt = |err: StoreError| match err {
+        StoreError::CorruptRow { id, column, .. } => (id, column),
+        other => panic!("expected a corrupt row error, got {other}"),
+    };
+    raw.execute("UPDATE entries SET kind = 'Gift' WHERE id = 4", [])
+        .unwrap();
+    let err = store.entries_for_workload("u1").await.unwrap_err();
+    assert_eq!(corrupt(err), (4, "kind"));
+    raw.execute_batch(
+        "UPDATE entries SET kind = 'Post' WHERE id = 4; UPDATE entries SET admission = -1 WHERE id = 6",
+    )
+    .unwrap();
+    let err = store.entry_by_key("reserve/b1/u2/1").await.unwrap_err();
+    assert_eq!(corrupt(err), (6, "admission"));
+    raw.execute("UPDATE entries SET admission = 'one' WHERE id = 6", [])
+        .unwrap();
+    let err = store.open_reservations().await.unwrap_err();
+    assert_eq!(corrupt(err), (6, "admission"));
+    raw.execute("UPDATE entries SET admission = 1 WHERE id = 6", [])
+        .unwrap();
+    assert_eq!(store.open_reservations().await.unwrap().len(), 1);
+    // A corrupt post of an open reservation, and in a posted sum.
+    raw.execute("UPDATE entries SET credits = 'lots' WHERE id = 7", [])
+        .unwrap();
+    let err = store.open_reservations().await.unwrap_err();
+    assert_eq!(corrupt(err), (7, "credits"));
+    let err = store.posted_between("b1", 0, i64::MAX).await.unwrap_err();
+    assert_eq!(corrupt(err), (7, "credits"));
+    raw.execute("UPDATE entries SET credits = -3 WHERE id = 7", [])
+        .unwrap();
+    let err = store.open_reservations().await.unwrap_err();
+    assert_eq!(corrupt(err), (7, "credits"));
+    let err = store.posted_between("b1", 0, i64::MAX).await.unwrap_err();
+    assert!(err.to_string().contains("row id 7"), "{err}");
+    raw.execute(
+        "UPDATE entries SET credits = 4000000, interval_end = 'late' WHERE id = 7",
+        [],
+    )
+    .unwrap();
+    let err = store.open_reservations().await.unwrap_err();
+    assert_eq!(corrupt(err), (7, "interval_end"));
+}
+
+#[tokio::test]
 async fn schema_too_new_is_refused() {
     let (dir, store) = fresh().await;
     drop(store);
@@ -96,7 +157,7 @@ async fn schema_too_new_is_refused() {
             err,
             StoreError::SchemaTooNew {
                 found: 99,
-                supported: 1
+                supported: SCHEMA_VERSION
             }
         ),
         "{err}"

@@ -8,7 +8,9 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use kaccel::ledger::conformance as suite;
-use kaccel::ledger::store::{EntryFilter, LedgerStore, PostgresStore, StoreError, verify};
+use kaccel::ledger::store::{
+    EntryFilter, LedgerStore, PostgresStore, SCHEMA_VERSION, StoreError, verify,
+};
 
 fn admin_url() -> String {
     std::env::var("KACCEL_TEST_POSTGRES_URL").unwrap_or_else(|_| {
@@ -72,6 +74,9 @@ suite_tests!(
     hourly_posts_equal_one_post,
     streams_by_period_and_team,
     verify_finds_problems,
+    entries_for_workload_and_by_key,
+    open_reservations_track_posts_and_voids,
+    posted_between_is_half_open_per_budget,
 );
 
 #[tokio::test]
@@ -83,7 +88,7 @@ async fn migrations_are_idempotent() {
         .unwrap();
     drop(store);
     let again = PostgresStore::connect(&url).await.unwrap();
-    assert_eq!(again.schema_version().await.unwrap(), 1);
+    assert_eq!(again.schema_version().await.unwrap(), SCHEMA_VERSION);
     assert!(verify(&again).await.unwrap().ok());
 }
 
@@ -111,6 +116,105 @@ async fn corrupted_rows_are_named() {
         .unwrap();
     let err = verify(&store).await.unwrap_err();
     assert!(err.to_string().contains("column credits"), "{err}");
+}
+
+#[tokio::test]
+async fn version_1_is_upgraded_in_place() {
+    let (url, store) = fresh().await;
+    let entries = suite::lifecycle("b1", "t", "u1", 1, 2);
+    store.append(&entries[..entries.len() - 1]).await.unwrap();
+    drop(store);
+    // Back to version 1: migration 2 only adds indexes.
+    let c = raw(&url).await;
+    c.batch_execute(
+        "DROP INDEX entries_workload_uid; DROP INDEX entries_budget_kind; DROP INDEX entries_reserves;
+         DELETE FROM schema_migrations WHERE version = 2",
+    )
+    .await
+    .unwrap();
+    let indexes = || async {
+        let rows = c
+            .query(
+                "SELECT indexname FROM pg_indexes WHERE tablename = 'entries' ORDER BY indexname",
+                &[],
+            )
+            .await
+            .unwrap();
+        rows.iter().map(|r| r.get(0)).collect::<Vec<String>>()
+    };
+    assert!(
+        !indexes()
+            .await
+            .contains(&"entries_workload_uid".to_string())
+    );
+    let store = PostgresStore::connect(&url).await.unwrap();
+    assert_eq!(store.schema_version().await.unwrap(), 2);
+    let got = indexes().await;
+    for name in [
+        "entries_budget_created",
+        "entries_budget_kind",
+        "entries_interval_start",
+        "entries_reserves",
+        "entries_workload_uid",
+    ] {
+        assert!(got.contains(&name.to_string()), "{name} missing: {got:?}");
+    }
+    let versions: Vec<i64> = c
+        .query(
+            "SELECT version FROM schema_migrations ORDER BY version",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(versions, vec![1, 2]);
+    let stored = store.entries_for_workload("u1").await.unwrap();
+    let stored: Vec<_> = stored.into_iter().map(|s| s.entry).collect();
+    assert_eq!(stored, entries[1..entries.len() - 1]);
+    assert_eq!(store.open_reservations().await.unwrap().len(), 1);
+    assert!(verify(&store).await.unwrap().ok());
+}
+
+#[tokio::test]
+async fn corrupted_rows_are_named_by_the_admission_queries() {
+    let (url, store) = fresh().await;
+    // ids: 1 grant, 2 reserve, 3 and 4 posts (open).
+    let mut entries = suite::lifecycle("b1", "t", "u1", 1, 2);
+    entries.pop();
+    store.append(&entries).await.unwrap();
+    let c = raw(&url).await;
+    let corrupt = |err: StoreError| match err {
+        StoreError::CorruptRow { id, column, .. } => (id, column),
+        other => panic!("expected a corrupt row error, got {other}"),
+    };
+    c.batch_execute("UPDATE entries SET kind = 'Gift' WHERE id = 3")
+        .await
+        .unwrap();
+    let err = store.entries_for_workload("u1").await.unwrap_err();
+    assert_eq!(corrupt(err), (3, "kind"));
+    c.batch_execute(
+        "UPDATE entries SET kind = 'Post' WHERE id = 3; UPDATE entries SET admission = -1 WHERE id = 2",
+    )
+        .await
+        .unwrap();
+    let err = store.entry_by_key("reserve/b1/u1/1").await.unwrap_err();
+    assert_eq!(corrupt(err), (2, "admission"));
+    let err = store.open_reservations().await.unwrap_err();
+    assert_eq!(corrupt(err), (2, "admission"));
+    c.batch_execute("UPDATE entries SET admission = 1, credits = -4 WHERE id = 2")
+        .await
+        .unwrap();
+    let err = store.open_reservations().await.unwrap_err();
+    assert_eq!(corrupt(err), (2, "credits"));
+    c.batch_execute("UPDATE entries SET credits = 40000000 WHERE id = 2; UPDATE entries SET credits = -4 WHERE id = 4")
+        .await
+        .unwrap();
+    let err = store.open_reservations().await.unwrap_err();
+    assert_eq!(corrupt(err), (4, "credits"));
+    let err = store.posted_between("b1", 0, i64::MAX).await.unwrap_err();
+    assert_eq!(corrupt(err), (4, "credits"));
 }
 
 #[tokio::test]

@@ -128,8 +128,29 @@ fn cluster_role_is_exactly_what_the_controller_calls() {
                 &[],
                 &["get", "list", "watch", "create", "patch", "delete"]
             ),
-            // evictWorkloadsOnFailed: deactivate / reactivate Workloads on a cordoned node.
-            rule(&["kueue.x-k8s.io"], &["workloads"], &[], &["list", "patch"]),
+            // evictWorkloadsOnFailed: deactivate / reactivate Workloads on a cordoned
+            // node; the credit ledger: watch Workloads, SSA of its finalizer + record.
+            rule(
+                &["kueue.x-k8s.io"],
+                &["workloads"],
+                &[],
+                &["list", "watch", "patch"]
+            ),
+            // The credit check's state on each Workload.
+            rule(&["kueue.x-k8s.io"], &["workloads/status"], &[], &["patch"]),
+            // The ledger's AdmissionCheck and its Active condition (SSA).
+            rule(
+                &["kueue.x-k8s.io"],
+                &["admissionchecks"],
+                &[],
+                &["create", "patch"]
+            ),
+            rule(
+                &["kueue.x-k8s.io"],
+                &["admissionchecks/status"],
+                &[],
+                &["patch"]
+            ),
         ],
         "manifests/clusterrole.yaml changed, or the controller's Kueue kinds did: review both"
     );

@@ -66,6 +66,10 @@ pub struct CreditBudgetSpec {
     /// Whether the team may borrow idle capacity beyond its guarantees.
     #[serde(default = "default_true")]
     pub allow_borrowing: bool,
+
+    /// How kaccel's AdmissionCheck treats Workloads the budget cannot cover.
+    #[serde(default)]
+    pub admission: AdmissionPolicy,
 }
 
 fn default_true() -> bool {
@@ -92,6 +96,34 @@ pub struct CreditAllowance {
     #[x_kube(validation = Rule::new("self.matches('^[0-9]{1,12}(\\\\.[0-9]{1,6})?$')").message("spec.credits.perPeriod must be a non-negative decimal with at most 6 places, e.g. \"5000\""))]
     pub per_period: String,
     pub period: Period,
+    /// One-off grants on top of `perPeriod`, keyed by name. Each is credited once,
+    /// in the period current when kaccel first sees it, and expires with that
+    /// period's unused credits. Top-ups are immutable: to give more, add another
+    /// with a new name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 100))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    #[x_kube(validation = Rule::new("self.all(t, self.exists_one(u, u.name == t.name))").message("spec.credits.topUps[].name must be unique: give each top-up its own name"))]
+    pub top_ups: Vec<TopUp>,
+}
+
+/// A one-off grant of credits, applied to the current period.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct TopUp {
+    /// Name of the top-up (a DNS label), unique within the budget; it names the
+    /// ledger entry, so it must never be reused for a different amount.
+    #[schemars(length(min = 1, max = 63))]
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')").message("spec.credits.topUps[].name must be a DNS label: lower-case letters, digits and '-', e.g. q3-extra"))]
+    pub name: String,
+    /// Credits granted, a positive decimal with at most 6 places.
+    #[schemars(length(max = 20))]
+    #[x_kube(validation = Rule::new("self.matches('^[0-9]{1,12}(\\\\.[0-9]{1,6})?$') && self.matches('[1-9]')").message("spec.credits.topUps[].credits must be a positive decimal with at most 6 places, e.g. \"200\"; to take credits away, lower perPeriod"))]
+    pub credits: String,
+    /// Why the top-up was given (shown in the ledger entry).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 256))]
+    pub reason: Option<String>,
 }
 
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -122,6 +154,45 @@ impl ExhaustionPolicy {
     }
 }
 
+/// How kaccel's AdmissionCheck treats a Workload the budget cannot cover.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct AdmissionPolicy {
+    /// What the AdmissionCheck does when remaining credits do not cover a Workload.
+    #[serde(default)]
+    pub when_short: ShortPolicy,
+    /// Reservation horizon, in seconds, for Workloads without
+    /// spec.maximumExecutionTimeSeconds (1 to 31536000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 31536000))]
+    #[x_kube(validation = Rule::new("self >= 1 && self <= 31536000").message("spec.admission.defaultHorizonSeconds must be between 1 and 31536000 (one year), e.g. 86400"))]
+    pub default_horizon_seconds: Option<u64>,
+    /// Whether what a Workload ran is refunded (a Correction entry) when Kueue
+    /// preempts it or kaccel's health checks evict it for platform reasons.
+    #[serde(default)]
+    pub refund_preemption: bool,
+}
+
+/// What kaccel's AdmissionCheck does with a Workload the budget cannot cover.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum ShortPolicy {
+    /// The check stays Pending with a message; the Workload keeps its quota
+    /// reservation and is admitted as soon as credits cover it.
+    #[default]
+    Pending,
+    /// The check goes to Retry: Kueue releases the quota and requeues the Workload.
+    Retry,
+}
+
+impl ShortPolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ShortPolicy::Pending => "Pending",
+            ShortPolicy::Retry => "Retry",
+        }
+    }
+}
+
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CreditBudgetStatus {
@@ -139,6 +210,19 @@ pub struct CreditBudgetStatus {
     /// granted - reserved - spent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remaining: Option<String>,
+    /// Credits spent per hour over the last 24 hours (decimal).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burn_rate_per_hour: Option<String>,
+    /// When remaining credits reach zero at the current burn rate; unset when
+    /// nothing is burning.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub projected_exhaustion: Option<Time>,
+    /// Start of the current period.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub period_start: Option<Time>,
+    /// End of the current period (exclusive).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub period_end: Option<Time>,
     /// Team cohort in Kueue.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cohort: Option<String>,
@@ -150,4 +234,115 @@ pub struct CreditBudgetStatus {
     pub local_queues: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+}
+
+#[cfg(test)]
+mod tests {
+    //! The rules added for top-ups and admission, evaluated client-side with the
+    //! CEL rules the CRD carries.
+
+    use super::*;
+
+    fn budget(extra_credits: &str, extra_spec: &str) -> CreditBudget {
+        serde_yaml::from_str(&format!(
+            "apiVersion: kaccel.io/v1alpha1\nkind: CreditBudget\nmetadata: {{name: b}}\nspec:\n  team: vision\n  namespaces: [a]\n  classes: [{{name: x}}]\n  credits: {{perPeriod: \"100\", period: {{start: \"2026-12-01T00:00:00Z\", days: 30}}{extra_credits}}}\n{extra_spec}"
+        ))
+        .expect("test YAML parses")
+    }
+
+    fn cel_error(b: &CreditBudget) -> String {
+        match b.validate_cel() {
+            Ok(()) => panic!("CEL accepted an invalid budget: {:?}", b.spec),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn defaults_and_valid_additions() {
+        let b = budget("", "");
+        assert!(b.spec.credits.top_ups.is_empty());
+        assert_eq!(b.spec.admission, AdmissionPolicy::default());
+        assert_eq!(b.spec.admission.when_short, ShortPolicy::Pending);
+        assert!(!b.spec.admission.refund_preemption);
+        let b = budget(
+            ", topUps: [{name: q3-extra, credits: \"200.5\", reason: launch}, {name: b, credits: \"0.000001\"}]",
+            "  admission: {whenShort: Retry, defaultHorizonSeconds: 86400, refundPreemption: true}",
+        );
+        b.validate_cel().unwrap();
+        assert_eq!(b.spec.admission.when_short, ShortPolicy::Retry);
+        assert_eq!(b.spec.admission.default_horizon_seconds, Some(86400));
+        // Empty top-ups and a default admission policy are not written out.
+        let json = serde_json::to_value(&budget("", "").spec).unwrap();
+        assert!(json["credits"].get("topUps").is_none());
+    }
+
+    #[test]
+    fn top_up_credits_must_be_positive() {
+        for bad in ["-50", "0", "0.000", "1.2345678", "lots"] {
+            let e = cel_error(&budget(
+                &format!(", topUps: [{{name: extra, credits: \"{bad}\"}}]"),
+                "",
+            ));
+            assert!(
+                e.contains("spec.credits.topUps[].credits must be a positive decimal")
+                    && e.contains("lower perPeriod"),
+                "{bad}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn top_up_names_are_dns_labels_and_unique() {
+        let e = cel_error(&budget(", topUps: [{name: Q3_Extra, credits: \"1\"}]", ""));
+        assert!(
+            e.contains("spec.credits.topUps[].name must be a DNS label"),
+            "{e}"
+        );
+        let e = cel_error(&budget(
+            ", topUps: [{name: a, credits: \"1\"}, {name: a, credits: \"2\"}]",
+            "",
+        ));
+        assert!(
+            e.contains("spec.credits.topUps[].name must be unique"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn horizon_is_bounded() {
+        for bad in [0u64, 31_536_001] {
+            let e = cel_error(&budget(
+                "",
+                &format!("  admission: {{defaultHorizonSeconds: {bad}}}"),
+            ));
+            assert!(
+                e.contains("spec.admission.defaultHorizonSeconds"),
+                "{bad}: {e}"
+            );
+        }
+        budget("", "  admission: {defaultHorizonSeconds: 31536000}")
+            .validate_cel()
+            .unwrap();
+    }
+
+    #[test]
+    fn status_additions_round_trip() {
+        let s: CreditBudgetStatus = serde_json::from_value(serde_json::json!({
+            "burnRatePerHour": "12.5",
+            "projectedExhaustion": "2026-12-03T00:00:00Z",
+            "periodStart": "2026-12-01T00:00:00Z",
+            "periodEnd": "2026-12-31T00:00:00Z",
+        }))
+        .unwrap();
+        assert_eq!(s.burn_rate_per_hour.as_deref(), Some("12.5"));
+        let back = serde_json::to_value(&s).unwrap();
+        assert_eq!(back["periodEnd"], "2026-12-31T00:00:00Z");
+        assert!(
+            serde_json::to_value(CreditBudgetStatus::default())
+                .unwrap()
+                .as_object()
+                .unwrap()
+                .is_empty()
+        );
+    }
 }

@@ -33,6 +33,61 @@ pub struct Config {
     /// Read DRA ResourceSlices (resource.k8s.io/v1) when the API server serves them.
     pub watch_resource_slices: bool,
     pub health: Health,
+    pub ledger: Ledger,
+}
+
+/// The credit ledger and its Kueue AdmissionCheck.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Ledger {
+    /// Charge credits: every generated ClusterQueue references the AdmissionCheck
+    /// below and kaccel answers it. Off by default: a check nobody answers would
+    /// block all admission.
+    pub enabled: bool,
+    /// `sqlite:PATH` (default, one file) or `postgres://USER@HOST:PORT/DB`. The
+    /// environment variable `KACCEL_LEDGER_STORE` wins, so a password can come
+    /// from a Secret instead of this file.
+    pub store: String,
+    /// Name of the AdmissionCheck kaccel creates and every ClusterQueue references.
+    pub admission_check_name: String,
+    /// `spec.controllerName` of that AdmissionCheck.
+    pub controller_name: String,
+    /// Usage of running work is posted at this interval (and at the end).
+    pub post_interval_seconds: u64,
+    /// Reservation horizon for Workloads without `spec.maximumExecutionTimeSeconds`
+    /// when their budget sets no `spec.admission.defaultHorizonSeconds`.
+    pub default_horizon_seconds: u64,
+    /// Grants, budget status, exhaustion and the reconciliation against Kueue run
+    /// at this interval.
+    pub budget_interval_seconds: u64,
+    /// A Workload waiting for credits is looked at again after this long; with the
+    /// budget policy `Retry` it is also Kueue's `requeueAfterSeconds`.
+    pub retry_after_seconds: u32,
+}
+
+impl Default for Ledger {
+    fn default() -> Self {
+        Ledger {
+            enabled: false,
+            store: "sqlite:/var/lib/kaccel/ledger.db".into(),
+            admission_check_name: "kaccel-credits".into(),
+            controller_name: "kaccel.io/credits".into(),
+            post_interval_seconds: 3600,
+            default_horizon_seconds: 3600,
+            budget_interval_seconds: 10,
+            retry_after_seconds: 15,
+        }
+    }
+}
+
+impl Ledger {
+    /// The store URL in force (`KACCEL_LEDGER_STORE` wins over the file).
+    pub fn store_url(&self) -> String {
+        std::env::var("KACCEL_LEDGER_STORE")
+            .ok()
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| self.store.clone())
+    }
 }
 
 /// The health feedback loop: where device health comes from, how signals map to a
@@ -198,6 +253,7 @@ impl Default for Config {
             planner: Planner::default(),
             watch_resource_slices: true,
             health: Health::default(),
+            ledger: Ledger::default(),
         }
     }
 }
@@ -429,6 +485,48 @@ impl Config {
         if self.planner.demote_warning_percent > 100 {
             return Err(invalid("planner.demoteWarningPercent", "must be 0..100"));
         }
+        let ledger = &self.ledger;
+        if !crate::plan::names::valid_dns_subdomain(&ledger.admission_check_name) {
+            return Err(invalid(
+                "ledger.admissionCheckName",
+                "must be a DNS subdomain, e.g. kaccel-credits",
+            ));
+        }
+        if ledger.controller_name.is_empty() || !ledger.controller_name.contains('/') {
+            return Err(invalid(
+                "ledger.controllerName",
+                "must be a domain-prefixed path, e.g. kaccel.io/credits",
+            ));
+        }
+        if ledger.post_interval_seconds < 60 {
+            return Err(invalid(
+                "ledger.postIntervalSeconds",
+                "must be at least 60 (one post per interval per running workload)",
+            ));
+        }
+        if ledger.default_horizon_seconds == 0 {
+            return Err(invalid(
+                "ledger.defaultHorizonSeconds",
+                "must be positive, e.g. 3600",
+            ));
+        }
+        if ledger.budget_interval_seconds == 0 || ledger.retry_after_seconds == 0 {
+            return Err(invalid(
+                "ledger.budgetIntervalSeconds",
+                "ledger.budgetIntervalSeconds and ledger.retryAfterSeconds must be positive",
+            ));
+        }
+        let url = ledger.store_url();
+        let sqlite_path = url
+            .strip_prefix("sqlite:")
+            .map(|p| p.trim_start_matches("//"));
+        let postgres = url.starts_with("postgres://") || url.starts_with("postgresql://");
+        if !(postgres || sqlite_path.is_some_and(|p| !p.is_empty())) {
+            return Err(invalid(
+                "ledger.store",
+                "must be sqlite:PATH (a file) or postgres://USER@HOST:PORT/DB",
+            ));
+        }
         Ok(())
     }
 
@@ -438,6 +536,10 @@ impl Config {
             unknown_counts_as_capacity: self.planner.unknown_counts_as_capacity,
             demote_warning_percent: self.planner.demote_warning_percent,
             queueing_strategy: self.planner.queueing_strategy.clone(),
+            admission_check: self
+                .ledger
+                .enabled
+                .then(|| self.ledger.admission_check_name.clone()),
             ..PlanOptions::default()
         }
     }

@@ -39,8 +39,32 @@ pub struct ActionLabel {
     pub action: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BudgetLabel {
+    pub budget: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DecisionLabel {
+    pub decision: String,
+}
+
 #[derive(Clone)]
 pub struct Metrics {
+    /// Ledger entries written (replays that were already stored are not counted).
+    pub ledger_entries: Family<KindLabel, Counter>,
+    /// Ledger writes that failed (retried).
+    pub ledger_errors: Family<ReasonLabel, Counter>,
+    /// 1 while the ledger store answers.
+    pub ledger_up: Gauge,
+    /// Reconciliation findings per budget at the last pass (0 = in sync).
+    pub ledger_drift: Family<BudgetLabel, Gauge>,
+    /// Credit AdmissionCheck answers, by decision.
+    pub check_decisions: Family<DecisionLabel, Counter>,
+    /// Seconds from Kueue reserving quota to kaccel setting the check Ready.
+    pub check_latency: Histogram,
+    /// Remaining micro-credits per budget.
+    pub budget_remaining: Family<BudgetLabel, Gauge>,
     pub source_up: Family<SourceLabel, Gauge>,
     pub source_errors: Family<SourceLabel, Counter>,
     pub source_last_success: Family<SourceLabel, Gauge>,
@@ -58,6 +82,13 @@ pub struct Metrics {
 impl Metrics {
     pub fn register(registry: &mut Registry) -> Metrics {
         let m = Metrics {
+            ledger_entries: Family::default(),
+            ledger_errors: Family::default(),
+            ledger_up: Gauge::default(),
+            ledger_drift: Family::default(),
+            check_decisions: Family::default(),
+            check_latency: Histogram::new(exponential_buckets(0.005, 2.0, 14)),
+            budget_remaining: Family::default(),
             source_up: Family::default(),
             source_errors: Family::default(),
             source_last_success: Family::default(),
@@ -71,6 +102,41 @@ impl Metrics {
             class_devices: Family::default(),
             leader: Gauge::default(),
         };
+        registry.register(
+            "kaccel_ledger_entries",
+            "Credit ledger entries written, by kind",
+            m.ledger_entries.clone(),
+        );
+        registry.register(
+            "kaccel_ledger_errors",
+            "Ledger store operations that failed and are retried, by reason",
+            m.ledger_errors.clone(),
+        );
+        registry.register(
+            "kaccel_ledger_up",
+            "1 while the ledger store answers",
+            m.ledger_up.clone(),
+        );
+        registry.register(
+            "kaccel_ledger_drift",
+            "Ledger vs Kueue reconciliation findings per budget at the last pass (0 = in sync)",
+            m.ledger_drift.clone(),
+        );
+        registry.register(
+            "kaccel_admission_check_decisions",
+            "Answers of the credit AdmissionCheck, by decision",
+            m.check_decisions.clone(),
+        );
+        registry.register(
+            "kaccel_admission_check_latency_seconds",
+            "Time from Kueue reserving quota to the credit check set Ready",
+            m.check_latency.clone(),
+        );
+        registry.register(
+            "kaccel_budget_remaining_microcredits",
+            "Remaining micro-credits of each CreditBudget",
+            m.budget_remaining.clone(),
+        );
         registry.register(
             "kaccel_reconciles",
             "Reconciles (plan + diff + writes) run",

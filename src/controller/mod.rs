@@ -10,6 +10,7 @@ pub mod config;
 pub mod diff;
 mod health;
 mod http;
+mod ledger;
 mod metrics;
 
 use std::collections::BTreeMap;
@@ -219,6 +220,14 @@ struct Reconciler {
     requeue_pending: AtomicBool,
     /// Some budget names a namespace that does not exist (retried every few seconds).
     namespaces_missing: AtomicBool,
+    /// The credit ledger, when `ledger.enabled`.
+    ledger: Option<LedgerParts>,
+}
+
+/// The ledger's tasks and what they share with the planner loop.
+struct LedgerParts {
+    shared: Arc<ledger::LedgerShared>,
+    runtime: Arc<ledger::LedgerRuntime>,
 }
 
 /// Run the controller until SIGTERM / Ctrl-C.
@@ -256,6 +265,20 @@ pub async fn run(config: Config) -> Result<(), Error> {
     let (caches, watch_events) = start_watches(&client, &config).await?;
     // Health pollers wake the reconcile loop like a watch event does.
     let (wake_tx, mut wake_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let ledger = config.ledger.enabled.then(|| {
+        let shared = Arc::new(ledger::LedgerShared::default());
+        LedgerParts {
+            runtime: ledger::LedgerRuntime::new(
+                client.clone(),
+                config.ledger.clone(),
+                &config.field_manager,
+                metrics.clone(),
+                shared.clone(),
+                wake_tx.clone(),
+            ),
+            shared,
+        }
+    });
     health::spawn_pollers(
         &client,
         &config.health,
@@ -284,6 +307,7 @@ pub async fn run(config: Config) -> Result<(), Error> {
         held_back: Default::default(),
         requeue_pending: AtomicBool::new(config.health.actions.evict_workloads_on_failed),
         namespaces_missing: AtomicBool::new(false),
+        ledger,
     };
 
     let result = if config.leader_election.enabled {
@@ -410,6 +434,15 @@ async fn lead_then_reconcile(
     result
 }
 
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 fn tokio_stream_from(mut rx: tokio::sync::mpsc::UnboundedReceiver<()>) -> Events {
     stream::poll_fn(move |cx| rx.poll_recv(cx).map(|o| o.map(Ok))).boxed()
 }
@@ -434,6 +467,11 @@ async fn reconcile_loop(
     }
     ready.store(true, Ordering::Relaxed);
     tracing::info!("caches synced");
+    // The ledger's tasks run while this loop does (the leader's), and stop with it.
+    let _ledger_task = reconciler.ledger.as_ref().map(|l| {
+        let cluster_queues = caches.kueue[&Kind::ClusterQueue].clone();
+        AbortOnDrop(tokio::spawn(l.runtime.clone().run(cluster_queues)))
+    });
 
     let debounce = reconciler.config.debounce();
     let max_delay = reconciler.config.max_delay();
@@ -527,7 +565,17 @@ impl Reconciler {
         let live = caches.live_objects();
 
         // Plan (pure).
-        let options = self.config.plan_options();
+        let mut options = self.config.plan_options();
+        let ledger_views = self
+            .ledger
+            .as_ref()
+            .map(|l| l.shared.budget_views())
+            .unwrap_or_default();
+        options.held_budgets = budgets
+            .iter()
+            .filter(|b| ledger_views.get(&b.name_any()).is_some_and(|v| v.exhausted))
+            .map(|b| (b.name_any(), b.spec.on_exhaustion))
+            .collect();
         let health = {
             let tracker = self.health.lock().expect("tracker lock");
             tracker.snapshot(&inventory, health::now_seconds())
@@ -541,6 +589,39 @@ impl Reconciler {
             health: &health,
             options: &options,
         });
+
+        if let Some(l) = &self.ledger {
+            l.shared.set_pricing(ledger::PricingSnapshot {
+                ready: true,
+                flavor_models: planned
+                    .flavors
+                    .iter()
+                    .map(|(name, f)| (name.clone(), f.model.clone()))
+                    .collect(),
+                classes: classes
+                    .iter()
+                    .map(|c| (c.name_any(), (c.spec.clone(), c.metadata.generation)))
+                    .collect(),
+                queues: planned
+                    .cluster_queues
+                    .iter()
+                    .filter_map(|q| {
+                        let labels = q.metadata.labels.as_ref()?;
+                        Some((
+                            q.metadata.name.clone()?,
+                            (
+                                labels.get(crate::plan::BUDGET_LABEL)?.clone(),
+                                labels.get(crate::plan::CLASS_LABEL)?.clone(),
+                            ),
+                        ))
+                    })
+                    .collect(),
+                budgets: budgets
+                    .iter()
+                    .map(|b| (b.name_any(), b.spec.clone()))
+                    .collect(),
+            });
+        }
 
         // Diff (pure).
         let desired = desired_objects(&planned);
@@ -648,7 +729,7 @@ impl Reconciler {
             });
         self.write_class_status(&classes, &planned, &limited)
             .await?;
-        self.write_budget_status(&budgets, &planned, &missing_namespaces)
+        self.write_budget_status(&budgets, &planned, &missing_namespaces, &ledger_views)
             .await?;
         match first_error {
             Some(e) => Err(e),
@@ -986,6 +1067,7 @@ impl Reconciler {
         budgets: &[CreditBudget],
         planned: &Plan,
         missing: &std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
+        ledger_views: &BTreeMap<String, ledger::BudgetLedgerView>,
     ) -> Result<(), Error> {
         let now = Time(k8s_openapi::jiff::Timestamp::now());
         let api: Api<CreditBudget> = Api::all(self.client.clone());
@@ -1016,17 +1098,31 @@ impl Reconciler {
                     ),
                 });
             }
+            let view = ledger_views.get(&name);
+            if self.ledger.is_some() {
+                desired.push(ledger_condition(view));
+            }
+            let figure = |f: fn(&ledger::BudgetLedgerView) -> i128| {
+                view.map(|v| crate::ledger::entry::format_micros(f(v)))
+            };
+            let time = |t: Option<i64>| {
+                t.and_then(|s| k8s_openapi::jiff::Timestamp::from_second(s).ok())
+                    .map(Time)
+            };
             let status = CreditBudgetStatus {
                 observed_generation: generation,
                 cohort: report.cohort.clone(),
                 cluster_queues: report.cluster_queues.clone(),
                 local_queues: report.local_queues.clone(),
                 conditions: merge_conditions(&existing.conditions, &desired, &now, generation),
-                // Credit figures belong to the ledger; keep what is there.
-                granted: existing.granted.clone(),
-                reserved: existing.reserved.clone(),
-                spent: existing.spent.clone(),
-                remaining: existing.remaining.clone(),
+                granted: figure(|v| v.balances.granted),
+                reserved: figure(|v| v.balances.reserved),
+                spent: figure(|v| v.balances.spent),
+                remaining: figure(|v| v.balances.remaining()),
+                burn_rate_per_hour: figure(|v| v.burn_per_hour),
+                projected_exhaustion: time(view.and_then(|v| v.projected_exhaustion)),
+                period_start: time(view.and_then(|v| v.period.map(|p| p.0))),
+                period_end: time(view.and_then(|v| v.period.map(|p| p.1))),
             };
             if status == existing {
                 continue;
@@ -1057,6 +1153,49 @@ impl Reconciler {
         Ok(())
     }
 }
+
+/// `LedgerInSync` on a budget: the ledger answers and matches Kueue.
+fn ledger_condition(view: Option<&ledger::BudgetLedgerView>) -> crate::api::DesiredCondition {
+    use crate::api::DesiredCondition;
+    match view {
+        None => DesiredCondition::new(
+            LEDGER_IN_SYNC,
+            false,
+            "LedgerPending",
+            "the ledger has not looked at this budget yet (is the ledger store reachable?)",
+        ),
+        Some(v) if v.error.is_some() => DesiredCondition::new(
+            LEDGER_IN_SYNC,
+            false,
+            "LedgerError",
+            v.error.clone().unwrap_or_default(),
+        ),
+        Some(v) if !v.drift.is_empty() => DesiredCondition::new(
+            LEDGER_IN_SYNC,
+            false,
+            "Drift",
+            format!(
+                "the ledger and Kueue disagree ({} finding(s)): {}",
+                v.drift.len(),
+                v.drift
+                    .iter()
+                    .take(5)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
+        ),
+        Some(_) => DesiredCondition::new(
+            LEDGER_IN_SYNC,
+            true,
+            "InSync",
+            "open reservations match the Workloads holding quota, and charged devices match Kueue's usage",
+        ),
+    }
+}
+
+/// Condition type of the ledger's reconciliation on a CreditBudget.
+pub const LEDGER_IN_SYNC: &str = "LedgerInSync";
 
 fn condition_true(
     conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],

@@ -4,7 +4,10 @@
 
 use super::entry::{Entry, EntryKind, correction_key, grant_key, post_key, reserve_key, void_key};
 use super::pricing::{Rate, price_interval};
-use super::store::{EntryFilter, LedgerStore, PAGE, StoreError, for_each_entry, verify};
+use super::store::{
+    EntryFilter, LedgerStore, OpenReservation, PAGE, StoreError, StoredEntry, for_each_entry,
+    verify,
+};
 
 /// A grant, a reservation of 10 h of `units` devices at 4 credits/h, hourly posts
 /// for `hours` hours and the void of the rest, for one workload admission.
@@ -269,4 +272,225 @@ pub async fn verify_finds_problems<S: LedgerStore>(s: &S) {
     let text = report.problems.join("\n");
     assert!(text.contains("without a Reserve"), "{text}");
     assert!(text.contains("exceed reserved"), "{text}");
+}
+
+/// `entries` (from [`lifecycle`], grant removed) as admission `admission` of the
+/// same workload: keys re-derived.
+fn readmit(entries: &[Entry], admission: u32) -> Vec<Entry> {
+    entries
+        .iter()
+        .filter(|e| e.kind != EntryKind::Grant)
+        .map(|e| {
+            let mut e = e.clone();
+            e.admission = admission;
+            e.key = match e.kind {
+                EntryKind::Reserve => reserve_key(&e.budget, &e.workload_uid, admission),
+                EntryKind::Post => post_key(&e.budget, &e.workload_uid, admission, e.start, e.end),
+                EntryKind::Void => void_key(&e.budget, &e.workload_uid, admission),
+                other => panic!("readmit: unexpected {other} entry"),
+            };
+            e
+        })
+        .collect()
+}
+
+fn contents(stored: &[StoredEntry]) -> Vec<Entry> {
+    stored.iter().map(|s| s.entry.clone()).collect()
+}
+
+pub async fn entries_for_workload_and_by_key<S: LedgerStore>(s: &S) {
+    let u1 = lifecycle("b1", "vision", "u1", 1, 2);
+    let mut u2 = lifecycle("b1", "vision", "u2", 2, 3);
+    u2.remove(0); // the same grant as u1's
+    // A prefix of the uid and a second admission of u1, interleaved.
+    let mut u10 = lifecycle("b2", "nlp", "u10", 1, 1);
+    u10.remove(0);
+    let u1_again = readmit(&lifecycle("b1", "vision", "u1", 3, 1), 2);
+    s.append(&u1).await.unwrap();
+    s.append(&u2[..2]).await.unwrap();
+    s.append(&u10).await.unwrap();
+    s.append(&u1_again).await.unwrap();
+    s.append(&u2[2..]).await.unwrap();
+
+    let got = s.entries_for_workload("u1").await.unwrap();
+    let expected: Vec<Entry> = u1[1..].iter().chain(&u1_again).cloned().collect();
+    assert_eq!(contents(&got), expected, "u1's entries, in id order");
+    assert!(
+        got.windows(2).all(|w| w[0].id < w[1].id),
+        "ids not increasing"
+    );
+    assert!(got.iter().all(|e| e.entry.workload_uid == "u1"));
+    assert_eq!(contents(&s.entries_for_workload("u2").await.unwrap()), u2);
+    assert_eq!(contents(&s.entries_for_workload("u10").await.unwrap()), u10);
+    assert!(s.entries_for_workload("u").await.unwrap().is_empty());
+    assert!(s.entries_for_workload("nobody").await.unwrap().is_empty());
+
+    let reserve = s
+        .entry_by_key(&reserve_key("b1", "u1", 2))
+        .await
+        .unwrap()
+        .expect("u1's second reserve");
+    assert_eq!(reserve.entry, u1_again[0]);
+    assert_eq!(
+        Some(reserve.id),
+        got.iter()
+            .find(|e| e.entry.key == reserve.entry.key)
+            .map(|e| e.id)
+    );
+    let void = s
+        .entry_by_key(&void_key("b1", "u2", 1))
+        .await
+        .unwrap()
+        .expect("u2's void");
+    assert_eq!(&void.entry, u2.last().unwrap());
+    assert!(void.id > reserve.id);
+    assert_eq!(
+        s.entry_by_key(&u1[0].key).await.unwrap().unwrap().entry,
+        u1[0]
+    );
+    assert_eq!(
+        s.entry_by_key(&reserve_key("b1", "u1", 3)).await.unwrap(),
+        None
+    );
+    assert_eq!(
+        s.entry_by_key(&reserve_key("b2", "u1", 1)).await.unwrap(),
+        None
+    );
+}
+
+/// (reserve key, posted, posted_until) of each open reservation.
+async fn open_summary<S: LedgerStore>(s: &S) -> Vec<(String, i128, i64)> {
+    let open: Vec<OpenReservation> = s.open_reservations().await.unwrap();
+    assert!(
+        open.windows(2).all(|w| w[0].reserve.id < w[1].reserve.id),
+        "open reservations not in id order"
+    );
+    for o in &open {
+        assert_eq!(o.reserve.entry.kind, EntryKind::Reserve);
+        let stored = s.entry_by_key(&o.reserve.entry.key).await.unwrap();
+        assert_eq!(stored.as_ref(), Some(&o.reserve));
+    }
+    open.into_iter()
+        .map(|o| (o.reserve.entry.key, o.posted, o.posted_until))
+        .collect()
+}
+
+pub async fn open_reservations_track_posts_and_voids<S: LedgerStore>(s: &S) {
+    let t0 = 1_767_225_600;
+    assert!(s.open_reservations().await.unwrap().is_empty());
+    // a: 4 devices, 3 posts of 16 credits, still open.
+    let mut a = lifecycle("b1", "vision", "u1", 4, 3);
+    let a_void = a.pop().unwrap();
+    // b: reserved, never posted.
+    let mut b = lifecycle("b1", "vision", "u2", 1, 0);
+    b.remove(0);
+    let b_void = b.pop().unwrap();
+    // c: posted twice and voided: closed.
+    let mut c = lifecycle("b2", "nlp", "u3", 2, 2);
+    c.remove(0);
+    // d: u1's second admission, one post of 4 credits: its posts and a's must not mix.
+    let mut d = readmit(&lifecycle("b1", "vision", "u1", 1, 1), 2);
+    let d_void = d.pop().unwrap();
+    // Stray entries of the same uid and admission in another budget: a void
+    // matching b but for budget b3, a post matching a but for budget b3.
+    let mut stray = lifecycle("b3", "vision", "u2", 1, 0).pop().unwrap();
+    assert_eq!(stray.kind, EntryKind::Void);
+    stray.credits = 1;
+    let mut stray_post = lifecycle("b3", "vision", "u1", 9, 1)[2].clone();
+    assert_eq!(stray_post.kind, EntryKind::Post);
+    stray_post.start = t0 + 5 * 3600;
+    stray_post.end = t0 + 6 * 3600;
+    stray_post.key = post_key("b3", "u1", 1, stray_post.start, stray_post.end);
+    s.append(&a[..3]).await.unwrap(); // grant, reserve, first post
+    s.append(&b).await.unwrap();
+    s.append(&c).await.unwrap();
+    s.append(&d).await.unwrap();
+    s.append(&a[3..]).await.unwrap();
+    s.append(&[stray, stray_post]).await.unwrap();
+
+    let a_key = reserve_key("b1", "u1", 1);
+    let b_key = reserve_key("b1", "u2", 1);
+    let d_key = reserve_key("b1", "u1", 2);
+    assert_eq!(
+        open_summary(s).await,
+        vec![
+            (a_key.clone(), 48_000_000, t0 + 3 * 3600),
+            (b_key.clone(), 0, t0),
+            (d_key.clone(), 4_000_000, t0 + 3600),
+        ]
+    );
+    let open = s.open_reservations().await.unwrap();
+    assert_eq!(open[0].reserve.entry, a[1]);
+    assert_eq!(open[1].reserve.entry, b[0]);
+
+    // The void closes a; a post on b counts.
+    s.append(&[a_void]).await.unwrap();
+    let mut b_post = b[0].clone();
+    b_post.kind = EntryKind::Post;
+    b_post.start = t0 + 7200;
+    b_post.end = t0 + 9000;
+    b_post.credits = 2_000_000;
+    b_post.key = post_key("b1", "u2", 1, b_post.start, b_post.end);
+    s.append(&[b_post]).await.unwrap();
+    assert_eq!(
+        open_summary(s).await,
+        vec![
+            (b_key.clone(), 2_000_000, t0 + 9000),
+            (d_key.clone(), 4_000_000, t0 + 3600),
+        ]
+    );
+    s.append(&[b_void, d_void]).await.unwrap();
+    assert!(s.open_reservations().await.unwrap().is_empty());
+}
+
+pub async fn posted_between_is_half_open_per_budget<S: LedgerStore>(s: &S) {
+    let t0 = 1_767_225_600;
+    let h = 3600;
+    // b1: posts of 16 credits ending at t0+1h, +2h, +3h; the void (112 credits)
+    // ends at t0+3h, the reserve at t0+10h, the grant at t0+30d.
+    let b1 = lifecycle("b1", "vision", "u1", 4, 3);
+    // A refund of 6 credits for the second hour (ends at t0+2h).
+    let refund = Entry {
+        key: correction_key("b1", "u1", 1, t0 + h, t0 + 2 * h, "refund"),
+        kind: EntryKind::Correction,
+        credits: -6_000_000,
+        reason: "refund".into(),
+        ..b1[3].clone()
+    };
+    assert_eq!(refund.end, t0 + 2 * h);
+    // b2: posts of 4 credits at the same times; "b1x" a budget sharing the prefix.
+    let b2 = lifecycle("b2", "nlp", "u2", 1, 3);
+    let b1x = lifecycle("b1x", "nlp", "u3", 1, 3);
+    s.append(&b1).await.unwrap();
+    s.append(&b2).await.unwrap();
+    s.append(&b1x).await.unwrap();
+    s.append(&[refund]).await.unwrap();
+
+    let between = |budget: &'static str, a: i64, b: i64| async move {
+        s.posted_between(budget, t0 + a, t0 + b).await.unwrap()
+    };
+    assert_eq!(between("b1", h, 3 * h).await, 32_000_000 - 6_000_000);
+    assert_eq!(
+        between("b1", h, 2 * h).await,
+        16_000_000,
+        "`to` is excluded"
+    );
+    assert_eq!(between("b1", 2 * h, 3 * h).await, 16_000_000 - 6_000_000);
+    assert_eq!(
+        between("b1", 0, h).await,
+        0,
+        "a post ending at `to` is excluded"
+    );
+    assert_eq!(between("b1", 2 * h, 2 * h).await, 0);
+    assert_eq!(
+        between("b1", 3 * h, 4 * h).await,
+        16_000_000,
+        "the void is no post"
+    );
+    assert_eq!(between("b1", 0, 100 * 86_400).await, 48_000_000 - 6_000_000);
+    assert_eq!(between("b2", 0, 100 * 86_400).await, 12_000_000);
+    assert_eq!(between("b2", h + 1, 3 * h + 1).await, 8_000_000);
+    assert_eq!(between("b1x", 0, 100 * 86_400).await, 12_000_000);
+    assert_eq!(between("b", 0, 100 * 86_400).await, 0);
+    assert_eq!(between("nobody", 0, 100 * 86_400).await, 0);
 }

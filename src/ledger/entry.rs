@@ -5,7 +5,7 @@
 //!
 //! | kind       | effect                                                    |
 //! |------------|-----------------------------------------------------------|
-//! | Grant      | granted += credits                                        |
+//! | Grant      | granted += credits (period grant or named top-up)         |
 //! | Expiry     | granted -= credits (unused grant at period end)           |
 //! | Reserve    | reserved += credits (one per workload admission)          |
 //! | Post       | reserved -= credits, spent += credits (usage of an interval) |
@@ -145,6 +145,16 @@ impl Entry {
             return Err(format!("device units {} too large", self.device_units));
         }
         let expected = match self.kind {
+            // A top-up's key names the top-up, not the period it was credited in.
+            EntryKind::Grant if self.key.starts_with("topup/") => self
+                .key
+                .strip_prefix("topup/")
+                .and_then(|rest| rest.split_once('/'))
+                .filter(|(budget, name)| {
+                    *budget == self.budget && !name.is_empty() && !name.contains('/')
+                })
+                .map(|_| self.key.clone())
+                .or_else(|| Some(topup_key(&self.budget, "<name>"))),
             EntryKind::Grant => Some(grant_key(&self.budget, self.start)),
             EntryKind::Expiry => Some(expiry_key(&self.budget, self.start)),
             EntryKind::Reserve => Some(reserve_key(
@@ -185,6 +195,12 @@ pub fn grant_key(budget: &str, period_start: i64) -> String {
 /// Expiry of the unused grant of the period starting at `period_start`.
 pub fn expiry_key(budget: &str, period_start: i64) -> String {
     format!("expiry/{budget}/{period_start}")
+}
+
+/// A one-off top-up grant named `name` (`spec.credits.topUps[].name`), written
+/// once, in the period current when it is first seen.
+pub fn topup_key(budget: &str, name: &str) -> String {
+    format!("topup/{budget}/{name}")
 }
 
 /// The one reservation of a workload admission.
@@ -355,6 +371,13 @@ mod tests {
         let mut e = entry(EntryKind::Post, 5, 0, 10);
         e.key = "post/b/u/1/0-11".into();
         assert!(e.validate().unwrap_err().contains("derived key"));
+        let mut t = entry(EntryKind::Grant, 5, 0, 10);
+        t.key = topup_key("b", "q3-extra");
+        assert!(t.validate().is_ok());
+        for bad in ["topup/other/q3", "topup/b/", "topup/b/x/y"] {
+            t.key = bad.into();
+            assert!(t.validate().unwrap_err().contains("derived key"), "{bad}");
+        }
     }
 
     #[test]

@@ -2,11 +2,13 @@
 //! stores (SQLite, PostgreSQL) and streaming exports (CSV, FOCUS 1.2, JSON lines).
 
 pub mod admission;
+pub mod budget;
 pub mod cli;
 #[doc(hidden)]
 pub mod conformance;
 pub mod entry;
 pub mod export;
+pub mod lifecycle;
 pub mod pricing;
 pub mod store;
 

@@ -7,6 +7,14 @@
 //! indexes on `(budget, created_at)` and `(interval_start)`; applied versions are
 //! recorded in `schema_migrations(version, applied_at)`.
 //!
+//! Migration 2 adds the indexes of the AdmissionCheck queries:
+//! `(workload_uid, admission, kind)` (a workload's entries, a reservation's posts
+//! and void), `(budget, kind, interval_end)` (posted credits of a period) and a
+//! partial index of the Reserve entries (open reservations).
+//!
+//! Each backend applies, in one transaction, every migration above the recorded
+//! version and records each one; an existing version-1 ledger is upgraded in place.
+//!
 //! `append` is idempotent and atomic: all entries of a call go in one transaction,
 //! `INSERT .. ON CONFLICT DO NOTHING`; a key already present with the same content
 //! (ignoring `created_at`) counts as a duplicate, with different content it fails
@@ -20,7 +28,7 @@ use std::sync::{Arc, Mutex};
 use super::entry::{Balances, Entry, EntryKind, ReservationTotals, format_micros};
 
 /// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// Rows fetched per round trip when streaming entries.
 pub const PAGE: usize = 2000;
@@ -89,6 +97,17 @@ pub struct StoredEntry {
     pub entry: Entry,
 }
 
+/// A Reserve entry with no Void for the same reservation (budget, workload uid,
+/// admission), with what its Posts add up to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OpenReservation {
+    pub reserve: StoredEntry,
+    /// Sum of the credits of the reservation's Post entries (0 without posts).
+    pub posted: i128,
+    /// The latest `end` of its Post entries, or the Reserve's `start` without posts.
+    pub posted_until: i64,
+}
+
 /// Sums of `credits` per budget and kind.
 pub type KindSums = BTreeMap<String, BTreeMap<EntryKind, i128>>;
 
@@ -112,6 +131,30 @@ pub trait LedgerStore: Send + Sync {
     ) -> impl Future<Output = Result<Vec<StoredEntry>, StoreError>> + Send;
     /// The schema version in force.
     fn schema_version(&self) -> impl Future<Output = Result<i64, StoreError>> + Send;
+    /// Every entry of a workload (by uid, any budget and admission), in id order.
+    fn entries_for_workload(
+        &self,
+        workload_uid: &str,
+    ) -> impl Future<Output = Result<Vec<StoredEntry>, StoreError>> + Send;
+    /// The entry holding an idempotency key, if any.
+    fn entry_by_key(
+        &self,
+        key: &str,
+    ) -> impl Future<Output = Result<Option<StoredEntry>, StoreError>> + Send;
+    /// Every Reserve entry without a Void for the same reservation (budget,
+    /// workload uid, admission), in id order, with the sum and the latest end of
+    /// its Posts (one aggregate query).
+    fn open_reservations(
+        &self,
+    ) -> impl Future<Output = Result<Vec<OpenReservation>, StoreError>> + Send;
+    /// Sum of the credits of a budget's Post and Correction entries whose
+    /// interval `end` lies in `[from, to)`.
+    fn posted_between(
+        &self,
+        budget: &str,
+        from: i64,
+        to: i64,
+    ) -> impl Future<Output = Result<i128, StoreError>> + Send;
 
     /// A budget's balances, from the store's aggregate.
     fn balances(&self, budget: &str) -> impl Future<Output = Result<Balances, StoreError>> + Send {
@@ -283,6 +326,60 @@ fn migration_1(id_column: &str) -> String {
         CREATE INDEX entries_budget_created ON entries (budget, created_at);
         CREATE INDEX entries_interval_start ON entries (interval_start);"
     )
+}
+
+const MIGRATION_2: &str =
+    "CREATE INDEX entries_workload_uid ON entries (workload_uid, admission, kind);
+    CREATE INDEX entries_budget_kind ON entries (budget, kind, interval_end);
+    CREATE INDEX entries_reserves ON entries (id) WHERE kind = 'Reserve';";
+
+/// The DDL that takes the schema from `version - 1` to `version`.
+fn migration(version: i64, id_column: &str) -> String {
+    match version {
+        1 => migration_1(id_column),
+        2 => MIGRATION_2.to_string(),
+        _ => unreachable!("no migration {version} (SCHEMA_VERSION is {SCHEMA_VERSION})"),
+    }
+}
+
+/// [`COLUMNS`] qualified with a table alias (`r.idempotency_key, r.kind, …`).
+fn columns_of(alias: &str) -> String {
+    COLUMNS
+        .split(", ")
+        .map(|c| format!("{alias}.{c}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The query of [`LedgerStore::open_reservations`], shared by both backends:
+/// columns 0..=18 are the Reserve's `id` and [`COLUMNS`] (read by `read_row`),
+/// 19 the posted sum (`sum`, as the backend wants it), 20 the latest post end,
+/// 21 and 22 (`check`) the first post id with a corrupt `credits`, resp.
+/// `interval_end`, or NULL. Posts and the void are found through the
+/// (workload_uid, admission, kind) index, Reserves through their partial index.
+fn open_reservations_sql(sum: &str, check: &str) -> String {
+    let cols = columns_of("r");
+    format!(
+        "SELECT r.id, {cols}, {sum}, COALESCE(MAX(p.interval_end), r.interval_start), {check}
+         FROM entries r
+         LEFT JOIN entries p ON p.workload_uid = r.workload_uid AND p.admission = r.admission
+             AND p.kind = 'Post' AND p.budget = r.budget
+         WHERE r.kind = 'Reserve' AND NOT EXISTS (
+             SELECT 1 FROM entries v WHERE v.workload_uid = r.workload_uid
+                 AND v.admission = r.admission AND v.kind = 'Void' AND v.budget = r.budget)
+         GROUP BY r.id
+         ORDER BY r.id"
+    )
+}
+
+/// The error for an aggregated row (a post of an open reservation, an entry of
+/// `posted_between`) that the backend's check found corrupt.
+fn corrupt_aggregated(id: i64, column: &'static str, within: &str) -> StoreError {
+    let detail = match column {
+        "credits" => format!("not a non-negative integer amount ({within})"),
+        _ => format!("not an integer ({within})"),
+    };
+    StoreError::CorruptRow { id, column, detail }
 }
 
 /// Raw column values of a row, before checking (shared by both backends).
@@ -461,6 +558,33 @@ impl LedgerStore for Store {
             Store::Postgres(s) => s.schema_version().await,
         }
     }
+    async fn entries_for_workload(
+        &self,
+        workload_uid: &str,
+    ) -> Result<Vec<StoredEntry>, StoreError> {
+        match self {
+            Store::Sqlite(s) => s.entries_for_workload(workload_uid).await,
+            Store::Postgres(s) => s.entries_for_workload(workload_uid).await,
+        }
+    }
+    async fn entry_by_key(&self, key: &str) -> Result<Option<StoredEntry>, StoreError> {
+        match self {
+            Store::Sqlite(s) => s.entry_by_key(key).await,
+            Store::Postgres(s) => s.entry_by_key(key).await,
+        }
+    }
+    async fn open_reservations(&self) -> Result<Vec<OpenReservation>, StoreError> {
+        match self {
+            Store::Sqlite(s) => s.open_reservations().await,
+            Store::Postgres(s) => s.open_reservations().await,
+        }
+    }
+    async fn posted_between(&self, budget: &str, from: i64, to: i64) -> Result<i128, StoreError> {
+        match self {
+            Store::Sqlite(s) => s.posted_between(budget, from, to).await,
+            Store::Postgres(s) => s.posted_between(budget, from, to).await,
+        }
+    }
 }
 
 /// A connection URL without its password (`postgres://u:***@h/db`, `password=***`).
@@ -550,11 +674,11 @@ impl SqliteStore {
                 supported: SCHEMA_VERSION,
             });
         }
-        if found < 1 {
-            tx.execute_batch(&migration_1("INTEGER PRIMARY KEY AUTOINCREMENT"))?;
+        for version in (found + 1)..=SCHEMA_VERSION {
+            tx.execute_batch(&migration(version, "INTEGER PRIMARY KEY AUTOINCREMENT"))?;
             tx.execute(
-                "INSERT INTO schema_migrations (version, applied_at) VALUES (1, ?1)",
-                [now_unix()],
+                "INSERT INTO schema_migrations (version, applied_at) VALUES (?1, ?2)",
+                [version, now_unix()],
             )?;
         }
         tx.commit()?;
@@ -730,6 +854,100 @@ impl LedgerStore for SqliteStore {
         })
         .await
     }
+
+    async fn entries_for_workload(
+        &self,
+        workload_uid: &str,
+    ) -> Result<Vec<StoredEntry>, StoreError> {
+        let uid = workload_uid.to_string();
+        self.with_conn(move |conn| {
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT id, {COLUMNS} FROM entries WHERE workload_uid = ?1 ORDER BY id"
+            ))?;
+            let mut rows = stmt.query([uid])?;
+            let mut out = Vec::new();
+            while let Some(r) = rows.next()? {
+                out.push(Self::read_row(r)?);
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn entry_by_key(&self, key: &str) -> Result<Option<StoredEntry>, StoreError> {
+        let key = key.to_string();
+        self.with_conn(move |conn| {
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT id, {COLUMNS} FROM entries WHERE idempotency_key = ?1"
+            ))?;
+            let mut rows = stmt.query([key])?;
+            rows.next()?.map(Self::read_row).transpose()
+        })
+        .await
+    }
+
+    async fn open_reservations(&self) -> Result<Vec<OpenReservation>, StoreError> {
+        self.with_conn(move |conn| {
+            let mut stmt = conn.prepare_cached(&open_reservations_sql(
+                "SUM(p.credits)",
+                "MIN(CASE WHEN typeof(p.credits) <> 'integer' OR p.credits < 0 THEN p.id END), \
+                 MIN(CASE WHEN typeof(p.interval_end) <> 'integer' THEN p.id END)",
+            ))?;
+            let mut rows = stmt.query([])?;
+            let mut out = Vec::new();
+            while let Some(r) = rows.next()? {
+                let reserve = Self::read_row(r)?;
+                let within = || format!("a post of reservation {}", reserve.entry.key);
+                if let Some(id) = r.get::<_, Option<i64>>(21)? {
+                    return Err(corrupt_aggregated(id, "credits", &within()));
+                }
+                if let Some(id) = r.get::<_, Option<i64>>(22)? {
+                    return Err(corrupt_aggregated(id, "interval_end", &within()));
+                }
+                let posted: Option<i64> = r.get(19)?;
+                let posted_until: i64 = r.get(20)?;
+                out.push(OpenReservation {
+                    reserve,
+                    posted: i128::from(posted.unwrap_or(0)),
+                    posted_until,
+                });
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn posted_between(&self, budget: &str, from: i64, to: i64) -> Result<i128, StoreError> {
+        let budget = budget.to_string();
+        self.with_conn(move |conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT SUM(credits), MIN(CASE WHEN typeof(credits) <> 'integer' OR (kind = 'Post' AND credits < 0) THEN id END) \
+                 FROM entries WHERE budget = ?1 AND kind IN ('Post', 'Correction') AND interval_end >= ?2 AND interval_end < ?3",
+            )?;
+            // The sum is read as any value: a corrupt amount makes it REAL, and
+            // the check column names the row.
+            let (sum, bad): (rusqlite::types::Value, Option<i64>) =
+                stmt.query_row(rusqlite::params![budget, from, to], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })?;
+            let corrupt = |id| {
+                corrupt_aggregated(
+                    id,
+                    "credits",
+                    &format!("posted credits of budget {budget}"),
+                )
+            };
+            if let Some(id) = bad {
+                return Err(corrupt(id));
+            }
+            match sum {
+                rusqlite::types::Value::Null => Ok(0),
+                rusqlite::types::Value::Integer(v) => Ok(i128::from(v)),
+                _ => Err(corrupt(0)),
+            }
+        })
+        .await
+    }
 }
 
 // ---------------------------------------------------------------- PostgreSQL
@@ -800,14 +1018,15 @@ impl PostgresStore {
                 supported: SCHEMA_VERSION,
             });
         }
-        if found < 1 {
-            tx.batch_execute(&migration_1(
+        for version in (found + 1)..=SCHEMA_VERSION {
+            tx.batch_execute(&migration(
+                version,
                 "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
             ))
             .await?;
             tx.execute(
-                "INSERT INTO schema_migrations (version, applied_at) VALUES (1, $1)",
-                &[&now_unix()],
+                "INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)",
+                &[&version, &now_unix()],
             )
             .await?;
         }
@@ -964,11 +1183,263 @@ impl LedgerStore for PostgresStore {
             .await?
             .get(0))
     }
+
+    async fn entries_for_workload(
+        &self,
+        workload_uid: &str,
+    ) -> Result<Vec<StoredEntry>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                &format!("SELECT id, {COLUMNS} FROM entries WHERE workload_uid = $1 ORDER BY id"),
+                &[&workload_uid],
+            )
+            .await?;
+        rows.iter().map(Self::read_row).collect()
+    }
+
+    async fn entry_by_key(&self, key: &str) -> Result<Option<StoredEntry>, StoreError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                &format!("SELECT id, {COLUMNS} FROM entries WHERE idempotency_key = $1"),
+                &[&key],
+            )
+            .await?;
+        row.as_ref().map(Self::read_row).transpose()
+    }
+
+    async fn open_reservations(&self) -> Result<Vec<OpenReservation>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                &open_reservations_sql(
+                    "COALESCE(SUM(p.credits), 0)::TEXT",
+                    "MIN(CASE WHEN p.credits < 0 THEN p.id END), NULL::BIGINT",
+                ),
+                &[],
+            )
+            .await?;
+        let mut out = Vec::with_capacity(rows.len());
+        for r in &rows {
+            let reserve = Self::read_row(r)?;
+            if let Some(id) = r.try_get::<_, Option<i64>>(21)? {
+                return Err(corrupt_aggregated(
+                    id,
+                    "credits",
+                    &format!("a post of reservation {}", reserve.entry.key),
+                ));
+            }
+            let posted: String = r.try_get(19)?;
+            let posted: i128 = posted.parse().map_err(|_| StoreError::CorruptRow {
+                id: reserve.id,
+                column: "credits",
+                detail: format!("sum {posted:?} of the posts is not an integer"),
+            })?;
+            let posted_until: i64 = r.try_get(20)?;
+            out.push(OpenReservation {
+                reserve,
+                posted,
+                posted_until,
+            });
+        }
+        Ok(out)
+    }
+
+    async fn posted_between(&self, budget: &str, from: i64, to: i64) -> Result<i128, StoreError> {
+        let client = self.client().await?;
+        let row = client
+            .query_one(
+                "SELECT COALESCE(SUM(credits), 0)::TEXT, MIN(CASE WHEN kind = 'Post' AND credits < 0 THEN id END) \
+                 FROM entries WHERE budget = $1 AND kind IN ('Post', 'Correction') AND interval_end >= $2 AND interval_end < $3",
+                &[&budget, &from, &to],
+            )
+            .await?;
+        if let Some(id) = row.try_get::<_, Option<i64>>(1)? {
+            return Err(corrupt_aggregated(
+                id,
+                "credits",
+                &format!("posted credits of budget {budget}"),
+            ));
+        }
+        let sum: String = row.try_get(0)?;
+        sum.parse().map_err(|_| StoreError::CorruptRow {
+            id: 0,
+            column: "credits",
+            detail: format!("sum {sum:?} of budget {budget} is not an integer"),
+        })
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A version-1 SQLite ledger as kaccel 1 wrote it: the v1 DDL, version 1
+    /// recorded, rows inserted directly.
+    fn v1_file(path: &Path, entries: &[Entry]) {
+        let conn = rusqlite::Connection::open(path).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE schema_migrations (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL);
+             INSERT INTO schema_migrations (version, applied_at) VALUES (1, 1767225600);",
+        )
+        .unwrap();
+        conn.execute_batch(&migration_1("INTEGER PRIMARY KEY AUTOINCREMENT"))
+            .unwrap();
+        for e in entries {
+            conn.execute(
+                &format!("INSERT INTO entries ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)"),
+                rusqlite::params![
+                    e.key, e.kind.as_str(), e.budget, e.team, e.namespace, e.workload,
+                    e.workload_uid, i64::from(e.admission), e.class, e.flavor, e.resource,
+                    e.device_units as i64, e.start, e.end, e.credits, e.rate_card, e.reason,
+                    e.created_at,
+                ],
+            )
+            .unwrap();
+        }
+    }
+
+    fn sqlite_indexes(path: &Path) -> Vec<String> {
+        let conn = rusqlite::Connection::open(path).unwrap();
+        let mut stmt = conn
+            .prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'entries' AND sql IS NOT NULL ORDER BY name")
+            .unwrap();
+        stmt.query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn sqlite_version_1_is_upgraded_in_place() {
+        use crate::ledger::conformance::lifecycle;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v1.db");
+        let mut entries = lifecycle("b1", "t", "u1", 2, 3);
+        let mut open = lifecycle("b2", "t", "u2", 1, 1);
+        open.pop();
+        entries.extend(open);
+        v1_file(&path, &entries);
+        assert_eq!(
+            sqlite_indexes(&path),
+            ["entries_budget_created", "entries_interval_start"]
+        );
+
+        let store = SqliteStore::open(&path).await.unwrap();
+        assert_eq!(store.schema_version().await.unwrap(), 2);
+        assert_eq!(
+            sqlite_indexes(&path),
+            [
+                "entries_budget_created",
+                "entries_budget_kind",
+                "entries_interval_start",
+                "entries_reserves",
+                "entries_workload_uid",
+            ]
+        );
+        // Data intact, ids kept.
+        let mut all = Vec::new();
+        for_each_entry(&store, &EntryFilter::default(), |s: &StoredEntry| {
+            all.push(s.clone());
+            Ok::<_, StoreError>(())
+        })
+        .await
+        .unwrap();
+        assert_eq!(
+            all.iter().map(|s| s.id).collect::<Vec<_>>(),
+            (1..=9).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            all.into_iter().map(|s| s.entry).collect::<Vec<_>>(),
+            entries
+        );
+        assert!(verify(&store).await.unwrap().ok());
+        let open = store.open_reservations().await.unwrap();
+        assert_eq!(open.len(), 1);
+        assert_eq!((open[0].reserve.id, open[0].posted), (8, 4_000_000));
+        assert_eq!(
+            store.posted_between("b1", 0, i64::MAX).await.unwrap(),
+            24_000_000
+        );
+        // New entries get the next ids.
+        let more = lifecycle("b3", "t", "u3", 1, 0);
+        store.append(&more).await.unwrap();
+        assert_eq!(
+            store.entry_by_key(&more[0].key).await.unwrap().unwrap().id,
+            10
+        );
+        drop(store);
+
+        // Reopening applies nothing twice.
+        let store = SqliteStore::open(&path).await.unwrap();
+        assert_eq!(store.schema_version().await.unwrap(), 2);
+        let versions: Vec<i64> = store
+            .with_conn(|conn| {
+                let mut stmt =
+                    conn.prepare("SELECT version FROM schema_migrations ORDER BY version")?;
+                let v = stmt
+                    .query_map([], |r| r.get(0))?
+                    .collect::<Result<_, _>>()?;
+                Ok(v)
+            })
+            .await
+            .unwrap();
+        assert_eq!(versions, [1, 2]);
+    }
+
+    /// The admission queries use the migration-2 indexes rather than scanning
+    /// the table.
+    #[tokio::test]
+    async fn sqlite_admission_queries_use_indexes() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&dir.path().join("l.db")).await.unwrap();
+        let plans = store
+            .with_conn(|conn| {
+                let plan = |sql: &str| -> Result<String, StoreError> {
+                    let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}"))?;
+                    let rows = stmt
+                        .query_map([], |r| r.get::<_, String>(3))?
+                        .collect::<Result<Vec<_>, _>>()?;
+                    Ok(rows.join("; "))
+                };
+                Ok([
+                    plan(&format!("SELECT id, {COLUMNS} FROM entries WHERE workload_uid = 'u' ORDER BY id"))?,
+                    plan(&open_reservations_sql("SUM(p.credits)", "NULL, NULL"))?,
+                    plan("SELECT SUM(credits) FROM entries WHERE budget = 'b' AND kind IN ('Post', 'Correction') AND interval_end >= 1 AND interval_end < 2")?,
+                ])
+            })
+            .await
+            .unwrap();
+        for plan in &plans {
+            eprintln!("{plan}");
+        }
+        assert!(
+            plans[0].contains("USING INDEX entries_workload_uid"),
+            "{}",
+            plans[0]
+        );
+        assert!(
+            plans[1].contains("USING INDEX entries_reserves"),
+            "{}",
+            plans[1]
+        );
+        assert!(
+            plans[1].contains("SEARCH p USING INDEX entries_workload_uid"),
+            "{}",
+            plans[1]
+        );
+        assert!(
+            plans[1].contains("SEARCH v USING INDEX entries_workload_uid"),
+            "{}",
+            plans[1]
+        );
+        assert!(
+            plans[2].contains("USING INDEX entries_budget_kind"),
+            "{}",
+            plans[2]
+        );
+    }
 
     #[test]
     fn redacts_passwords() {

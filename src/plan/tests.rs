@@ -60,10 +60,12 @@ fn budget(name: &str, namespaces: &[&str], grants: &[(&str, u32)]) -> CreditBudg
                     ),
                     days: 30,
                 },
+                top_ups: Vec::new(),
             },
             fair_share_weight: None,
             on_exhaustion: ExhaustionPolicy::Hold,
             allow_borrowing: true,
+            admission: Default::default(),
         },
         status: None,
     }

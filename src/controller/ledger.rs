@@ -1,0 +1,1083 @@
+//! The credit ledger at run time: kaccel's Kueue AdmissionCheck and the budget
+//! loop. Thin I/O around the pure layers in `src/ledger` (pricing and the
+//! reserve/wait/reject decision in `admission`, the Workload lifecycle in
+//! `lifecycle`, periods and top-ups in `budget`).
+//!
+//! Workloads (one reconcile per Workload at a time, from kube-runtime's
+//! Controller):
+//! 1. post usage of the recorded admission per interval; settle it (last post +
+//!    void, and a refund for platform preemption when the budget says so) once
+//!    it ended — finished, quota released, re-admitted or deleted;
+//! 2. answer a Pending check of a Workload holding quota: record the priced
+//!    admission with a finalizer, append the Reserve entry, and only then set
+//!    the check Ready; or leave it Pending / Retry with the message the user
+//!    sees; or Rejected when nothing prices the devices;
+//! 3. drop the finalizer once a finished or deleted Workload is settled.
+//!
+//! Budgets (every `budgetIntervalSeconds`): period grants, expiries and top-ups;
+//! balances, burn rate and exhaustion for the status and the planner's Hold;
+//! and the reconciliation of open reservations against Kueue.
+//!
+//! Every error is retried with backoff: an unreachable store delays answers, it
+//! never loses an entry (entries are derived again from Kueue's state with the
+//! same idempotency keys).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::Store as Cache;
+use kube::runtime::{Controller, watcher};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+use tokio::sync::{Mutex, Notify, OnceCell, mpsc::UnboundedSender};
+
+use super::config::Ledger as LedgerConfig;
+use super::health::EVICTED_FOR_ANNOTATION;
+use super::metrics::{BudgetLabel, DecisionLabel, KindLabel, Metrics, ReasonLabel};
+use crate::api::{AcceleratorClassSpec, CreditBudgetSpec, ShortPolicy};
+use crate::ledger::admission::{
+    AdmissionError, BudgetView, Decision, FlavorUsage, WorkloadView, admission_number, decide,
+    horizon_seconds, rate_info, reservation, settle, usage_from_workload,
+};
+use crate::ledger::budget::{
+    budget_entries, burn_rate_per_hour, current_period, is_exhausted, projected_exhaustion,
+};
+use crate::ledger::entry::{Balances, Entry, EntryKind, format_micros, void_key};
+use crate::ledger::lifecycle::{
+    FINALIZER, RESERVATION_ANNOTATION, ReservationRecord, check_state, condition, deletion_time,
+    due_posts, ended_at, holds_quota, is_finished, preemption_refund, record_of,
+};
+use crate::ledger::store::{LedgerStore, OpenReservation, Store, StoreError};
+
+/// What the planner knows that the check needs to price an admission; replaced
+/// after every plan.
+#[derive(Clone, Debug, Default)]
+pub struct PricingSnapshot {
+    /// False until the first plan ran.
+    pub ready: bool,
+    /// ResourceFlavor name -> device model.
+    pub flavor_models: BTreeMap<String, String>,
+    /// AcceleratorClass name -> (spec, generation).
+    pub classes: BTreeMap<String, (AcceleratorClassSpec, Option<i64>)>,
+    /// ClusterQueue name -> (budget, class).
+    pub queues: BTreeMap<String, (String, String)>,
+    /// CreditBudget name -> spec.
+    pub budgets: BTreeMap<String, CreditBudgetSpec>,
+}
+
+/// The ledger's view of a budget, for its status, the planner's Hold and metrics.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct BudgetLedgerView {
+    pub balances: Balances,
+    pub burn_per_hour: i128,
+    pub projected_exhaustion: Option<i64>,
+    pub period: Option<(i64, i64)>,
+    pub exhausted: bool,
+    /// A problem the user must fix (a changed top-up, a bad amount) or the store
+    /// being unreachable.
+    pub error: Option<String>,
+    /// Reconciliation findings of the last pass (empty = ledger matches Kueue).
+    pub drift: Vec<String>,
+}
+
+/// Shared between the planner loop and the ledger tasks.
+#[derive(Default)]
+pub struct LedgerShared {
+    pricing: RwLock<Arc<PricingSnapshot>>,
+    budgets: RwLock<BTreeMap<String, BudgetLedgerView>>,
+    pricing_changed: Notify,
+}
+
+impl LedgerShared {
+    pub fn set_pricing(&self, snapshot: PricingSnapshot) {
+        *self.pricing.write().expect("pricing lock") = Arc::new(snapshot);
+        self.pricing_changed.notify_one();
+    }
+
+    fn pricing(&self) -> Arc<PricingSnapshot> {
+        self.pricing.read().expect("pricing lock").clone()
+    }
+
+    pub fn budget_views(&self) -> BTreeMap<String, BudgetLedgerView> {
+        self.budgets.read().expect("budgets lock").clone()
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    #[error("ledger store: {0}")]
+    Store(#[from] StoreError),
+    #[error("Kubernetes API error during {action}: {source}")]
+    Api {
+        action: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("Workload {workload}: {message}")]
+    BadWorkload { workload: String, message: String },
+    #[error("Workload {workload}: {source}")]
+    Admission {
+        workload: String,
+        #[source]
+        source: AdmissionError,
+    },
+}
+
+impl LedgerError {
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            LedgerError::Store(StoreError::Unreachable { .. } | StoreError::Postgres(_)) => {
+                "store_unreachable"
+            }
+            LedgerError::Store(_) => "store",
+            LedgerError::Api { .. } => "api",
+            LedgerError::BadWorkload { .. } => "bad_workload",
+            LedgerError::Admission { .. } => "admission",
+        }
+    }
+}
+
+pub fn workload_resource() -> ApiResource {
+    ApiResource::from_gvk(&GroupVersionKind::gvk(
+        crate::kueue::GROUP,
+        crate::kueue::VERSION,
+        "Workload",
+    ))
+}
+
+fn admission_check_resource() -> ApiResource {
+    ApiResource::from_gvk(&GroupVersionKind::gvk(
+        crate::kueue::GROUP,
+        crate::kueue::VERSION,
+        "AdmissionCheck",
+    ))
+}
+
+fn now() -> i64 {
+    k8s_openapi::jiff::Timestamp::now().as_second()
+}
+
+fn rfc3339(secs: i64) -> String {
+    crate::ledger::export::rfc3339(secs)
+}
+
+/// Everything the ledger tasks share.
+pub struct LedgerRuntime {
+    client: Client,
+    config: LedgerConfig,
+    field_manager: String,
+    metrics: Metrics,
+    shared: Arc<LedgerShared>,
+    /// Opened (with retries) by the budget loop; workloads wait until it is.
+    store: OnceCell<Store>,
+    /// One reservation decision at a time, so two admissions cannot both spend
+    /// the same remaining credits.
+    reserve_lock: Mutex<()>,
+    /// Wakes the planner (Hold, status) when a budget's ledger view changed.
+    wake_planner: UnboundedSender<()>,
+    /// Findings seen at the previous reconciliation pass: a finding is acted on
+    /// only when it persists, so work in flight (a settlement a moment away) is
+    /// not mistaken for drift.
+    previous_findings: Mutex<BTreeSet<String>>,
+}
+
+impl LedgerRuntime {
+    pub fn new(
+        client: Client,
+        config: LedgerConfig,
+        field_manager: &str,
+        metrics: Metrics,
+        shared: Arc<LedgerShared>,
+        wake_planner: UnboundedSender<()>,
+    ) -> Arc<Self> {
+        Arc::new(LedgerRuntime {
+            client,
+            config,
+            field_manager: format!("{field_manager}-credits"),
+            metrics,
+            shared,
+            store: OnceCell::new(),
+            reserve_lock: Mutex::new(()),
+            wake_planner,
+            previous_findings: Mutex::new(BTreeSet::new()),
+        })
+    }
+
+    /// Runs until aborted (the planner loop aborts it when leadership ends):
+    /// opens the store with retries, then the Workload controller and the budget
+    /// loop side by side.
+    pub async fn run(self: Arc<Self>, cluster_queues: Cache<DynamicObject>) {
+        let url = self.config.store_url();
+        let shown = crate::ledger::store::redact_url(&url);
+        let mut delay = Duration::from_millis(500);
+        loop {
+            match Store::open(&url).await {
+                Ok(store) => {
+                    let _ = self.store.set(store);
+                    self.metrics.ledger_up.set(1);
+                    tracing::info!(store = %shown, "ledger store open");
+                    break;
+                }
+                Err(e) => {
+                    self.metrics.ledger_up.set(0);
+                    self.metrics
+                        .ledger_errors
+                        .get_or_create(&ReasonLabel {
+                            reason: "store_unreachable".into(),
+                        })
+                        .inc();
+                    tracing::error!(store = %shown, error = %e, retry_in = ?delay, "cannot open the ledger store; credit checks stay Pending until it answers");
+                    self.set_admission_check(Some(&format!(
+                        "ledger store {shown} cannot be opened: {e}; kaccel retries, and credit checks stay Pending until it answers"
+                    )))
+                    .await;
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(15));
+                }
+            }
+        }
+        self.set_admission_check(None).await;
+
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &workload_resource());
+        let (trigger_tx, trigger_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+        let controller = Controller::new_with(api, watcher::Config::default(), workload_resource())
+            .reconcile_all_on(tokio_stream(trigger_rx));
+        let workloads = controller.store();
+        let ctx = self.clone();
+        let workload_task = controller
+            .run(
+                |obj, ctx: Arc<LedgerRuntime>| async move { ctx.reconcile_workload(obj).await },
+                |_obj, err: &LedgerError, ctx: Arc<LedgerRuntime>| {
+                    tracing::warn!(error = %err, "credit check reconcile failed; retrying");
+                    ctx.metrics
+                        .ledger_errors
+                        .get_or_create(&ReasonLabel {
+                            reason: err.metric_label().into(),
+                        })
+                        .inc();
+                    Action::requeue(Duration::from_secs(2))
+                },
+                ctx,
+            )
+            .for_each(|_| async {});
+        let budget_task = self
+            .clone()
+            .budget_loop(workloads, cluster_queues, trigger_tx);
+        tokio::join!(workload_task, budget_task);
+    }
+
+    fn store(&self) -> &Store {
+        self.store
+            .get()
+            .expect("the store is opened before any task starts")
+    }
+
+    async fn append(&self, entries: &[Entry]) -> Result<(), LedgerError> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        match self.store().append(entries).await {
+            Ok(outcome) => {
+                self.metrics.ledger_up.set(1);
+                if outcome.inserted > 0 {
+                    for e in entries {
+                        self.metrics
+                            .ledger_entries
+                            .get_or_create(&KindLabel {
+                                kind: e.kind.as_str().into(),
+                            })
+                            .inc();
+                    }
+                }
+                Ok(())
+            }
+            Err(e) => {
+                if matches!(e, StoreError::Unreachable { .. } | StoreError::Postgres(_)) {
+                    self.metrics.ledger_up.set(0);
+                }
+                Err(e.into())
+            }
+        }
+    }
+
+    /// Creates kaccel's AdmissionCheck and sets its Active condition (Kueue
+    /// treats ClusterQueues whose checks are not Active as inactive). `problem`
+    /// makes it inactive with that message.
+    async fn set_admission_check(&self, problem: Option<&str>) {
+        let api: Api<DynamicObject> =
+            Api::all_with(self.client.clone(), &admission_check_resource());
+        let name = &self.config.admission_check_name;
+        let params = PatchParams::apply(&self.field_manager).force();
+        let object = json!({
+            "apiVersion": format!("{}/{}", crate::kueue::GROUP, crate::kueue::VERSION),
+            "kind": "AdmissionCheck",
+            "metadata": {"name": name, "labels": {crate::plan::MANAGED_BY_LABEL: crate::plan::MANAGED_BY}},
+            "spec": {"controllerName": self.config.controller_name},
+        });
+        if let Err(e) = api.patch(name, &params, &Patch::Apply(&object)).await {
+            tracing::warn!(error = %e, admission_check = %name, "cannot write the AdmissionCheck");
+            return;
+        }
+        let (status, reason, message) = match problem {
+            None => (
+                "True",
+                "Active",
+                "kaccel charges credits for admissions".to_string(),
+            ),
+            Some(p) => ("False", "LedgerUnavailable", p.to_string()),
+        };
+        let status_patch = json!({
+            "apiVersion": format!("{}/{}", crate::kueue::GROUP, crate::kueue::VERSION),
+            "kind": "AdmissionCheck",
+            "metadata": {"name": name},
+            "status": {"conditions": [{
+                "type": "Active", "status": status, "reason": reason, "message": message,
+                "lastTransitionTime": rfc3339(now()),
+            }]},
+        });
+        if let Err(e) = api
+            .patch_status(name, &params, &Patch::Apply(&status_patch))
+            .await
+        {
+            tracing::warn!(error = %e, admission_check = %name, "cannot write the AdmissionCheck status");
+        }
+    }
+
+    // ------------------------------------------------------------ workloads
+
+    async fn reconcile_workload(&self, obj: Arc<DynamicObject>) -> Result<Action, LedgerError> {
+        let v = serde_json::to_value(obj.as_ref()).expect("objects serialise");
+        let namespace = obj.namespace().unwrap_or_default();
+        let name = obj.name_any();
+        let shown = format!("{namespace}/{name}");
+        let uid = obj.uid().unwrap_or_default();
+        let check = check_state(&v, &self.config.admission_check_name);
+        let has_finalizer = obj.finalizers().iter().any(|f| f == FINALIZER);
+        if check.is_none() && !has_finalizer {
+            return Ok(Action::await_change());
+        }
+        let record = record_of(&v).map_err(|message| LedgerError::BadWorkload {
+            workload: shown.clone(),
+            message: format!("{message}; remove the annotation to let kaccel charge it again"),
+        })?;
+        let now = now();
+        let pricing = self.shared.pricing();
+        let mut requeue: Option<i64> = None;
+
+        // 1. The recorded admission: periodic posts, or the settlement once it ended.
+        let mut recorded_reserve: Option<Entry> = None;
+        if let Some(rec) = &record {
+            let entries = self.store().entries_for_workload(&uid).await?;
+            let state = ReservationState::of(&entries, rec);
+            if let Some(reserve) = state.reserve.clone() {
+                recorded_reserve = Some(reserve.clone());
+                if !state.voided {
+                    let view = rec.view(reserve.clone());
+                    match ended_at(&v, rec, EVICTED_FOR_ANNOTATION) {
+                        Some(end) => {
+                            let mut out =
+                                settle(&view, rec.admitted_at, end.at, state.posted_until);
+                            let refunds = pricing
+                                .budgets
+                                .get(&rec.budget)
+                                .is_some_and(|b| b.admission.refund_preemption);
+                            if refunds {
+                                let posted_now: i64 = out
+                                    .iter()
+                                    .filter(|e| e.kind == EntryKind::Post)
+                                    .map(|e| e.credits)
+                                    .sum();
+                                out.extend(preemption_refund(
+                                    &reserve,
+                                    state.posted + posted_now,
+                                    &end,
+                                ));
+                            }
+                            self.append(&out).await?;
+                            tracing::info!(workload = %shown, admission = rec.admission, ended = %end.reason, "settled");
+                            // Credits came back: waiting Workloads may fit now.
+                            let _ = self.wake_planner.send(());
+                        }
+                        None => {
+                            let (posts, next) = due_posts(
+                                &view,
+                                rec.admitted_at,
+                                state.posted_until,
+                                now,
+                                self.config.post_interval_seconds,
+                            );
+                            self.append(&posts).await?;
+                            requeue = next;
+                        }
+                    }
+                }
+            }
+        }
+
+        // 2. Answer a Pending check of a Workload holding quota.
+        let finished = is_finished(&v);
+        let deleting = deletion_time(&v).is_some();
+        if let Some((state, message)) = check
+            && matches!(state, "Pending")
+            && holds_quota(&v)
+            && !finished
+            && !deleting
+            && !evicted_since_admission(&v)
+        {
+            let admission = admission_number(&v).map_err(|source| LedgerError::Admission {
+                workload: shown.clone(),
+                source,
+            })?;
+            match (&record, &recorded_reserve) {
+                (Some(rec), Some(reserve)) if rec.admission == admission => {
+                    // Reserved before a crash (or the cache lags the check write).
+                    self.set_check(&v, "Ready", &ready_note(rec, reserve), None)
+                        .await?;
+                }
+                _ => {
+                    if let Some(after) = self
+                        .decide(&v, &shown, &uid, admission, message, &pricing, now)
+                        .await?
+                    {
+                        requeue = Some(requeue.map_or(after, |r| r.min(after)));
+                    }
+                }
+            }
+        }
+
+        // 3. The finalizer goes once a finished or deleted Workload is settled
+        // (a failed settlement returned early above).
+        if has_finalizer && (finished || deleting) {
+            self.apply_record(&v, None).await?;
+        }
+
+        Ok(match requeue {
+            Some(at) => Action::requeue(Duration::from_secs(
+                at.saturating_sub(now).clamp(1, 3600) as u64
+            )),
+            None => Action::await_change(),
+        })
+    }
+
+    /// Prices the admission and reserves, waits or rejects. Returns when to look
+    /// again (unix seconds) while waiting.
+    #[allow(clippy::too_many_arguments)]
+    async fn decide(
+        &self,
+        v: &Value,
+        shown: &str,
+        uid: &str,
+        admission: u32,
+        current_message: &str,
+        pricing: &PricingSnapshot,
+        now: i64,
+    ) -> Result<Option<i64>, LedgerError> {
+        let retry_at = now + i64::from(self.config.retry_after_seconds);
+        let cluster_queue = v
+            .pointer("/status/admission/clusterQueue")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let Some((budget_name, class_name)) = pricing.queues.get(cluster_queue) else {
+            if pricing.ready {
+                let note = format!(
+                    "ClusterQueue {cluster_queue:?} is not one kaccel generated for a CreditBudget: no budget pays for it"
+                );
+                self.set_check(v, "Pending", &note, None).await?;
+            }
+            return Ok(Some(retry_at));
+        };
+        let Some(budget) = pricing.budgets.get(budget_name) else {
+            return Ok(Some(retry_at));
+        };
+        let usage = usage_from_workload(v).map_err(|source| LedgerError::Admission {
+            workload: shown.to_string(),
+            source,
+        })?;
+        // A flavor the last plan did not know yet (just created): look again soon.
+        if usage
+            .iter()
+            .any(|u| !pricing.flavor_models.contains_key(&u.flavor))
+        {
+            return Ok(Some(now + 2));
+        }
+        let default_horizon = budget
+            .admission
+            .default_horizon_seconds
+            .unwrap_or(self.config.default_horizon_seconds);
+        let horizon = horizon_seconds(v, default_horizon);
+        let rates = |u: &FlavorUsage| {
+            let model = pricing.flavor_models.get(&u.flavor)?;
+            let (spec, generation) = pricing.classes.get(class_name)?;
+            rate_info(class_name, spec, *generation, model).ok()
+        };
+        let priced =
+            reservation(&usage, &rates, horizon).map_err(|source| LedgerError::Admission {
+                workload: shown.to_string(),
+                source,
+            })?;
+        let admitted_at = match condition(v, "QuotaReserved") {
+            Some((true, Some(t), _)) => t,
+            _ => now,
+        };
+        let workload = WorkloadView {
+            namespace: v
+                .pointer("/metadata/namespace")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .into(),
+            name: v
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .into(),
+            uid: uid.into(),
+            admission,
+            admitted_at,
+            now,
+        };
+        let guard = self.reserve_lock.lock().await;
+        let balances = self.store().balances(budget_name).await?;
+        let view = BudgetView {
+            budget: budget_name.clone(),
+            team: budget.team.clone(),
+            balances,
+        };
+        match decide(&view, &workload, &priced) {
+            Decision::Reserve { entries } => {
+                let record = (!entries.is_empty()).then(|| {
+                    ReservationRecord::from_lines(
+                        admission,
+                        budget_name,
+                        &budget.team,
+                        cluster_queue,
+                        admitted_at,
+                        horizon,
+                        &priced.lines,
+                    )
+                });
+                if let Some(record) = &record {
+                    // The record (and finalizer) first: once the Reserve entry exists,
+                    // the Workload cannot go away unsettled.
+                    self.apply_record(v, Some(record)).await?;
+                    self.append(&entries).await?;
+                }
+                drop(guard);
+                let note = match &record {
+                    Some(record) => ready_note(record, &entries[0]),
+                    None => "no accelerator devices to charge".to_string(),
+                };
+                self.set_check(v, "Ready", &note, None).await?;
+                self.count_decision("reserve");
+                let latency = (k8s_openapi::jiff::Timestamp::now().as_millisecond() as f64
+                    / 1000.0
+                    - admitted_at as f64)
+                    .max(0.0);
+                self.metrics.check_latency.observe(latency);
+                let _ = self.wake_planner.send(());
+                Ok(None)
+            }
+            Decision::Wait { message } => {
+                drop(guard);
+                self.count_decision("wait");
+                match budget.admission.when_short {
+                    ShortPolicy::Retry => {
+                        self.set_check(v, "Retry", &message, Some(self.config.retry_after_seconds))
+                            .await?;
+                        Ok(None)
+                    }
+                    ShortPolicy::Pending => {
+                        if message != current_message {
+                            self.set_check(v, "Pending", &message, None).await?;
+                        }
+                        Ok(Some(retry_at))
+                    }
+                }
+            }
+            Decision::Reject { message } => {
+                drop(guard);
+                self.count_decision("reject");
+                self.set_check(v, "Rejected", &message, None).await?;
+                Ok(None)
+            }
+        }
+    }
+
+    fn count_decision(&self, decision: &str) {
+        self.metrics
+            .check_decisions
+            .get_or_create(&DecisionLabel {
+                decision: decision.into(),
+            })
+            .inc();
+    }
+
+    /// Writes kaccel's check state on the Workload (server-side apply of its own
+    /// entry of the `admissionChecks` map list; other checks are untouched).
+    async fn set_check(
+        &self,
+        v: &Value,
+        state: &str,
+        message: &str,
+        requeue_after: Option<u32>,
+    ) -> Result<(), LedgerError> {
+        let name = v
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let namespace = v
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let check = &self.config.admission_check_name;
+        let current = check_state(v, check);
+        if current == Some((state, message)) && state != "Retry" {
+            return Ok(());
+        }
+        // The transition time moves only when the state does.
+        let transition = match current {
+            Some((s, _)) if s == state => v
+                .pointer("/status/admissionChecks")
+                .and_then(Value::as_array)
+                .and_then(|a| a.iter().find(|c| c["name"] == check.as_str()))
+                .and_then(|c| c["lastTransitionTime"].as_str())
+                .map(str::to_string)
+                .unwrap_or_else(|| rfc3339(now())),
+            _ => rfc3339(now()),
+        };
+        let mut entry = json!({
+            "name": check,
+            "state": state,
+            "message": message.chars().take(4000).collect::<String>(),
+            "lastTransitionTime": transition,
+        });
+        if let Some(after) = requeue_after {
+            entry["requeueAfterSeconds"] = json!(after);
+        }
+        let patch = json!({
+            "apiVersion": format!("{}/{}", crate::kueue::GROUP, crate::kueue::VERSION),
+            "kind": "Workload",
+            "metadata": {"name": name, "namespace": namespace},
+            "status": {"admissionChecks": [entry]},
+        });
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), namespace, &workload_resource());
+        api.patch_status(
+            name,
+            &PatchParams::apply(&self.field_manager).force(),
+            &Patch::Apply(&patch),
+        )
+        .await
+        .map_err(|source| LedgerError::Api {
+            action: format!("setting the credit check {state} on Workload {namespace}/{name}"),
+            source,
+        })?;
+        self.metrics.write("Workload", "check");
+        Ok(())
+    }
+
+    /// Sets (Some) or removes (None) kaccel's finalizer and reservation record on
+    /// a Workload, by server-side apply of just those two fields.
+    async fn apply_record(
+        &self,
+        v: &Value,
+        record: Option<&ReservationRecord>,
+    ) -> Result<(), LedgerError> {
+        let name = v
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let namespace = v
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let mut metadata = json!({"name": name, "namespace": namespace});
+        if let Some(r) = record {
+            metadata["finalizers"] = json!([FINALIZER]);
+            metadata["annotations"] = json!({RESERVATION_ANNOTATION: r.to_annotation()});
+        }
+        let patch = json!({
+            "apiVersion": format!("{}/{}", crate::kueue::GROUP, crate::kueue::VERSION),
+            "kind": "Workload",
+            "metadata": metadata,
+        });
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), namespace, &workload_resource());
+        match api
+            .patch(
+                name,
+                &PatchParams::apply(&self.field_manager).force(),
+                &Patch::Apply(&patch),
+            )
+            .await
+        {
+            Ok(_) => {}
+            // Gone already (its finalizer was the last): nothing to remove.
+            Err(kube::Error::Api(s)) if s.code == 404 && record.is_none() => {}
+            Err(source) => {
+                return Err(LedgerError::Api {
+                    action: format!("writing kaccel's finalizer on Workload {namespace}/{name}"),
+                    source,
+                });
+            }
+        }
+        self.metrics.write("Workload", "finalizer");
+        Ok(())
+    }
+
+    // ------------------------------------------------------------ budgets
+
+    async fn budget_loop(
+        self: Arc<Self>,
+        workloads: Cache<DynamicObject>,
+        cluster_queues: Cache<DynamicObject>,
+        retrigger: UnboundedSender<()>,
+    ) {
+        let mut tick =
+            tokio::time::interval(Duration::from_secs(self.config.budget_interval_seconds));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = self.shared.pricing_changed.notified() => {}
+            }
+            let pricing = self.shared.pricing();
+            if !pricing.ready {
+                continue;
+            }
+            let before = self.shared.budget_views();
+            let mut views = BTreeMap::new();
+            for (name, spec) in &pricing.budgets {
+                let view = match self.budget_tick(name, spec).await {
+                    Ok(view) => view,
+                    Err(e) => {
+                        tracing::warn!(budget = %name, error = %e, "budget ledger pass failed; retrying");
+                        let mut view = before.get(name).cloned().unwrap_or_default();
+                        view.error = Some(e.to_string());
+                        view
+                    }
+                };
+                self.metrics
+                    .budget_remaining
+                    .get_or_create(&BudgetLabel {
+                        budget: name.clone(),
+                    })
+                    .set(i64::try_from(view.balances.remaining()).unwrap_or(i64::MAX));
+                views.insert(name.clone(), view);
+            }
+            match self
+                .reconcile_with_kueue(&pricing, &workloads, &cluster_queues)
+                .await
+            {
+                Ok(findings) => {
+                    for (name, view) in views.iter_mut() {
+                        view.drift = findings.get(name).cloned().unwrap_or_default();
+                        self.metrics
+                            .ledger_drift
+                            .get_or_create(&BudgetLabel {
+                                budget: name.clone(),
+                            })
+                            .set(view.drift.len() as i64);
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "reconciliation against Kueue failed; retrying")
+                }
+            }
+            let credits_returned = views.iter().any(|(name, v)| {
+                before
+                    .get(name)
+                    .is_none_or(|b| v.balances.remaining() > b.balances.remaining())
+            });
+            if views != before {
+                *self.shared.budgets.write().expect("budgets lock") = views;
+                let _ = self.wake_planner.send(());
+            }
+            if credits_returned {
+                // A top-up, a new period or a settlement: waiting Workloads may fit.
+                let _ = retrigger.send(());
+            }
+        }
+    }
+
+    /// Grants, expiries and top-ups due now, then the budget's figures.
+    async fn budget_tick(
+        &self,
+        name: &str,
+        spec: &CreditBudgetSpec,
+    ) -> Result<BudgetLedgerView, LedgerError> {
+        let now = now();
+        let store = self.store();
+        let window = current_period(&spec.credits, now);
+        // Grants, top-ups and expiries carry no workload: one query finds every
+        // one of them (a few per period), whatever period budget_entries asks about.
+        let known: BTreeMap<String, Entry> = store
+            .entries_for_workload("")
+            .await?
+            .into_iter()
+            .filter(|s| s.entry.budget == name)
+            .map(|s| (s.entry.key.clone(), s.entry))
+            .collect();
+        let balances = store.balances(name).await?;
+        let mut error = None;
+        match budget_entries(name, spec, now, &|k: &str| known.get(k).cloned(), balances) {
+            Ok(entries) => self.append(&entries).await?,
+            Err(e) => error = Some(e.to_string()),
+        }
+        let balances = store.balances(name).await?;
+        let posted = store.posted_between(name, now - 86_400, now + 1).await?;
+        let burn = burn_rate_per_hour(posted);
+        Ok(BudgetLedgerView {
+            balances,
+            burn_per_hour: burn,
+            projected_exhaustion: projected_exhaustion(now, balances.remaining(), burn),
+            period: window.map(|w| (w.start, w.end)),
+            exhausted: is_exhausted(spec.on_exhaustion, &balances),
+            error,
+            drift: vec![],
+        })
+    }
+
+    /// Open reservations against Workloads holding quota, and device units per
+    /// (ClusterQueue, flavor) against Kueue's reservations. A finding seen at two
+    /// passes in a row is drift: an orphaned reservation is closed with a Void
+    /// entry that says why, and every finding goes to the budget's condition and
+    /// the drift metric.
+    async fn reconcile_with_kueue(
+        &self,
+        pricing: &PricingSnapshot,
+        workloads: &Cache<DynamicObject>,
+        cluster_queues: &Cache<DynamicObject>,
+    ) -> Result<BTreeMap<String, Vec<String>>, LedgerError> {
+        let open = self.store().open_reservations().await?;
+        let check = &self.config.admission_check_name;
+        let by_uid: BTreeMap<String, Value> = workloads
+            .state()
+            .iter()
+            .filter_map(|w| {
+                Some((
+                    w.uid()?,
+                    serde_json::to_value(w.as_ref()).expect("objects serialise"),
+                ))
+            })
+            .collect();
+        let mut findings: BTreeMap<String, Vec<(String, Option<OpenReservation>)>> =
+            BTreeMap::new();
+        let mut ledger_units: BTreeMap<(String, String), u64> = BTreeMap::new();
+        let mut open_uids: BTreeSet<String> = BTreeSet::new();
+        for r in &open {
+            let e = &r.reserve.entry;
+            open_uids.insert(e.workload_uid.clone());
+            let Some(w) = by_uid.get(&e.workload_uid) else {
+                findings.entry(e.budget.clone()).or_default().push((
+                    format!(
+                        "reservation {} of Workload {}/{} is open but the Workload is gone",
+                        e.key, e.namespace, e.workload
+                    ),
+                    Some(r.clone()),
+                ));
+                continue;
+            };
+            // Units per flavor come from the record (a reservation may span flavors).
+            if let Ok(Some(rec)) = record_of(w)
+                && rec.admission == e.admission
+                && holds_quota(w)
+            {
+                for l in &rec.lines {
+                    *ledger_units
+                        .entry((rec.cluster_queue.clone(), l.flavor.clone()))
+                        .or_default() += l.device_units;
+                }
+            }
+        }
+        // Quota holders whose check passed must have an open reservation; those
+        // still waiting on the check hold quota the ledger has not charged yet.
+        let mut pending_units: BTreeMap<(String, String), u64> = BTreeMap::new();
+        for (uid, w) in &by_uid {
+            let Some((state, _)) = check_state(w, check) else {
+                continue;
+            };
+            if !holds_quota(w) || is_finished(w) {
+                continue;
+            }
+            let cq = w
+                .pointer("/status/admission/clusterQueue")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string();
+            let charged = open_uids.contains(uid);
+            if !charged {
+                if let Ok(usage) = usage_from_workload(w) {
+                    for u in usage {
+                        *pending_units.entry((cq.clone(), u.flavor)).or_default() += u.device_units;
+                    }
+                }
+                if state == "Ready"
+                    && let Some((budget, _)) = pricing.queues.get(&cq)
+                    && usage_from_workload(w).is_ok_and(|u| !u.is_empty())
+                {
+                    findings.entry(budget.clone()).or_default().push((
+                        format!(
+                            "Workload {}/{} holds quota in {cq} with the credit check Ready but has no open reservation",
+                            w.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or_default(),
+                            w.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default(),
+                        ),
+                        None,
+                    ));
+                }
+            }
+        }
+        for cq in cluster_queues.state() {
+            let cq_name = cq.name_any();
+            let Some((budget, _)) = pricing.queues.get(&cq_name) else {
+                continue;
+            };
+            let status = serde_json::to_value(cq.as_ref()).expect("objects serialise");
+            for flavor in status
+                .pointer("/status/flavorsReservation")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                let flavor_name = flavor["name"].as_str().unwrap_or_default().to_string();
+                let kueue_units: u64 = flavor["resources"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|r| {
+                        r["name"]
+                            .as_str()
+                            .is_some_and(crate::ledger::admission::is_accelerator_resource)
+                    })
+                    .filter_map(|r| r["total"].as_str())
+                    .filter_map(|q| crate::inventory::parse_count(q).ok())
+                    .map(u64::from)
+                    .sum();
+                let key = (cq_name.clone(), flavor_name.clone());
+                let charged = ledger_units.get(&key).copied().unwrap_or(0);
+                let waiting = pending_units.get(&key).copied().unwrap_or(0);
+                if kueue_units != charged + waiting {
+                    findings.entry(budget.clone()).or_default().push((
+                        format!(
+                            "ClusterQueue {cq_name} flavor {flavor_name}: Kueue holds {kueue_units} device(s), the ledger has open reservations for {charged} (+{waiting} awaiting the check)"
+                        ),
+                        None,
+                    ));
+                }
+            }
+        }
+
+        // Act only on findings seen twice in a row.
+        let mut previous = self.previous_findings.lock().await;
+        let now_set: BTreeSet<String> = findings
+            .values()
+            .flatten()
+            .map(|(text, _)| text.clone())
+            .collect();
+        let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for (budget, list) in &findings {
+            for (text, orphan) in list {
+                if !previous.contains(text) {
+                    continue;
+                }
+                if let Some(r) = orphan {
+                    self.close_orphan(r).await?;
+                }
+                out.entry(budget.clone()).or_default().push(text.clone());
+            }
+        }
+        *previous = now_set;
+        Ok(out)
+    }
+
+    /// Closes a reservation whose Workload is gone (its finalizer was removed by
+    /// hand, or the ledger was restored from a backup): what was posted stands,
+    /// the rest is voided by an entry that says so.
+    async fn close_orphan(&self, r: &OpenReservation) -> Result<(), LedgerError> {
+        let e = &r.reserve.entry;
+        let rest = i128::from(e.credits) - r.posted;
+        let mut void = e.clone();
+        void.key = void_key(&e.budget, &e.workload_uid, e.admission);
+        void.kind = EntryKind::Void;
+        void.start = r.posted_until.max(e.start);
+        void.end = void.start;
+        void.credits = i64::try_from(rest.max(0)).unwrap_or(0);
+        void.reason = format!(
+            "reconciliation: Workload {}/{} is gone without settlement; usage after {} is not charged ({} credits released)",
+            e.namespace,
+            e.workload,
+            rfc3339(void.start),
+            format_micros(rest.max(0))
+        );
+        void.created_at = now();
+        tracing::warn!(key = %e.key, "closing an orphaned reservation");
+        self.append(&[void]).await
+    }
+}
+
+/// The check's message once credits are reserved (the same words whichever path
+/// sets it, so a replay writes nothing).
+fn ready_note(record: &ReservationRecord, reserve: &Entry) -> String {
+    format!(
+        "reserved {} credits of budget {} for up to {}s (rate card {})",
+        format_micros(i128::from(reserve.credits)),
+        record.budget,
+        record.horizon_seconds,
+        reserve.rate_card
+    )
+}
+
+/// What the store holds for a recorded admission.
+struct ReservationState {
+    reserve: Option<Entry>,
+    posted: i64,
+    posted_until: i64,
+    voided: bool,
+}
+
+impl ReservationState {
+    fn of(entries: &[crate::ledger::store::StoredEntry], rec: &ReservationRecord) -> Self {
+        let mut s = ReservationState {
+            reserve: None,
+            posted: 0,
+            posted_until: rec.admitted_at,
+            voided: false,
+        };
+        for stored in entries {
+            let e = &stored.entry;
+            if e.admission != rec.admission || e.budget != rec.budget {
+                continue;
+            }
+            match e.kind {
+                EntryKind::Reserve => s.reserve = Some(e.clone()),
+                EntryKind::Post => {
+                    s.posted += e.credits;
+                    s.posted_until = s.posted_until.max(e.end);
+                }
+                EntryKind::Void => s.voided = true,
+                _ => {}
+            }
+        }
+        s
+    }
+}
+
+/// Kueue marked the Workload evicted after its current quota reservation: the
+/// quota is about to be released, so the check must not be answered for it.
+fn evicted_since_admission(v: &Value) -> bool {
+    match (condition(v, "Evicted"), condition(v, "QuotaReserved")) {
+        (Some((true, Some(evicted), _)), Some((true, Some(reserved), _))) => evicted >= reserved,
+        (Some((true, _, _)), _) => true,
+        _ => false,
+    }
+}
+
+fn tokio_stream(
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<()>,
+) -> impl futures::Stream<Item = ()> + Send + 'static {
+    futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
