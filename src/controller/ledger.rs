@@ -49,8 +49,8 @@ use crate::ledger::budget::{
 };
 use crate::ledger::entry::{Balances, Entry, EntryKind, format_micros, void_key};
 use crate::ledger::lifecycle::{
-    FINALIZER, RESERVATION_ANNOTATION, ReservationRecord, check_state, condition, deletion_time,
-    due_posts, ended_at, holds_quota, is_finished, preemption_refund, record_of,
+    FINALIZER, RESERVATION_ANNOTATION, ReservationRecord, check_state, condition, counted_by_kueue,
+    deletion_time, due_posts, ended_at, holds_quota, is_finished, preemption_refund, record_of,
 };
 use crate::ledger::store::{LedgerStore, OpenReservation, Store, StoreError};
 
@@ -885,7 +885,7 @@ impl LedgerRuntime {
             // Units per flavor come from the record (a reservation may span flavors).
             if let Ok(Some(rec)) = record_of(w)
                 && rec.admission == e.admission
-                && holds_quota(w)
+                && counted_by_kueue(w)
             {
                 for l in &rec.lines {
                     *ledger_units
@@ -901,7 +901,7 @@ impl LedgerRuntime {
             let Some((state, _)) = check_state(w, check) else {
                 continue;
             };
-            if !holds_quota(w) || is_finished(w) {
+            if !counted_by_kueue(w) {
                 continue;
             }
             let cq = w

@@ -174,6 +174,18 @@ pub fn holds_quota(workload: &Value) -> bool {
     matches!(condition(workload, "QuotaReserved"), Some((true, _, _)))
 }
 
+/// Whether Kueue counts the Workload's reservation in its ClusterQueue usage:
+/// quota reserved, not finished, and not deactivated-and-evicted (Kueue drops a
+/// deactivated Workload from its usage at once, before QuotaReserved goes False).
+pub fn counted_by_kueue(workload: &Value) -> bool {
+    let active = workload
+        .pointer("/spec/active")
+        .and_then(Value::as_bool)
+        .unwrap_or(true);
+    let evicted = matches!(condition(workload, "Evicted"), Some((true, _, _)));
+    holds_quota(workload) && !is_finished(workload) && (active || !evicted)
+}
+
 pub fn is_finished(workload: &Value) -> bool {
     matches!(condition(workload, "Finished"), Some((true, _, _)))
 }
@@ -229,6 +241,24 @@ pub fn ended_at(
         Some((true, _, r)) if !r.is_empty() => format!("{what}: evicted ({r})"),
         _ => what.to_string(),
     };
+    // Deactivated (spec.active false, by the user, kaccel's health loop or Kueue's
+    // maximumExecutionTimeSeconds): Kueue drops the Workload from its quota usage
+    // as soon as it marks it evicted, even while QuotaReserved stays True until
+    // its pods are gone, so the charge ends at the eviction too.
+    let active = workload
+        .pointer("/spec/active")
+        .and_then(Value::as_bool)
+        .unwrap_or(true);
+    if !active
+        && let Some((true, Some(t), _)) = evicted
+        && t >= record.admitted_at
+    {
+        return Some(Ended {
+            at: t,
+            platform_preempted: preempted,
+            reason: reason("deactivated"),
+        });
+    }
     match condition(workload, "QuotaReserved") {
         Some((false, t, _)) => {
             let at = t
@@ -428,6 +458,17 @@ mod tests {
         ]));
         let e = ended_at(&readmitted, &rec, "x").unwrap();
         assert_eq!((e.at, e.platform_preempted), (1_300, false));
+        // Deactivated: Kueue stops counting it at the eviction, QuotaReserved or not.
+        let mut deactivated = wl(json!([
+            {"type": "QuotaReserved", "status": "True", "lastTransitionTime": time(1_000)},
+            {"type": "Evicted", "status": "True", "reason": "DeactivatedDueToMaximumExecutionTimeExceeded", "lastTransitionTime": time(1_060)}
+        ]));
+        deactivated["spec"] = json!({"active": false});
+        let e = ended_at(&deactivated, &rec, "x").unwrap();
+        assert_eq!((e.at, e.platform_preempted), (1_060, false));
+        // Deactivated but not yet marked evicted: still counted, still running.
+        deactivated["status"]["conditions"][1]["status"] = json!("False");
+        assert_eq!(ended_at(&deactivated, &rec, "x"), None);
         // Deleted while running.
         let mut deleted = wl(
             json!([{"type": "QuotaReserved", "status": "True", "lastTransitionTime": time(1_000)}]),
