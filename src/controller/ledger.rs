@@ -49,8 +49,8 @@ use crate::ledger::budget::{
 };
 use crate::ledger::entry::{Balances, Entry, EntryKind, format_micros, void_key};
 use crate::ledger::lifecycle::{
-    FINALIZER, RESERVATION_ANNOTATION, ReservationRecord, check_state, condition, counted_by_kueue,
-    deletion_time, due_posts, ended_at, holds_quota, is_finished, preemption_refund, record_of,
+    FINALIZER, RESERVATION_ANNOTATION, ReservationRecord, check_state, condition, deletion_time,
+    due_posts, ended_at, holds_quota, is_finished, preemption_refund, record_of,
 };
 use crate::ledger::store::{LedgerStore, OpenReservation, Store, StoreError};
 
@@ -854,121 +854,31 @@ impl LedgerRuntime {
         cluster_queues: &Cache<DynamicObject>,
     ) -> Result<BTreeMap<String, Vec<String>>, LedgerError> {
         let open = self.store().open_reservations().await?;
-        let check = &self.config.admission_check_name;
-        let by_uid: BTreeMap<String, Value> = workloads
-            .state()
-            .iter()
-            .filter_map(|w| {
-                Some((
-                    w.uid()?,
-                    serde_json::to_value(w.as_ref()).expect("objects serialise"),
-                ))
-            })
-            .collect();
+        let to_values = |cache: &Cache<DynamicObject>| -> Vec<Value> {
+            cache
+                .state()
+                .iter()
+                .map(|o| serde_json::to_value(o.as_ref()).expect("objects serialise"))
+                .collect()
+        };
+        let found = crate::ledger::reconcile::compare(
+            &open,
+            &to_values(workloads),
+            &to_values(cluster_queues),
+            &pricing
+                .queues
+                .iter()
+                .map(|(q, (budget, _))| (q.clone(), budget.clone()))
+                .collect(),
+            &self.config.admission_check_name,
+        );
         let mut findings: BTreeMap<String, Vec<(String, Option<OpenReservation>)>> =
             BTreeMap::new();
-        let mut ledger_units: BTreeMap<(String, String), u64> = BTreeMap::new();
-        let mut open_uids: BTreeSet<String> = BTreeSet::new();
-        for r in &open {
-            let e = &r.reserve.entry;
-            open_uids.insert(e.workload_uid.clone());
-            let Some(w) = by_uid.get(&e.workload_uid) else {
-                findings.entry(e.budget.clone()).or_default().push((
-                    format!(
-                        "reservation {} of Workload {}/{} is open but the Workload is gone",
-                        e.key, e.namespace, e.workload
-                    ),
-                    Some(r.clone()),
-                ));
-                continue;
-            };
-            // Units per flavor come from the record (a reservation may span flavors).
-            if let Ok(Some(rec)) = record_of(w)
-                && rec.admission == e.admission
-                && counted_by_kueue(w)
-            {
-                for l in &rec.lines {
-                    *ledger_units
-                        .entry((rec.cluster_queue.clone(), l.flavor.clone()))
-                        .or_default() += l.device_units;
-                }
-            }
-        }
-        // Quota holders whose check passed must have an open reservation; those
-        // still waiting on the check hold quota the ledger has not charged yet.
-        let mut pending_units: BTreeMap<(String, String), u64> = BTreeMap::new();
-        for (uid, w) in &by_uid {
-            let Some((state, _)) = check_state(w, check) else {
-                continue;
-            };
-            if !counted_by_kueue(w) {
-                continue;
-            }
-            let cq = w
-                .pointer("/status/admission/clusterQueue")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_string();
-            let charged = open_uids.contains(uid);
-            if !charged {
-                if let Ok(usage) = usage_from_workload(w) {
-                    for u in usage {
-                        *pending_units.entry((cq.clone(), u.flavor)).or_default() += u.device_units;
-                    }
-                }
-                if state == "Ready"
-                    && let Some((budget, _)) = pricing.queues.get(&cq)
-                    && usage_from_workload(w).is_ok_and(|u| !u.is_empty())
-                {
-                    findings.entry(budget.clone()).or_default().push((
-                        format!(
-                            "Workload {}/{} holds quota in {cq} with the credit check Ready but has no open reservation",
-                            w.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or_default(),
-                            w.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default(),
-                        ),
-                        None,
-                    ));
-                }
-            }
-        }
-        for cq in cluster_queues.state() {
-            let cq_name = cq.name_any();
-            let Some((budget, _)) = pricing.queues.get(&cq_name) else {
-                continue;
-            };
-            let status = serde_json::to_value(cq.as_ref()).expect("objects serialise");
-            for flavor in status
-                .pointer("/status/flavorsReservation")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
-                let flavor_name = flavor["name"].as_str().unwrap_or_default().to_string();
-                let kueue_units: u64 = flavor["resources"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter(|r| {
-                        r["name"]
-                            .as_str()
-                            .is_some_and(crate::ledger::admission::is_accelerator_resource)
-                    })
-                    .filter_map(|r| r["total"].as_str())
-                    .filter_map(|q| crate::inventory::parse_count(q).ok())
-                    .map(u64::from)
-                    .sum();
-                let key = (cq_name.clone(), flavor_name.clone());
-                let charged = ledger_units.get(&key).copied().unwrap_or(0);
-                let waiting = pending_units.get(&key).copied().unwrap_or(0);
-                if kueue_units != charged + waiting {
-                    findings.entry(budget.clone()).or_default().push((
-                        format!(
-                            "ClusterQueue {cq_name} flavor {flavor_name}: Kueue holds {kueue_units} device(s), the ledger has open reservations for {charged} (+{waiting} awaiting the check)"
-                        ),
-                        None,
-                    ));
-                }
-            }
+        for f in found {
+            findings
+                .entry(f.budget)
+                .or_default()
+                .push((f.message, f.orphan));
         }
 
         // Act only on findings seen twice in a row.

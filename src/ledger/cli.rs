@@ -56,6 +56,14 @@ pub enum LedgerCommand {
     Verify {
         #[arg(long, env = "KACCEL_LEDGER_STORE")]
         store: String,
+        /// Also reconcile with the cluster (KUBECONFIG, or the in-cluster
+        /// service account): open reservations against the Workloads holding
+        /// quota, and charged devices against Kueue's ClusterQueue usage.
+        #[arg(long)]
+        cluster: bool,
+        /// The credit AdmissionCheck's name (ledger.admissionCheckName).
+        #[arg(long, default_value = "kaccel-credits")]
+        admission_check: String,
     },
     /// Measure append throughput and a full FOCUS export of the store.
     #[command(hide = true)]
@@ -110,9 +118,21 @@ async fn run_async(args: &LedgerArgs) -> Result<(), String> {
             .await
             .map(|_| ())
         }
-        LedgerCommand::Verify { store } => {
+        LedgerCommand::Verify {
+            store,
+            cluster,
+            admission_check,
+        } => {
             let store = Store::open(store).await.map_err(|e| e.to_string())?;
-            let report = verify(&store).await.map_err(|e| e.to_string())?;
+            let mut report = verify(&store).await.map_err(|e| e.to_string())?;
+            if *cluster {
+                let findings = reconcile_with_cluster(&store, admission_check).await?;
+                report.problems.extend(
+                    findings
+                        .into_iter()
+                        .map(|f| format!("budget {}: {}", f.budget, f.message)),
+                );
+            }
             let mut err = std::io::stderr().lock();
             let _ = writeln!(
                 err,
@@ -151,6 +171,55 @@ async fn run_async(args: &LedgerArgs) -> Result<(), String> {
             batch,
         } => bench(store, *entries, (*batch).max(1)).await,
     }
+}
+
+/// The ledger's open reservations against the cluster's Workloads and kaccel's
+/// ClusterQueues ([`super::reconcile::compare`]).
+async fn reconcile_with_cluster<S: LedgerStore>(
+    store: &S,
+    check: &str,
+) -> Result<Vec<super::reconcile::Finding>, String> {
+    use kube::api::{Api, DynamicObject, ListParams};
+    use kube::core::{ApiResource, GroupVersionKind};
+    let client = kube::Client::try_default()
+        .await
+        .map_err(|e| format!("cannot reach the cluster (KUBECONFIG): {e}"))?;
+    let resource = |kind: &str| {
+        ApiResource::from_gvk(&GroupVersionKind::gvk(
+            crate::kueue::GROUP,
+            crate::kueue::VERSION,
+            kind,
+        ))
+    };
+    let list = |kind: &'static str, params: ListParams| {
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource(kind));
+        async move {
+            api.list(&params)
+                .await
+                .map_err(|e| format!("listing {kind}s: {e}"))
+                .map(|l| {
+                    l.items
+                        .into_iter()
+                        .map(|o| serde_json::to_value(o).expect("objects serialise"))
+                        .collect::<Vec<_>>()
+                })
+        }
+    };
+    let managed = ListParams::default().labels(&format!(
+        "{}={}",
+        crate::plan::MANAGED_BY_LABEL,
+        crate::plan::MANAGED_BY
+    ));
+    let queues = list("ClusterQueue", managed).await?;
+    let workloads = list("Workload", ListParams::default()).await?;
+    let open = store.open_reservations().await.map_err(|e| e.to_string())?;
+    Ok(super::reconcile::compare(
+        &open,
+        &workloads,
+        &queues,
+        &super::reconcile::queue_budgets(&queues),
+        check,
+    ))
 }
 
 /// Streams the matching entries into `out` in `format`; returns the rows written.

@@ -10,6 +10,7 @@ pub mod entry;
 pub mod export;
 pub mod lifecycle;
 pub mod pricing;
+pub mod reconcile;
 pub mod store;
 
 pub use entry::{Balances, Entry, EntryKind};

@@ -1,0 +1,341 @@
+//! The ledger against Kueue, as a pure comparison (used by the controller every
+//! budget pass and by `kaccel ledger verify --kubeconfig`):
+//! - every open reservation belongs to a Workload that still exists;
+//! - every Workload Kueue counts in a kaccel ClusterQueue whose credit check is
+//!   Ready has an open reservation (admission without a charge);
+//! - per (ClusterQueue, flavor), the device units of open reservations plus
+//!   those of Workloads still waiting on the check equal Kueue's
+//!   `status.flavorsReservation` for accelerator resources.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::Value;
+
+use super::admission::{is_accelerator_resource, usage_from_workload};
+use super::lifecycle::{check_state, counted_by_kueue, record_of};
+use super::store::OpenReservation;
+use crate::inventory::parse_count;
+
+/// One disagreement between the ledger and Kueue.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Finding {
+    pub budget: String,
+    pub message: String,
+    /// Set when the finding is an open reservation whose Workload is gone: the
+    /// controller closes it (with a Void that says why) once the finding persists.
+    pub orphan: Option<OpenReservation>,
+}
+
+fn text<'a>(v: &'a Value, pointer: &str) -> &'a str {
+    v.pointer(pointer)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+}
+
+/// Compares `open` reservations with `workloads` (all namespaces) and
+/// `cluster_queues`. `queue_budgets` maps each kaccel ClusterQueue to its budget;
+/// other queues are not the ledger's business. `check` is the AdmissionCheck name.
+pub fn compare(
+    open: &[OpenReservation],
+    workloads: &[Value],
+    cluster_queues: &[Value],
+    queue_budgets: &BTreeMap<String, String>,
+    check: &str,
+) -> Vec<Finding> {
+    let mut findings = Vec::new();
+    let by_uid: BTreeMap<&str, &Value> = workloads
+        .iter()
+        .map(|w| (text(w, "/metadata/uid"), w))
+        .filter(|(uid, _)| !uid.is_empty())
+        .collect();
+    let mut ledger_units: BTreeMap<(String, String), u64> = BTreeMap::new();
+    let mut open_uids: BTreeSet<&str> = BTreeSet::new();
+    for r in open {
+        let e = &r.reserve.entry;
+        open_uids.insert(e.workload_uid.as_str());
+        let Some(w) = by_uid.get(e.workload_uid.as_str()) else {
+            findings.push(Finding {
+                budget: e.budget.clone(),
+                message: format!(
+                    "reservation {} of Workload {}/{} is open but the Workload is gone",
+                    e.key, e.namespace, e.workload
+                ),
+                orphan: Some(r.clone()),
+            });
+            continue;
+        };
+        // Units per flavor come from the record (a reservation may span flavors).
+        if let Ok(Some(rec)) = record_of(w)
+            && rec.admission == e.admission
+            && counted_by_kueue(w)
+        {
+            for l in &rec.lines {
+                *ledger_units
+                    .entry((rec.cluster_queue.clone(), l.flavor.clone()))
+                    .or_default() += l.device_units;
+            }
+        }
+    }
+    let mut waiting_units: BTreeMap<(String, String), u64> = BTreeMap::new();
+    for (uid, w) in &by_uid {
+        let Some((state, _)) = check_state(w, check) else {
+            continue;
+        };
+        if !counted_by_kueue(w) || open_uids.contains(uid) {
+            continue;
+        }
+        let cq = text(w, "/status/admission/clusterQueue");
+        let usage = usage_from_workload(w).unwrap_or_default();
+        for u in &usage {
+            *waiting_units
+                .entry((cq.to_string(), u.flavor.clone()))
+                .or_default() += u.device_units;
+        }
+        if state == "Ready"
+            && !usage.is_empty()
+            && let Some(budget) = queue_budgets.get(cq)
+        {
+            findings.push(Finding {
+                budget: budget.clone(),
+                message: format!(
+                    "Workload {}/{} holds quota in {cq} with the credit check Ready but has no open reservation",
+                    text(w, "/metadata/namespace"),
+                    text(w, "/metadata/name"),
+                ),
+                orphan: None,
+            });
+        }
+    }
+    for cq in cluster_queues {
+        let cq_name = text(cq, "/metadata/name");
+        let Some(budget) = queue_budgets.get(cq_name) else {
+            continue;
+        };
+        let mut kueue_units: BTreeMap<String, u64> = BTreeMap::new();
+        for flavor in cq
+            .pointer("/status/flavorsReservation")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let units: u64 = flavor["resources"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|r| r["name"].as_str().is_some_and(is_accelerator_resource))
+                .filter_map(|r| r["total"].as_str())
+                .filter_map(|q| parse_count(q).ok())
+                .map(u64::from)
+                .sum();
+            *kueue_units
+                .entry(flavor["name"].as_str().unwrap_or_default().to_string())
+                .or_default() += units;
+        }
+        // Flavors either side knows of: one missing on one side counts as zero there.
+        let flavors: BTreeSet<String> = kueue_units
+            .keys()
+            .cloned()
+            .chain(
+                ledger_units
+                    .keys()
+                    .chain(waiting_units.keys())
+                    .filter(|(q, _)| q == cq_name)
+                    .map(|(_, f)| f.clone()),
+            )
+            .collect();
+        for flavor in flavors {
+            let key = (cq_name.to_string(), flavor.clone());
+            let kueue = kueue_units.get(&flavor).copied().unwrap_or(0);
+            let charged = ledger_units.get(&key).copied().unwrap_or(0);
+            let waiting = waiting_units.get(&key).copied().unwrap_or(0);
+            if kueue != charged + waiting {
+                findings.push(Finding {
+                    budget: budget.clone(),
+                    message: format!(
+                        "ClusterQueue {cq_name} flavor {flavor}: Kueue holds {kueue} device(s), the ledger has open reservations for {charged} (+{waiting} awaiting the check)"
+                    ),
+                    orphan: None,
+                });
+            }
+        }
+    }
+    findings
+}
+
+/// The ClusterQueue -> budget map of kaccel's ClusterQueues (their labels).
+pub fn queue_budgets(cluster_queues: &[Value]) -> BTreeMap<String, String> {
+    cluster_queues
+        .iter()
+        .filter_map(|q| {
+            let budget = q
+                .pointer("/metadata/labels")?
+                .get(crate::plan::BUDGET_LABEL)?
+                .as_str()?;
+            Some((text(q, "/metadata/name").to_string(), budget.to_string()))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::entry::{Entry, EntryKind, reserve_key};
+    use crate::ledger::lifecycle::{RESERVATION_ANNOTATION, RecordedLine, ReservationRecord};
+    use crate::ledger::store::StoredEntry;
+    use serde_json::json;
+
+    const CHECK: &str = "kaccel-credits";
+
+    fn reserve(uid: &str, units: u64) -> OpenReservation {
+        OpenReservation {
+            reserve: StoredEntry {
+                id: 1,
+                entry: Entry {
+                    key: reserve_key("vision", uid, 1),
+                    kind: EntryKind::Reserve,
+                    budget: "vision".into(),
+                    team: "vision".into(),
+                    namespace: "ns".into(),
+                    workload: format!("w-{uid}"),
+                    workload_uid: uid.into(),
+                    admission: 1,
+                    class: "h100".into(),
+                    flavor: "h100".into(),
+                    resource: "nvidia.com/gpu".into(),
+                    device_units: units,
+                    start: 0,
+                    end: 3600,
+                    credits: 10,
+                    rate_card: "rc".into(),
+                    reason: String::new(),
+                    created_at: 0,
+                },
+            },
+            posted: 0,
+            posted_until: 0,
+        }
+    }
+
+    fn workload(uid: &str, units: u64, check: &str, recorded: bool) -> Value {
+        let mut w = json!({
+            "metadata": {"name": format!("w-{uid}"), "namespace": "ns", "uid": uid, "annotations": {}},
+            "spec": {"active": true},
+            "status": {
+                "conditions": [{"type": "QuotaReserved", "status": "True", "lastTransitionTime": "2026-12-01T00:00:00Z"}],
+                "admission": {"clusterQueue": "vision-h100", "podSetAssignments": [{
+                    "name": "main", "flavors": {"nvidia.com/gpu": "h100"},
+                    "resourceUsage": {"nvidia.com/gpu": units.to_string()}}]},
+                "admissionChecks": [{"name": CHECK, "state": check}],
+            }
+        });
+        if recorded {
+            let rec = ReservationRecord {
+                admission: 1,
+                budget: "vision".into(),
+                team: "vision".into(),
+                cluster_queue: "vision-h100".into(),
+                admitted_at: 0,
+                horizon_seconds: 3600,
+                lines: vec![RecordedLine {
+                    flavor: "h100".into(),
+                    resource: "nvidia.com/gpu".into(),
+                    device_units: units,
+                    class: "h100".into(),
+                    model: "H100".into(),
+                    rate: 1,
+                    rate_card: "rc".into(),
+                }],
+            };
+            w["metadata"]["annotations"][RESERVATION_ANNOTATION] = json!(rec.to_annotation());
+        }
+        w
+    }
+
+    fn queue(units: u64) -> Value {
+        json!({
+            "metadata": {"name": "vision-h100", "labels": {crate::plan::BUDGET_LABEL: "vision"}},
+            "status": {"flavorsReservation": [{"name": "h100", "resources": [
+                {"name": "nvidia.com/gpu", "total": units.to_string()},
+                {"name": "cpu", "total": "96"}]}]}
+        })
+    }
+
+    fn run(open: &[OpenReservation], workloads: &[Value], units: u64) -> Vec<String> {
+        let queues = [queue(units)];
+        compare(open, workloads, &queues, &queue_budgets(&queues), CHECK)
+            .into_iter()
+            .map(|f| f.message)
+            .collect()
+    }
+
+    #[test]
+    fn in_sync_when_reservations_and_waiting_work_add_up_to_kueue() {
+        let open = [reserve("a", 2)];
+        let workloads = [
+            workload("a", 2, "Ready", true),
+            workload("b", 4, "Pending", false),
+        ];
+        assert_eq!(run(&open, &workloads, 6), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_unit_count_mismatch_is_named() {
+        let open = [reserve("a", 2)];
+        let workloads = [workload("a", 2, "Ready", true)];
+        let found = run(&open, &workloads, 3);
+        assert_eq!(found.len(), 1);
+        assert!(
+            found[0].contains("Kueue holds 3 device(s), the ledger has open reservations for 2"),
+            "{found:?}"
+        );
+    }
+
+    #[test]
+    fn orphaned_reservations_and_uncharged_admissions_are_found() {
+        let found = {
+            let queues = [queue(2)];
+            compare(
+                &[reserve("gone", 1)],
+                &[workload("a", 2, "Ready", true)],
+                &queues,
+                &queue_budgets(&queues),
+                CHECK,
+            )
+        };
+        let orphan = found
+            .iter()
+            .find(|f| f.orphan.is_some())
+            .expect("orphan found");
+        assert!(orphan.message.contains("w-gone") && orphan.message.contains("gone"));
+        assert!(
+            found
+                .iter()
+                .any(|f| f.message.contains("ns/w-a") && f.message.contains("no open reservation")),
+            "{found:?}"
+        );
+    }
+
+    #[test]
+    fn deactivated_and_finished_work_is_not_counted() {
+        let mut deactivated = workload("a", 2, "Pending", false);
+        deactivated["spec"]["active"] = json!(false);
+        deactivated["status"]["conditions"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"type": "Evicted", "status": "True", "lastTransitionTime": "2026-12-01T00:01:00Z"}));
+        let mut finished = workload("b", 4, "Ready", false);
+        finished["status"]["conditions"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"type": "Finished", "status": "True", "lastTransitionTime": "2026-12-01T00:01:00Z"}));
+        assert_eq!(run(&[], &[deactivated, finished], 0), Vec::<String>::new());
+    }
+
+    #[test]
+    fn queues_without_a_budget_label_are_ignored() {
+        let mut q = queue(5);
+        q["metadata"]["labels"] = json!({});
+        let queues = [q];
+        assert!(compare(&[], &[], &queues, &queue_budgets(&queues), CHECK).is_empty());
+    }
+}
