@@ -2,8 +2,9 @@
 # The main job on the embedded default: start the local control plane (etcd +
 # kube-apiserver + Kueue, built from Go modules on first use), load the example
 # fleet, apply the example AcceleratorClasses and CreditBudgets, run the kaccel
-# controller against it, submit example Workloads to the team LocalQueues, and show
-# what Kueue admitted on which flavor.
+# controller against it (with the credit ledger on, in a SQLite file), submit
+# example Workloads to the team LocalQueues, and show what Kueue admitted on which
+# flavor and what the ledger charged.
 #
 #   bash e2e/demo.sh          # leaves the cluster and kaccel running
 #   bash e2e/demo.sh stop     # stops kaccel and the cluster (logs kept)
@@ -60,8 +61,17 @@ step "what kaccel will write (kaccel plan, offline)"
 step "starting the controller: kaccel run (log: $RUN/kaccel.log, metrics: http://$KACCEL_HTTP/metrics)"
 stop_kaccel
 mkdir -p "$RUN"
+# config/kaccel.yaml's defaults, with the credit ledger on (a SQLite file in the run
+# folder): every ClusterQueue references kaccel's AdmissionCheck.
+LEDGER="sqlite:$RUN/ledger.db"
+cat >"$RUN/kaccel.yaml" <<CONFIG
+ledger:
+  enabled: true
+  store: $LEDGER
+  budgetIntervalSeconds: 5
+CONFIG
 setsid nohup "$KACCEL" run --no-leader-election --http-address "$KACCEL_HTTP" \
-  --config config/kaccel.yaml >"$RUN/kaccel.log" 2>&1 </dev/null &
+  --config "$RUN/kaccel.yaml" >"$RUN/kaccel.log" 2>&1 </dev/null &
 echo $! >"$RUN/kaccel.pid"
 # Ready once its caches synced; then wait until every planned ClusterQueue is Active.
 for _ in $(seq 1 100); do
@@ -89,8 +99,14 @@ for _ in $(seq 1 60); do
   sleep 1
 done
 
-step "what Kueue admitted, on which flavor"
+step "what Kueue admitted, on which flavor, and the credit check's answer"
 kubectl get workloads -A -o custom-columns='NAMESPACE:.metadata.namespace,NAME:.metadata.name,QUEUE:.spec.queueName,ADMITTED:.status.conditions[?(@.type=="Admitted")].status,CLUSTERQUEUE:.status.admission.clusterQueue,FLAVORS:.status.admission.podSetAssignments[*].flavors,WHY:.status.conditions[?(@.type=="QuotaReserved")].message'
+kubectl get workloads -A -o custom-columns='NAME:.metadata.name,CREDIT-CHECK:.status.admissionChecks[0].state,MESSAGE:.status.admissionChecks[0].message'
+
+step "the credit ledger ($LEDGER)"
+sleep 6 # one budget pass: status figures
+kubectl get creditbudgets
+"$KACCEL" ledger verify --store "$LEDGER" --cluster || true
 
 cat >&2 <<MSG
 
@@ -99,5 +115,6 @@ The cluster and kaccel keep running. Try:
   kubectl get acceleratorclasses,creditbudgets,clusterqueues
   kubectl edit acceleratorclass large-training      # watch kaccel re-plan ($RUN/kaccel.log)
   curl -s http://$KACCEL_HTTP/metrics | grep ^kaccel_
+  $KACCEL ledger export --store $LEDGER --from 2026-01-01T00:00:00Z --to 2030-01-01T00:00:00Z --format focus
   bash $E2E_DIR/demo.sh stop
 MSG
