@@ -82,6 +82,12 @@ async fn corrupted_rows_are_named() {
         .await
         .unwrap_err();
     assert!(err.to_string().contains("column kind"), "{err}");
+    // The aggregate behind balances names a real row of the bad kind too.
+    let err = store.balances("b1").await.unwrap_err();
+    match &err {
+        StoreError::CorruptRow { id, column, .. } => assert_eq!((*id, *column), (3, "kind")),
+        other => panic!("expected a corrupt row error, got {other}"),
+    }
 }
 
 #[tokio::test]

@@ -753,8 +753,19 @@ impl LedgerRuntime {
             let mut views = BTreeMap::new();
             for (name, spec) in &pricing.budgets {
                 let view = match self.budget_tick(name, spec).await {
-                    Ok(view) => view,
+                    Ok(view) => {
+                        self.metrics.ledger_up.set(1);
+                        view
+                    }
                     Err(e) => {
+                        if matches!(
+                            e,
+                            LedgerError::Store(
+                                StoreError::Unreachable { .. } | StoreError::Postgres(_)
+                            )
+                        ) {
+                            self.metrics.ledger_up.set(0);
+                        }
                         tracing::warn!(budget = %name, error = %e, "budget ledger pass failed; retrying");
                         let mut view = before.get(name).cloned().unwrap_or_default();
                         view.error = Some(e.to_string());

@@ -797,7 +797,7 @@ impl LedgerStore for SqliteStore {
         let budget = budget.map(str::to_string);
         self.with_conn(move |conn| {
             let mut stmt = conn.prepare_cached(
-                "SELECT budget, kind, SUM(credits) FROM entries WHERE (?1 IS NULL OR budget = ?1) GROUP BY budget, kind",
+                "SELECT budget, kind, SUM(credits), MIN(id) FROM entries WHERE (?1 IS NULL OR budget = ?1) GROUP BY budget, kind",
             )?;
             let mut rows = stmt.query([budget])?;
             let mut out = KindSums::new();
@@ -805,8 +805,10 @@ impl LedgerStore for SqliteStore {
                 let b: String = r.get(0)?;
                 let k: String = r.get(1)?;
                 let sum: i64 = r.get(2)?;
+                // A row of the group, so a bad kind is reported with a real row id.
+                let first_id: i64 = r.get(3)?;
                 let kind = k.parse().map_err(|_| StoreError::CorruptRow {
-                    id: 0,
+                    id: first_id,
                     column: "kind",
                     detail: format!("{k:?} is not an entry kind (budget {b})"),
                 })?;
@@ -1130,7 +1132,7 @@ impl LedgerStore for PostgresStore {
         let client = self.client().await?;
         let rows = client
             .query(
-                "SELECT budget, kind, SUM(credits)::TEXT FROM entries WHERE ($1::TEXT IS NULL OR budget = $1) GROUP BY budget, kind",
+                "SELECT budget, kind, SUM(credits)::TEXT, MIN(id) FROM entries WHERE ($1::TEXT IS NULL OR budget = $1) GROUP BY budget, kind",
                 &[&budget],
             )
             .await?;
@@ -1139,13 +1141,15 @@ impl LedgerStore for PostgresStore {
             let b: String = r.try_get(0)?;
             let k: String = r.try_get(1)?;
             let sum: String = r.try_get(2)?;
+            // A row of the group, so a bad kind is reported with a real row id.
+            let first_id: i64 = r.try_get(3)?;
             let kind = k.parse().map_err(|_| StoreError::CorruptRow {
-                id: 0,
+                id: first_id,
                 column: "kind",
                 detail: format!("{k:?} is not an entry kind (budget {b})"),
             })?;
             let sum: i128 = sum.parse().map_err(|_| StoreError::CorruptRow {
-                id: 0,
+                id: first_id,
                 column: "credits",
                 detail: format!("sum {sum:?} of budget {b} is not an integer"),
             })?;
