@@ -129,12 +129,13 @@ fn cluster_role_is_exactly_what_the_controller_calls() {
                 &["get", "list", "watch", "create", "patch", "delete"]
             ),
             // evictWorkloadsOnFailed: deactivate / reactivate Workloads on a cordoned
-            // node; the credit ledger: watch Workloads, SSA of its finalizer + record.
+            // node; the credit ledger: watch Workloads, SSA of its finalizer + record,
+            // get one before closing a reservation the cache says is orphaned.
             rule(
                 &["kueue.x-k8s.io"],
                 &["workloads"],
                 &[],
-                &["list", "watch", "patch"]
+                &["get", "list", "watch", "patch"]
             ),
             // The credit check's state on each Workload.
             rule(&["kueue.x-k8s.io"], &["workloads/status"], &[], &["patch"]),

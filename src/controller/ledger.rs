@@ -737,6 +737,10 @@ impl LedgerRuntime {
         cluster_queues: Cache<DynamicObject>,
         retrigger: UnboundedSender<()>,
     ) {
+        // The reconciliation compares the ledger with the Workload cache: before it
+        // is filled, every open reservation would look orphaned.
+        let _ = workloads.wait_until_ready().await;
+        let _ = cluster_queues.wait_until_ready().await;
         let mut tick =
             tokio::time::interval(Duration::from_secs(self.config.budget_interval_seconds));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -920,6 +924,25 @@ impl LedgerRuntime {
     /// the rest is voided by an entry that says so.
     async fn close_orphan(&self, r: &OpenReservation) -> Result<(), LedgerError> {
         let e = &r.reserve.entry;
+        // Closing is final: ask the API server, not the cache, whether it is gone.
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), &e.namespace, &workload_resource());
+        match api.get_opt(&e.workload).await {
+            Ok(Some(w)) if w.uid().as_deref() == Some(e.workload_uid.as_str()) => {
+                tracing::info!(key = %e.key, "reservation looked orphaned but its Workload exists; left open");
+                return Ok(());
+            }
+            Ok(_) => {}
+            Err(source) => {
+                return Err(LedgerError::Api {
+                    action: format!(
+                        "checking Workload {}/{} before closing its reservation",
+                        e.namespace, e.workload
+                    ),
+                    source,
+                });
+            }
+        }
         let rest = i128::from(e.credits) - r.posted;
         let mut void = e.clone();
         void.key = void_key(&e.budget, &e.workload_uid, e.admission);

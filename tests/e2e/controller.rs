@@ -52,6 +52,11 @@ impl Controller {
         let _ = self.child.wait();
     }
 
+    /// Whether the process is still alive (it has not exited).
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
     pub fn metrics(&self) -> Option<String> {
         http_get(self.port, "/metrics")
     }

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Admission latency the credit AdmissionCheck adds (a measurement, not a test).
+# One kaccel-managed ClusterQueue (with the kaccel-credits check, SQLite ledger)
+# and one plain ClusterQueue the measurement creates itself (own ResourceFlavor,
+# no admission checks, not labelled managed-by=kaccel); the same N Workloads go into
+# each, interleaved, a few in flight per queue (well inside quota). Latency per
+# Workload = create request sent -> Admitted=True first seen on a watch, in ms.
+# Prints p50 / p90 / p99 / mean per queue, the difference, and ledger figures.
+#
+#   bash e2e/bench-ledger.sh [N]     # default 200 per queue
+#
+# Uses a run folder and ports of its own and tears its cluster down at the end.
+set -euo pipefail
+N="${1:-200}"
+E2E_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO_DIR="$(dirname "$E2E_DIR")"
+CACHE="${KACCEL_E2E_CACHE:-$HOME/.cache/kaccel-e2e}"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/kaccel-target}"
+export KACCEL_E2E_RUN="$CACHE/bench-ledger-run"
+export KACCEL_E2E_ETCD_CLIENT_PORT=26791 KACCEL_E2E_ETCD_PEER_PORT=26792 \
+  KACCEL_E2E_APISERVER_PORT=28543 KACCEL_E2E_KUEUE_WEBHOOK_PORT=31543 \
+  KACCEL_E2E_KUEUE_METRICS_PORT=29644 KACCEL_E2E_KUEUE_HEALTH_PORT=29281
+export KACCEL_BENCH_WORKLOADS="$N"
+cd "$REPO_DIR"
+"$E2E_DIR/build.sh" >/dev/null
+"$E2E_DIR/cluster.sh" down >/dev/null 2>&1 || true
+rm -rf "$KACCEL_E2E_RUN"
+"$E2E_DIR/cluster.sh" up >/dev/null
+trap '"$E2E_DIR/cluster.sh" down >/dev/null 2>&1 || true' EXIT
+eval "$("$E2E_DIR/cluster.sh" env)"
+out="$KACCEL_E2E_RUN/bench-ledger.out"
+status=0
+cargo test --features e2e --test e2e admission_latency_with_and_without_the_credit_check \
+  -- --ignored --nocapture >"$out" 2>&1 || status=$?
+grep -E 'MEASURE|test result|panicked|timed out|Error:|error' "$out" || true
+echo
+echo "== summary (kaccel credit check vs plain ClusterQueue, $N Workloads each) =="
+grep -E 'MEASURE (with|without|added|ledger|SQLite)' "$out" | sed 's/^MEASURE /  /' || true
+[[ $status -eq 0 ]] || echo "  the measurement FAILED (exit $status); full output: $out"
+exit "$status"

@@ -1,0 +1,664 @@
+//! Crash safety of the credit ledger: `kaccel run` is SIGKILLed at random points
+//! (and restarted each time) while 200 Workloads go through admission, eviction,
+//! re-admission and completion. Once it runs undisturbed, the ledger must hold
+//! exactly what a run without kills records for the same Kueue history.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail, ensure};
+use kaccel::api::{AcceleratorClass, CreditBudget};
+use kaccel::ledger::store::{LedgerStore, Store};
+use kaccel::ledger::{EntryKind, Rate, cumulative};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::core::ApiResource;
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+
+use crate::controller::{Controller, ensure_example_nodes, free_port, wait_for};
+use crate::support::{self, Cleanup, condition, is_true, kueue};
+
+const WORKLOADS: usize = 200;
+const BATCH: usize = 20;
+/// At most this many Workloads in flight (created, not yet finished).
+const IN_FLIGHT: usize = 40;
+/// Kills at least this many times (`KACCEL_E2E_CRASH_KILLS`, 0 = a control run
+/// without kills, which checks the expected figures themselves).
+const MIN_KILLS: u32 = 30;
+/// 3600 credits per device-hour = 1 credit per device-second, in micro-credits.
+const RATE: Rate = Rate(3_600_000_000);
+const FINALIZER: &str = "kaccel.io/credits";
+
+/// SplitMix64: small, deterministic, good enough to pick kill times.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `[lo, hi]`.
+    fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.next() % (hi - lo + 1)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Queued,
+    Running,
+    Evicting,
+    Finishing,
+    Done,
+}
+
+/// One admission as Kueue recorded it: QuotaReserved=True time, and the end when
+/// it came from a quota release (a finished admission ends at Finished).
+#[derive(Clone, Debug, Default)]
+struct Admission {
+    start: i64,
+    released: Option<i64>,
+    evicted: Option<i64>,
+}
+
+struct Tracked {
+    name: String,
+    horizon: u64,
+    hold: Duration,
+    evict_once: bool,
+    phase: Phase,
+    due: Instant,
+    admissions: Vec<Admission>,
+    uid: String,
+    finished: Option<i64>,
+}
+
+fn time_of(obj: &Value, type_: &str) -> Option<i64> {
+    let t = condition(obj, type_)?["lastTransitionTime"].as_str()?;
+    t.parse::<k8s_openapi::jiff::Timestamp>()
+        .ok()
+        .map(|t| t.as_second())
+}
+
+fn is_false(obj: &Value, type_: &str) -> bool {
+    condition(obj, type_).is_some_and(|c| c["status"] == "False")
+}
+
+fn config(root: &str, store: &str) -> String {
+    format!(
+        "rootCohort: {root}\nleaderElection: {{enabled: false}}\nwatchResourceSlices: false\n\
+         debounceMs: 100\nmaxDelayMs: 500\nledger:\n  enabled: true\n  store: {store}\n  \
+         budgetIntervalSeconds: 2\n  retryAfterSeconds: 3\n  postIntervalSeconds: 60\n"
+    )
+}
+
+fn workload(ns: &str, name: &str, queue: &str, label: &str, horizon: u64) -> Value {
+    json!({
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+        "metadata": { "name": name, "namespace": ns, "labels": { "e2e.kaccel.io/crash": label } },
+        "spec": { "queueName": queue, "maximumExecutionTimeSeconds": horizon,
+            "podSets": [{ "name": "main", "count": 1,
+            "template": { "spec": { "restartPolicy": "Never", "containers": [{
+                "name": "main", "image": "registry.k8s.io/pause:3.10",
+                "resources": { "requests": { "cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1" },
+                               "limits": { "nvidia.com/gpu": "1" } } }] } } }] }
+    })
+}
+
+#[tokio::test]
+async fn sigkill_during_200_workloads_loses_nothing() {
+    let _guard = support::serial().await;
+    let client = support::client().await;
+    let mut cleanup = Cleanup::default();
+    let id = support::unique("crash");
+    let result = crash(&client, &mut cleanup, &id).await;
+    if result.is_err() {
+        // Whatever is left (a finalizer may keep some: kaccel is gone now).
+        let wls: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), &format!("ns-{id}"), &kueue("Workload"));
+        let _ = wls
+            .delete_collection(
+                &DeleteParams::background(),
+                &ListParams::default().labels(&format!("e2e.kaccel.io/crash={id}")),
+            )
+            .await;
+    }
+    cleanup.run(&client).await;
+    result.unwrap();
+}
+
+async fn crash(client: &Client, cleanup: &mut Cleanup, id: &str) -> Result<()> {
+    let began = Instant::now();
+    let seed: u64 = std::env::var("KACCEL_E2E_CRASH_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(1)
+        });
+    println!("ledger_crash: seed {seed} (rerun with KACCEL_E2E_CRASH_SEED={seed})");
+    let mut rng = Rng(seed);
+    ensure_example_nodes(client).await?;
+
+    let dir = std::env::temp_dir().join(format!("kaccel-e2e-{id}"));
+    std::fs::create_dir_all(&dir)?;
+    let store_url = format!("sqlite:{}", dir.join("ledger.db").display());
+    let root = format!("root-{id}");
+    let class = format!("h100-{id}");
+    let team = format!("team-{id}");
+    let ns = format!("ns-{id}");
+    let cq = format!("{team}-{class}");
+
+    support::namespace(client, &ns).await?;
+    cleanup.add_namespace(&ns);
+    Api::<AcceleratorClass>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "kaccel.io/v1alpha1", "kind": "AcceleratorClass",
+                "metadata": { "name": class },
+                "spec": { "sharing": "Whole",
+                          "selector": { "vendors": ["nvidia"], "minMemoryMiB": 80000 },
+                          "credits": { "perDeviceHour": "3600" } }
+            }))?,
+        )
+        .await?;
+    cleanup.add(None, ApiResource::erase::<AcceleratorClass>(&()), &class);
+    Api::<CreditBudget>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "kaccel.io/v1alpha1", "kind": "CreditBudget",
+                "metadata": { "name": team },
+                "spec": { "team": "e2e", "namespaces": [ns],
+                          "classes": [{ "name": class, "guaranteedDevices": 8 }],
+                          "credits": { "perPeriod": "1000000",
+                                       "period": { "start": "2026-12-01T00:00:00Z", "days": 30 } } }
+            }))?,
+        )
+        .await?;
+    cleanup.add(None, ApiResource::erase::<CreditBudget>(&()), &team);
+    cleanup.add(None, kueue("Cohort"), &root);
+    cleanup.add(None, kueue("Cohort"), &format!("{root}-{team}"));
+    cleanup.add(None, kueue("ClusterQueue"), &cq);
+    cleanup.add(Some(&ns), kueue("LocalQueue"), &class);
+
+    let cfg = config(&root, &store_url);
+    let restarts = Arc::new(AtomicU32::new(0));
+    let start_one = {
+        let id = id.to_string();
+        let restarts = restarts.clone();
+        let cfg = cfg.clone();
+        move || {
+            let n = restarts.fetch_add(1, Ordering::Relaxed);
+            Controller::start(&format!("{id}-{n}"), free_port(), &cfg)
+        }
+    };
+    let controller = Arc::new(Mutex::new(Some(start_one())));
+
+    let cqs: Api<DynamicObject> = Api::all_with(client.clone(), &kueue("ClusterQueue"));
+    let log_tail = |c: &Arc<Mutex<Option<Controller>>>| {
+        c.lock()
+            .unwrap()
+            .as_ref()
+            .map(|c| c.log_tail())
+            .unwrap_or_default()
+    };
+    wait_for(
+        "the ClusterQueue Active",
+        Duration::from_secs(60),
+        || async {
+            Ok(cqs
+                .get_opt(&cq)
+                .await?
+                .map(|o| serde_json::to_value(o).unwrap_or_default())
+                .filter(|o| is_true(o, "Active"))
+                .map(|_| ()))
+        },
+    )
+    .await
+    .with_context(|| format!("--- kaccel log:\n{}", log_tail(&controller)))?;
+
+    // The killer: SIGKILL at random points, restart at once, until told to stop.
+    let min_kills: u32 = std::env::var("KACCEL_E2E_CRASH_KILLS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(MIN_KILLS);
+    let stop = Arc::new(AtomicBool::new(min_kills == 0));
+    let kills = Arc::new(AtomicU32::new(0));
+    let killer = {
+        let stop = stop.clone();
+        let kills = kills.clone();
+        let controller = controller.clone();
+        let mut rng = Rng(rng.next());
+        let start_one = start_one.clone();
+        tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                tokio::time::sleep(Duration::from_millis(rng.range(1000, 4000))).await;
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                let mut c = controller.lock().unwrap();
+                if let Some(mut old) = c.take() {
+                    old.kill();
+                }
+                kills.fetch_add(1, Ordering::Relaxed);
+                *c = Some(start_one());
+            }
+        })
+    };
+
+    let wls: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &kueue("Workload"));
+    let mut tracked: Vec<Tracked> = Vec::new();
+    let driven = drive(
+        &wls,
+        &ns,
+        &class,
+        id,
+        &mut rng,
+        &mut tracked,
+        &kills,
+        min_kills,
+    )
+    .await;
+    stop.store(true, Ordering::Relaxed);
+    let _ = killer.await;
+    let kills = kills.load(Ordering::Relaxed);
+    driven.with_context(|| format!("--- kaccel log:\n{}", log_tail(&controller)))?;
+    let driven_at = began.elapsed();
+
+    // Undisturbed now: settled means no finalizer left and no open reservation.
+    let store = Store::open(&store_url).await?;
+    let label = format!("e2e.kaccel.io/crash={id}");
+    wait_for("settled", Duration::from_secs(90), || async {
+        let left = wls
+            .list(&ListParams::default().labels(&label))
+            .await?
+            .items
+            .iter()
+            .filter(|w| w.finalizers().iter().any(|f| f == FINALIZER))
+            .count();
+        let open = store
+            .open_reservations()
+            .await?
+            .iter()
+            .filter(|r| r.reserve.entry.budget == team)
+            .count();
+        Ok((left == 0 && open == 0).then_some(()))
+    })
+    .await
+    .with_context(|| format!("--- kaccel log:\n{}", log_tail(&controller)))?;
+
+    // The expected figures, from Kueue's conditions, before the Workloads go.
+    let mut expected: HashMap<String, Vec<i64>> = HashMap::new();
+    let mut mismatched_eviction_times = 0;
+    for t in &mut tracked {
+        let obj = support::get_json(&wls, &t.name).await?;
+        t.uid = obj["metadata"]["uid"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        t.finished = time_of(&obj, "Finished");
+        let finished = t.finished.context("a driven Workload without Finished")?;
+        let n = t.admissions.len();
+        let mut prices = Vec::new();
+        for (i, a) in t.admissions.iter().enumerate() {
+            // A deactivated admission's charge ends at its eviction (Kueue drops
+            // it from its usage then), a finished one at Finished.
+            let end = match (a.evicted, a.released) {
+                (Some(e), _) => e,
+                (None, Some(r)) => r,
+                (None, None) if i + 1 == n => finished,
+                (None, None) => bail!("{}: admission {} has no end", t.name, i + 1),
+            };
+            if a.evicted.is_some_and(|e| Some(e) != a.released) {
+                mismatched_eviction_times += 1;
+            }
+            let seconds = u64::try_from((end - a.start).max(0))?.min(t.horizon);
+            prices.push(i64::try_from(cumulative(RATE, 1, seconds)?.0)?);
+        }
+        expected.insert(t.uid.clone(), prices);
+    }
+
+    // Delete the Workloads (no finalizer left, so they go at once).
+    for t in &tracked {
+        wls.delete(&t.name, &DeleteParams::background()).await?;
+    }
+    wait_for("Workloads gone", Duration::from_secs(30), || async {
+        Ok(wls
+            .list(&ListParams::default().labels(&label))
+            .await?
+            .items
+            .is_empty()
+            .then_some(()))
+    })
+    .await?;
+    // A little time for kaccel to see the deletions (it must write nothing more).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    // The ledger.
+    let report = kaccel::ledger::verify(&store).await?;
+    ensure!(report.ok(), "verify found problems: {:#?}", report.problems);
+    let open: Vec<_> = store
+        .open_reservations()
+        .await?
+        .into_iter()
+        .filter(|r| r.reserve.entry.budget == team)
+        .collect();
+    ensure!(open.is_empty(), "open reservations: {open:#?}");
+    let mut entries_total = 0usize;
+    let mut admissions_total = 0usize;
+    let mut expected_total: i128 = 0;
+    let mut errors = Vec::new();
+    for t in &tracked {
+        let entries = store.entries_for_workload(&t.uid).await?;
+        entries_total += entries.len();
+        let prices = &expected[&t.uid];
+        admissions_total += prices.len();
+        let mut per: BTreeMap<u32, (u32, u32, i64, u32)> = BTreeMap::new();
+        for s in &entries {
+            let e = &s.entry;
+            if e.budget != team {
+                errors.push(format!(
+                    "{}: entry {} of budget {}",
+                    t.name, e.key, e.budget
+                ));
+                continue;
+            }
+            let slot = per.entry(e.admission).or_default();
+            match e.kind {
+                EntryKind::Reserve => slot.0 += 1,
+                EntryKind::Void => slot.1 += 1,
+                EntryKind::Post => {
+                    slot.2 += e.credits;
+                    slot.3 += 1;
+                }
+                other => errors.push(format!("{}: unexpected {other} entry {}", t.name, e.key)),
+            }
+        }
+        let want: Vec<u32> = (1..=prices.len() as u32).collect();
+        let got: Vec<u32> = per.keys().copied().collect();
+        if got != want {
+            errors.push(format!(
+                "{}: ledger admissions {got:?}, Kueue admissions {want:?} ({:?})",
+                t.name, t.admissions
+            ));
+            continue;
+        }
+        for (a, price) in want.iter().zip(prices) {
+            let (reserves, voids, posted, posts) = per[a];
+            if reserves != 1 || voids != 1 || posted != *price {
+                errors.push(format!(
+                    "{} admission {a} (horizon {} s, {:?}, finished {:?}): {reserves} Reserve, {voids} Void, \
+                     {posts} Post(s) adding up to {posted} µcredits; expected {price}",
+                    t.name,
+                    t.horizon,
+                    t.admissions[*a as usize - 1],
+                    t.finished
+                ));
+            }
+            expected_total += i128::from(*price);
+        }
+    }
+    let sums = store.kind_sums(Some(&team)).await?;
+    let spent = sums
+        .get(&team)
+        .and_then(|s| s.get(&EntryKind::Post))
+        .copied()
+        .unwrap_or(0);
+    let evicted = tracked.iter().filter(|t| t.admissions.len() > 1).count();
+    println!(
+        "ledger_crash: {kills} SIGKILLs ({} starts), {} Workloads ({evicted} evicted and re-admitted), \
+         {admissions_total} admissions, {entries_total} Workload entries ({} in the store), \
+         {} credits spent (expected {}), quota released in another second than the eviction on {mismatched_eviction_times} admission(s); \
+         driven in {:.1} s, total {:.1} s",
+        restarts.load(Ordering::Relaxed),
+        tracked.len(),
+        report.entries,
+        kaccel::ledger::entry::format_micros(spent),
+        kaccel::ledger::entry::format_micros(expected_total),
+        driven_at.as_secs_f64(),
+        began.elapsed().as_secs_f64(),
+    );
+    ensure!(
+        errors.is_empty(),
+        "{} mismatch(es):\n{}",
+        errors.len(),
+        errors.join("\n")
+    );
+    ensure!(
+        spent == expected_total,
+        "spent {spent} µcredits, expected {expected_total}"
+    );
+    ensure!(
+        tracked.len() == WORKLOADS,
+        "{} Workloads driven",
+        tracked.len()
+    );
+    ensure!(kills >= min_kills, "only {kills} kills");
+    if let Some(mut c) = controller.lock().unwrap().take() {
+        c.kill();
+    }
+    Ok(())
+}
+
+/// What Kueue's job reconciler does once the job of an Evicted Workload has
+/// stopped: QuotaReserved=False, Admitted=False, admission cleared, Requeued=False
+/// with the eviction's reason. A replace with the object's resourceVersion, so a
+/// concurrent write makes it fail; the caller tries again at its next look.
+async fn release_quota(wls: &Api<DynamicObject>, name: &str, obj: &Value) -> Result<()> {
+    let now = k8s_openapi::jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    let evicted = condition(obj, "Evicted").cloned().unwrap_or_default();
+    let mut v = obj.clone();
+    let conditions = v["status"]["conditions"]
+        .as_array_mut()
+        .context("conditions")?;
+    conditions.retain(|c| c["type"] != "Requeued");
+    for c in conditions.iter_mut() {
+        let (status, reason, message) = match c["type"].as_str() {
+            Some("QuotaReserved") => ("False", "Pending", evicted["message"].clone()),
+            Some("Admitted") => (
+                "False",
+                "NoReservation",
+                json!("The workload has no reservation"),
+            ),
+            _ => continue,
+        };
+        c["status"] = json!(status);
+        c["reason"] = json!(reason);
+        c["message"] = message;
+        c["lastTransitionTime"] = json!(now);
+    }
+    conditions.push(json!({
+        "type": "Requeued", "status": "False", "reason": evicted["reason"].clone(),
+        "message": evicted["message"].clone(), "lastTransitionTime": now,
+    }));
+    if let Some(status) = v["status"].as_object_mut() {
+        status.remove("admission");
+    }
+    match wls
+        .replace_status(name, &PostParams::default(), &support::object(v))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("releasing the quota of {name}")),
+    }
+}
+
+/// Creates the Workloads in batches and drives each through its life; returns
+/// once every one is Finished and at least `min_kills` kills happened.
+#[allow(clippy::too_many_arguments)]
+async fn drive(
+    wls: &Api<DynamicObject>,
+    ns: &str,
+    queue: &str,
+    label: &str,
+    rng: &mut Rng,
+    tracked: &mut Vec<Tracked>,
+    kills: &AtomicU32,
+    min_kills: u32,
+) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(200);
+    let finish = || -> Result<Patch<()>> {
+        let at = k8s_openapi::jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ");
+        Ok(Patch::Json::<()>(serde_json::from_value(json!([
+            {"op": "add", "path": "/status/conditions/-", "value": {
+                "type": "Finished", "status": "True", "reason": "Succeeded",
+                "message": "done", "lastTransitionTime": at.to_string() }}
+        ]))?))
+    };
+    let params = PatchParams::default();
+    let mut last_progress = Instant::now();
+    loop {
+        // New batch while few are in flight.
+        let in_flight = tracked.iter().filter(|t| t.phase != Phase::Done).count();
+        if tracked.len() < WORKLOADS && in_flight + BATCH <= IN_FLIGHT {
+            for _ in 0..BATCH.min(WORKLOADS - tracked.len()) {
+                let i = tracked.len();
+                let name = format!("w{i:03}");
+                // Horizons: some far (never clipped), some a few seconds (clipped,
+                // or ended by Kueue's maximumExecutionTimeSeconds).
+                let evict_once = i % 5 == 4;
+                let horizon = if evict_once {
+                    600
+                } else {
+                    [2, 3, 4, 6, 600][rng.range(0, 4) as usize]
+                };
+                let hold = Duration::from_millis(rng.range(0, 4500));
+                let obj = workload(ns, &name, queue, label, horizon);
+                wls.create(&PostParams::default(), &support::object(obj))
+                    .await
+                    .with_context(|| format!("creating Workload {name}"))?;
+                tracked.push(Tracked {
+                    name,
+                    horizon,
+                    hold,
+                    evict_once,
+                    phase: Phase::Queued,
+                    due: Instant::now(),
+                    admissions: Vec::new(),
+                    uid: String::new(),
+                    finished: None,
+                });
+            }
+        }
+        let objects: HashMap<String, Value> = wls
+            .list(&ListParams::default().labels(&format!("e2e.kaccel.io/crash={label}")))
+            .await?
+            .items
+            .into_iter()
+            .map(|o| (o.name_any(), serde_json::to_value(o).unwrap_or_default()))
+            .collect();
+        let now = Instant::now();
+        for t in tracked.iter_mut() {
+            let Some(obj) = objects.get(&t.name) else {
+                continue;
+            };
+            let before = t.phase;
+            match t.phase {
+                Phase::Queued => {
+                    if is_true(obj, "QuotaReserved") && is_true(obj, "Admitted") {
+                        let start = time_of(obj, "QuotaReserved").context("QuotaReserved time")?;
+                        t.admissions.push(Admission {
+                            start,
+                            ..Default::default()
+                        });
+                        t.phase = Phase::Running;
+                        t.due = now + t.hold;
+                    }
+                }
+                Phase::Running => {
+                    if is_false(obj, "QuotaReserved") {
+                        // Kueue ended it (maximumExecutionTimeSeconds): the quota
+                        // release ends the admission; finish it for the finalizer.
+                        let a = t.admissions.last_mut().unwrap();
+                        a.released = time_of(obj, "QuotaReserved");
+                        a.evicted = time_of(obj, "Evicted");
+                        wls.patch_status(&t.name, &params, &finish()?).await?;
+                        t.phase = Phase::Finishing;
+                    } else if now >= t.due {
+                        if t.evict_once && t.admissions.len() == 1 {
+                            wls.patch(
+                                &t.name,
+                                &params,
+                                &Patch::Merge(json!({"spec": {"active": false}})),
+                            )
+                            .await?;
+                            t.phase = Phase::Evicting;
+                        } else {
+                            wls.patch_status(&t.name, &params, &finish()?).await?;
+                            t.phase = Phase::Finishing;
+                        }
+                    }
+                }
+                Phase::Evicting => {
+                    if is_true(obj, "Evicted") && is_true(obj, "QuotaReserved") {
+                        // There is no job controller here: do its part of an
+                        // eviction (the job stopped, so the quota is released).
+                        release_quota(wls, &t.name, obj).await?;
+                    } else if is_false(obj, "QuotaReserved") {
+                        let a = t.admissions.last_mut().unwrap();
+                        a.released = time_of(obj, "QuotaReserved");
+                        a.evicted = time_of(obj, "Evicted");
+                        wls.patch(
+                            &t.name,
+                            &params,
+                            &Patch::Merge(json!({"spec": {"active": true}})),
+                        )
+                        .await?;
+                        t.phase = Phase::Queued;
+                    }
+                }
+                Phase::Finishing => {
+                    if is_true(obj, "Finished") {
+                        t.phase = Phase::Done;
+                    }
+                }
+                Phase::Done => {}
+            }
+            if t.phase != before {
+                last_progress = now;
+            }
+        }
+        let done = tracked.iter().filter(|t| t.phase == Phase::Done).count();
+        if done == WORKLOADS && kills.load(Ordering::Relaxed) >= min_kills {
+            return Ok(());
+        }
+        if Instant::now() > deadline || last_progress.elapsed() > Duration::from_secs(60) {
+            let stuck: Vec<String> = tracked
+                .iter()
+                .filter(|t| t.phase != Phase::Done)
+                .take(5)
+                .map(|t| {
+                    format!(
+                        "{} {:?}: {}",
+                        t.name,
+                        t.phase,
+                        objects
+                            .get(&t.name)
+                            .map(|o| o["status"].to_string())
+                            .unwrap_or_default()
+                    )
+                })
+                .collect();
+            bail!(
+                "{done}/{WORKLOADS} Workloads done ({} created, {} kills) when time ran out; stuck:\n{}",
+                tracked.len(),
+                kills.load(Ordering::Relaxed),
+                stuck.join("\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
