@@ -178,6 +178,14 @@ pub struct LedgerRuntime {
     /// One reservation decision at a time, so two admissions cannot both spend
     /// the same remaining credits.
     reserve_lock: Mutex<()>,
+    /// Balances per budget, so a decision does not sum a budget's whole history.
+    /// Kept by applying what this process appends (the leader is the only
+    /// writer) and refreshed from the store every budget pass; a refresh that
+    /// raced a Reserve is dropped ([`Self::reserves_appended`]), and the other
+    /// races can only under-state what remains.
+    balances: std::sync::Mutex<BTreeMap<String, Balances>>,
+    /// Reserve appends so far (changed under `reserve_lock`).
+    reserves_appended: std::sync::atomic::AtomicU64,
     /// Wakes the planner (Hold, status) when a budget's ledger view changed.
     wake_planner: UnboundedSender<()>,
     /// Findings seen at the previous reconciliation pass: a finding is acted on
@@ -203,6 +211,8 @@ impl LedgerRuntime {
             shared,
             store: OnceCell::new(),
             reserve_lock: Mutex::new(()),
+            balances: Default::default(),
+            reserves_appended: Default::default(),
             wake_planner,
             previous_findings: Mutex::new(BTreeSet::new()),
         })
@@ -284,6 +294,23 @@ impl LedgerRuntime {
         match self.store().append(entries).await {
             Ok(outcome) => {
                 self.metrics.ledger_up.set(1);
+                {
+                    let mut cache = self.balances.lock().expect("balances lock");
+                    for e in entries {
+                        if outcome.duplicates == 0 {
+                            if let Some(b) = cache.get_mut(&e.budget) {
+                                b.apply(e.kind, e.credits);
+                            }
+                        } else {
+                            // Some were stored already: read the budget again.
+                            cache.remove(&e.budget);
+                        }
+                    }
+                }
+                if entries.iter().any(|e| e.kind == EntryKind::Reserve) {
+                    self.reserves_appended
+                        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
                 if outcome.inserted > 0 {
                     for e in entries {
                         self.metrics
@@ -541,7 +568,23 @@ impl LedgerRuntime {
             now,
         };
         let guard = self.reserve_lock.lock().await;
-        let balances = self.store().balances(budget_name).await?;
+        let cached = self
+            .balances
+            .lock()
+            .expect("balances lock")
+            .get(budget_name.as_str())
+            .copied();
+        let balances = match cached {
+            Some(b) => b,
+            None => {
+                let b = self.store().balances(budget_name).await?;
+                self.balances
+                    .lock()
+                    .expect("balances lock")
+                    .insert(budget_name.clone(), b);
+                b
+            }
+        };
         let view = BudgetView {
             budget: budget_name.clone(),
             team: budget.team.clone(),
@@ -837,13 +880,35 @@ impl LedgerRuntime {
             .filter(|s| s.entry.budget == name)
             .map(|s| (s.entry.key.clone(), s.entry))
             .collect();
+        let before = self
+            .reserves_appended
+            .load(std::sync::atomic::Ordering::SeqCst);
         let balances = store.balances(name).await?;
         let mut error = None;
+        let mut balances = balances;
         match budget_entries(name, spec, now, &|k: &str| known.get(k).cloned(), balances) {
-            Ok(entries) => self.append(&entries).await?,
+            Ok(entries) if !entries.is_empty() => {
+                self.append(&entries).await?;
+                balances = store.balances(name).await?;
+            }
+            Ok(_) => {}
             Err(e) => error = Some(e.to_string()),
         }
-        let balances = store.balances(name).await?;
+        {
+            // The store's figures become the cache's, unless a Reserve went in
+            // meanwhile (then the next pass refreshes).
+            let _guard = self.reserve_lock.lock().await;
+            if self
+                .reserves_appended
+                .load(std::sync::atomic::Ordering::SeqCst)
+                == before
+            {
+                self.balances
+                    .lock()
+                    .expect("balances lock")
+                    .insert(name.to_string(), balances);
+            }
+        }
         let posted = store.posted_between(name, now - 86_400, now + 1).await?;
         let burn = burn_rate_per_hour(posted);
         Ok(BudgetLedgerView {

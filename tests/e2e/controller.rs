@@ -337,8 +337,12 @@ async fn lifecycle(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
         eprintln!("class {lt} Ready: {}", ready.2);
         let status = classes.get(&lt).await?.status.unwrap();
         assert!(status.flavors[0].name.contains("h100"), "{:?}", status.flavors);
-        let budget_status = budgets.get(&team).await?.status.unwrap();
-        assert!(budget_status.conditions.iter().any(|c| c.type_ == "ClassNotFound" && c.message.contains(&inf)));
+        // The budget's status is written right after the class's, in the same pass.
+        wait_for("budget ClassNotFound naming the missing class", WAIT, || async {
+            Ok(budgets.get(&team).await?.status.filter(|s| {
+                s.conditions.iter().any(|c| c.type_ == "ClassNotFound" && c.message.contains(&inf))
+            }))
+        }).await?;
 
         // Time from applying a class to its Kueue objects existing (the budget
         // already names it).
