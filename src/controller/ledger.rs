@@ -50,7 +50,7 @@ use crate::ledger::budget::{
 use crate::ledger::entry::{Balances, Entry, EntryKind, format_micros, void_key};
 use crate::ledger::lifecycle::{
     FINALIZER, RESERVATION_ANNOTATION, ReservationRecord, check_state, condition, deletion_time,
-    due_posts, ended_at, holds_quota, is_finished, preemption_refund, record_of,
+    due_posts, ended_at, holds_quota, is_finished, label_settlement, preemption_refund, record_of,
 };
 use crate::ledger::store::{LedgerStore, OpenReservation, Store, StoreError};
 
@@ -409,6 +409,7 @@ impl LedgerRuntime {
                         Some(end) => {
                             let mut out =
                                 settle(&view, rec.admitted_at, end.at, state.posted_until);
+                            label_settlement(&mut out, &end);
                             let refunds = pricing
                                 .budgets
                                 .get(&rec.budget)

@@ -344,10 +344,14 @@ impl<W: Write> Exporter<W> {
             "kaccel.io/resource": e.resource,
         })
         .to_string();
-        let eviction = if e.kind == EntryKind::Post {
-            e.reason.clone()
-        } else {
-            String::new()
+        // The settlement Post of an evicted admission says why (lifecycle::EVICTED_PREFIX).
+        let eviction = match e.kind {
+            EntryKind::Post | EntryKind::Correction => e
+                .reason
+                .split_once(super::lifecycle::EVICTED_PREFIX)
+                .map(|(_, why)| why.to_string())
+                .unwrap_or_default(),
+            _ => String::new(),
         };
         let cur = self.pricing.currency.clone();
         let fields: [String; 38] = [
@@ -474,6 +478,35 @@ mod tests {
             "{row}"
         );
         assert!(row.contains("AI and Machine Learning,kaccel,nvidia-h100,rc-1,vision"));
+    }
+
+    #[test]
+    fn eviction_reason_column_only_for_evicted_settlements() {
+        let eviction_of = |reason: &str| {
+            let mut p = post();
+            p.entry.reason = reason.into();
+            let mut ex =
+                Exporter::new(Vec::new(), Format::Focus, Pricing::new("EUR", "1").unwrap())
+                    .unwrap();
+            ex.write(&p).unwrap();
+            let s = String::from_utf8(ex.finish().unwrap()).unwrap();
+            let header: Vec<&str> = s.lines().next().unwrap().split(',').collect();
+            let last = header.len() - 1;
+            assert_eq!(header[last], "x_EvictionReason");
+            s.lines()
+                .nth(1)
+                .unwrap()
+                .rsplit(',')
+                .next()
+                .unwrap()
+                .to_string()
+        };
+        assert_eq!(eviction_of("usage"), "");
+        assert_eq!(eviction_of("usage until finished"), "");
+        assert_eq!(
+            eviction_of("usage until quota released; evicted: Preempted"),
+            "Preempted"
+        );
     }
 
     #[test]

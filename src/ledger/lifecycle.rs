@@ -25,6 +25,10 @@ pub const RESERVATION_ANNOTATION: &str = "kaccel.io/credit-reservation";
 /// was down when the Workload finished or was deleted.
 pub const FINALIZER: &str = "kaccel.io/credits";
 
+/// Reason of a settlement Post (and refund) of an admission that ended by
+/// eviction, before the eviction's reason; the FOCUS export's `x_EvictionReason`.
+pub const EVICTED_PREFIX: &str = "evicted: ";
+
 /// Reason hashed into the key of a preemption refund.
 pub const PREEMPTION_REFUND: &str = "preemption-refund";
 
@@ -238,7 +242,7 @@ pub fn ended_at(
         });
     }
     let reason = |what: &str| match evicted {
-        Some((true, _, r)) if !r.is_empty() => format!("{what}: evicted ({r})"),
+        Some((true, _, r)) if !r.is_empty() => format!("{what}; {EVICTED_PREFIX}{r}"),
         _ => what.to_string(),
     };
     // Deactivated (spec.active false, by the user, kaccel's health loop or Kueue's
@@ -331,6 +335,14 @@ pub fn due_posts(
         }
         start = clipped;
         end = end.saturating_add(interval);
+    }
+}
+
+/// The settlement entries of an admission that ended as `ended` says: its Post
+/// carries the end reason (an eviction's reason shows in exports).
+pub fn label_settlement(entries: &mut [Entry], ended: &Ended) {
+    for e in entries.iter_mut().filter(|e| e.kind == EntryKind::Post) {
+        e.reason = format!("usage until {}", ended.reason);
     }
 }
 
@@ -547,7 +559,7 @@ mod tests {
         let preempted = Ended {
             at: 1_100,
             platform_preempted: true,
-            reason: "quota released: evicted (Preempted)".into(),
+            reason: "quota released; evicted: Preempted".into(),
         };
         let refund = preemption_refund(&r, 200_000_000, &preempted).unwrap();
         assert_eq!(
