@@ -552,17 +552,10 @@ impl LedgerRuntime {
             Some((true, Some(t), _)) => t,
             _ => now,
         };
+        let (namespace, name) = namespace_and_name(v);
         let workload = WorkloadView {
-            namespace: v
-                .pointer("/metadata/namespace")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .into(),
-            name: v
-                .pointer("/metadata/name")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .into(),
+            namespace: namespace.into(),
+            name: name.into(),
             uid: uid.into(),
             admission,
             admitted_at,
@@ -669,14 +662,7 @@ impl LedgerRuntime {
         message: &str,
         requeue_after: Option<u32>,
     ) -> Result<(), LedgerError> {
-        let name = v
-            .pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        let namespace = v
-            .pointer("/metadata/namespace")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
+        let (namespace, name) = namespace_and_name(v);
         let check = &self.config.admission_check_name;
         let current = check_state(v, check);
         if current == Some((state, message)) && state != "Retry" {
@@ -731,14 +717,7 @@ impl LedgerRuntime {
         v: &Value,
         record: Option<&ReservationRecord>,
     ) -> Result<(), LedgerError> {
-        let name = v
-            .pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        let namespace = v
-            .pointer("/metadata/namespace")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
+        let (namespace, name) = namespace_and_name(v);
         let mut metadata = json!({"name": name, "namespace": namespace});
         if let Some(r) = record {
             metadata["finalizers"] = json!([FINALIZER]);
@@ -1027,6 +1006,11 @@ impl LedgerRuntime {
         tracing::warn!(key = %e.key, "closing an orphaned reservation");
         self.append(&[void]).await
     }
+}
+
+fn namespace_and_name(v: &Value) -> (&str, &str) {
+    let text = |p: &str| v.pointer(p).and_then(Value::as_str).unwrap_or_default();
+    (text("/metadata/namespace"), text("/metadata/name"))
 }
 
 /// The check's message once credits are reserved (the same words whichever path

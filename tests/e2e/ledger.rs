@@ -23,8 +23,8 @@ use crate::controller::{Controller, ensure_example_nodes, free_port, wait_for};
 use crate::support::{self, Cleanup, kueue};
 
 const WAIT: Duration = Duration::from_secs(60);
-const CHECK: &str = "kaccel-credits";
-const FINALIZER: &str = "kaccel.io/credits";
+pub const CHECK: &str = "kaccel-credits";
+pub const FINALIZER: &str = "kaccel.io/credits";
 const MICROS: i64 = 1_000_000;
 const KACCEL: &str = env!("CARGO_BIN_EXE_kaccel");
 
@@ -96,7 +96,7 @@ impl Drop for Postgres {
 // ---------------------------------------------------------------------------
 // Objects.
 
-fn ledger_config(root: &str, store: &str) -> String {
+pub fn ledger_config(root: &str, store: &str) -> String {
     format!(
         "rootCohort: {root}\nleaderElection:\n  enabled: false\nwatchResourceSlices: false\n\
          debounceMs: 100\nmaxDelayMs: 500\nledger:\n  enabled: true\n  store: {store}\n  \
@@ -112,7 +112,7 @@ fn budget_ar() -> ApiResource {
     ApiResource::erase::<CreditBudget>(&())
 }
 
-fn h100_class(name: &str) -> Value {
+pub fn h100_class(name: &str) -> Value {
     json!({
         "apiVersion": "kaccel.io/v1alpha1", "kind": "AcceleratorClass",
         "metadata": { "name": name },
@@ -121,7 +121,7 @@ fn h100_class(name: &str) -> Value {
     })
 }
 
-fn budget(name: &str, team: &str, ns: &str, class: &str, per_period: &str) -> Value {
+pub fn budget(name: &str, team: &str, ns: &str, class: &str, per_period: &str) -> Value {
     json!({
         "apiVersion": "kaccel.io/v1alpha1", "kind": "CreditBudget",
         "metadata": { "name": name },
@@ -134,7 +134,7 @@ fn budget(name: &str, team: &str, ns: &str, class: &str, per_period: &str) -> Va
 }
 
 /// One pod, one GPU, at most `secs` seconds.
-fn workload(ns: &str, name: &str, queue: &str, secs: u32) -> Value {
+pub fn workload(ns: &str, name: &str, queue: &str, secs: u32) -> Value {
     json!({
         "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
         "metadata": { "name": name, "namespace": ns },
@@ -145,6 +145,57 @@ fn workload(ns: &str, name: &str, queue: &str, secs: u32) -> Value {
                 "resources": { "requests": { "cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1" },
                                "limits": { "nvidia.com/gpu": "1" } } }] } } }] }
     })
+}
+
+/// A team of its own for one test: a namespace, an H100 class at one credit per
+/// device-second, a budget granting `per_period` credits, and a SQLite ledger
+/// path; the Kueue objects kaccel writes for them are cleaned up too.
+pub struct LedgerTeam {
+    /// A folder of the test's own (the SQLite file lives there).
+    pub dir: PathBuf,
+    pub store_url: String,
+    pub root: String,
+    pub class: String,
+    pub team: String,
+    pub ns: String,
+    /// The budget's ClusterQueue for the class.
+    pub cq: String,
+}
+
+pub async fn h100_team(
+    client: &Client,
+    cleanup: &mut Cleanup,
+    id: &str,
+    per_period: &str,
+) -> Result<LedgerTeam> {
+    let dir = std::env::temp_dir().join(format!("kaccel-e2e-{id}"));
+    std::fs::create_dir_all(&dir)?;
+    let t = LedgerTeam {
+        store_url: format!("sqlite:{}", dir.join("ledger.db").display()),
+        dir,
+        root: format!("root-{id}"),
+        class: format!("h100-{id}"),
+        team: format!("team-{id}"),
+        ns: format!("ns-{id}"),
+        cq: format!("team-{id}-h100-{id}"),
+    };
+    support::namespace(client, &t.ns).await?;
+    cleanup.add_namespace(&t.ns);
+    let classes: Api<DynamicObject> = Api::all_with(client.clone(), &class_ar());
+    support::create(&classes, h100_class(&t.class)).await?;
+    cleanup.add(None, class_ar(), &t.class);
+    let budgets: Api<DynamicObject> = Api::all_with(client.clone(), &budget_ar());
+    support::create(
+        &budgets,
+        budget(&t.team, "e2e", &t.ns, &t.class, per_period),
+    )
+    .await?;
+    cleanup.add(None, budget_ar(), &t.team);
+    cleanup.add(None, kueue("Cohort"), &t.root);
+    cleanup.add(None, kueue("Cohort"), &format!("{}-{}", t.root, t.team));
+    cleanup.add(None, kueue("ClusterQueue"), &t.cq);
+    cleanup.add(Some(&t.ns), kueue("LocalQueue"), &t.class);
+    Ok(t)
 }
 
 /// kaccel's entry in `status.admissionChecks`.

@@ -10,15 +10,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
 use futures::StreamExt;
-use kaccel::api::{AcceleratorClass, CreditBudget};
 use kaccel::ledger::store::{LedgerStore, Store};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
-use kube::core::ApiResource;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
 use crate::controller::{Controller, ensure_example_nodes, free_port, wait_for};
+use crate::ledger::{self, LedgerTeam, h100_team};
 use crate::support::{self, Cleanup, is_true, kueue};
 
 /// Workloads in flight per queue at a time (well inside either queue's quota).
@@ -30,16 +29,9 @@ fn percentile(sorted: &[u128], p: f64) -> u128 {
 }
 
 fn workload(ns: &str, name: &str, queue: &str, label: &str) -> serde_json::Value {
-    json!({
-        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
-        "metadata": { "name": name, "namespace": ns, "labels": { "e2e.kaccel.io/bench": label } },
-        "spec": { "queueName": queue, "maximumExecutionTimeSeconds": 600,
-            "podSets": [{ "name": "main", "count": 1,
-            "template": { "spec": { "restartPolicy": "Never", "containers": [{
-                "name": "main", "image": "registry.k8s.io/pause:3.10",
-                "resources": { "requests": { "cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1" },
-                               "limits": { "nvidia.com/gpu": "1" } } }] } } }] }
-    })
+    let mut w = ledger::workload(ns, name, queue, 600);
+    w["metadata"]["labels"] = json!({ "e2e.kaccel.io/bench": label });
+    w
 }
 
 fn metric_lines(text: &str, prefix: &str) -> Vec<String> {
@@ -69,49 +61,16 @@ async fn bench(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
         .unwrap_or(200);
     ensure_example_nodes(client).await?;
     let id = support::unique("lb");
-    let dir = std::env::temp_dir().join(format!("kaccel-e2e-{id}"));
-    std::fs::create_dir_all(&dir)?;
-    let store_url = format!("sqlite:{}", dir.join("ledger.db").display());
-    let root = format!("root-{id}");
-    let class = format!("h100-{id}");
-    let team = format!("team-{id}");
-    let ns = format!("ns-{id}");
-    let checked_cq = format!("{team}-{class}");
+    let LedgerTeam {
+        dir,
+        store_url,
+        root,
+        class,
+        ns,
+        cq: checked_cq,
+        ..
+    } = h100_team(client, cleanup, &id, "1000000").await?;
     let plain = format!("plain-{id}");
-
-    support::namespace(client, &ns).await?;
-    cleanup.add_namespace(&ns);
-    Api::<AcceleratorClass>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "apiVersion": "kaccel.io/v1alpha1", "kind": "AcceleratorClass",
-                "metadata": { "name": class },
-                "spec": { "sharing": "Whole",
-                          "selector": { "vendors": ["nvidia"], "minMemoryMiB": 80000 },
-                          "credits": { "perDeviceHour": "3600" } }
-            }))?,
-        )
-        .await?;
-    cleanup.add(None, ApiResource::erase::<AcceleratorClass>(&()), &class);
-    Api::<CreditBudget>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "apiVersion": "kaccel.io/v1alpha1", "kind": "CreditBudget",
-                "metadata": { "name": team },
-                "spec": { "team": "e2e", "namespaces": [ns],
-                          "classes": [{ "name": class, "guaranteedDevices": 8 }],
-                          "credits": { "perPeriod": "1000000",
-                                       "period": { "start": "2026-12-01T00:00:00Z", "days": 30 } } }
-            }))?,
-        )
-        .await?;
-    cleanup.add(None, ApiResource::erase::<CreditBudget>(&()), &team);
-    cleanup.add(None, kueue("Cohort"), &root);
-    cleanup.add(None, kueue("Cohort"), &format!("{root}-{team}"));
-    cleanup.add(None, kueue("ClusterQueue"), &checked_cq);
-    cleanup.add(Some(&ns), kueue("LocalQueue"), &class);
 
     // The plain queue: not kaccel's (no managed-by label), no admission checks.
     let rfs: Api<DynamicObject> = Api::all_with(client.clone(), &kueue("ResourceFlavor"));

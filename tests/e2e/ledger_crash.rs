@@ -9,15 +9,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
-use kaccel::api::{AcceleratorClass, CreditBudget};
 use kaccel::ledger::store::{LedgerStore, Store};
 use kaccel::ledger::{EntryKind, Rate, cumulative};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
-use kube::core::ApiResource;
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
 use crate::controller::{Controller, ensure_example_nodes, free_port, wait_for};
+use crate::ledger::{self, FINALIZER, LedgerTeam, h100_team, ledger_config};
 use crate::support::{self, Cleanup, condition, is_true, kueue};
 
 const WORKLOADS: usize = 200;
@@ -29,7 +28,6 @@ const IN_FLIGHT: usize = 40;
 const MIN_KILLS: u32 = 30;
 /// 3600 credits per device-hour = 1 credit per device-second, in micro-credits.
 const RATE: Rate = Rate(3_600_000_000);
-const FINALIZER: &str = "kaccel.io/credits";
 
 /// SplitMix64: small, deterministic, good enough to pick kill times.
 struct Rng(u64);
@@ -90,25 +88,11 @@ fn is_false(obj: &Value, type_: &str) -> bool {
     condition(obj, type_).is_some_and(|c| c["status"] == "False")
 }
 
-fn config(root: &str, store: &str) -> String {
-    format!(
-        "rootCohort: {root}\nleaderElection: {{enabled: false}}\nwatchResourceSlices: false\n\
-         debounceMs: 100\nmaxDelayMs: 500\nledger:\n  enabled: true\n  store: {store}\n  \
-         budgetIntervalSeconds: 2\n  retryAfterSeconds: 3\n  postIntervalSeconds: 60\n"
-    )
-}
-
 fn workload(ns: &str, name: &str, queue: &str, label: &str, horizon: u64) -> Value {
-    json!({
-        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
-        "metadata": { "name": name, "namespace": ns, "labels": { "e2e.kaccel.io/crash": label } },
-        "spec": { "queueName": queue, "maximumExecutionTimeSeconds": horizon,
-            "podSets": [{ "name": "main", "count": 1,
-            "template": { "spec": { "restartPolicy": "Never", "containers": [{
-                "name": "main", "image": "registry.k8s.io/pause:3.10",
-                "resources": { "requests": { "cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1" },
-                               "limits": { "nvidia.com/gpu": "1" } } }] } } }] }
-    })
+    let secs = u32::try_from(horizon).expect("test horizons are small");
+    let mut w = ledger::workload(ns, name, queue, secs);
+    w["metadata"]["labels"] = json!({ "e2e.kaccel.io/crash": label });
+    w
 }
 
 #[tokio::test]
@@ -148,50 +132,17 @@ async fn crash(client: &Client, cleanup: &mut Cleanup, id: &str) -> Result<()> {
     let mut rng = Rng(seed);
     ensure_example_nodes(client).await?;
 
-    let dir = std::env::temp_dir().join(format!("kaccel-e2e-{id}"));
-    std::fs::create_dir_all(&dir)?;
-    let store_url = format!("sqlite:{}", dir.join("ledger.db").display());
-    let root = format!("root-{id}");
-    let class = format!("h100-{id}");
-    let team = format!("team-{id}");
-    let ns = format!("ns-{id}");
-    let cq = format!("{team}-{class}");
+    let LedgerTeam {
+        store_url,
+        root,
+        class,
+        team,
+        ns,
+        cq,
+        ..
+    } = h100_team(client, cleanup, id, "1000000").await?;
 
-    support::namespace(client, &ns).await?;
-    cleanup.add_namespace(&ns);
-    Api::<AcceleratorClass>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "apiVersion": "kaccel.io/v1alpha1", "kind": "AcceleratorClass",
-                "metadata": { "name": class },
-                "spec": { "sharing": "Whole",
-                          "selector": { "vendors": ["nvidia"], "minMemoryMiB": 80000 },
-                          "credits": { "perDeviceHour": "3600" } }
-            }))?,
-        )
-        .await?;
-    cleanup.add(None, ApiResource::erase::<AcceleratorClass>(&()), &class);
-    Api::<CreditBudget>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "apiVersion": "kaccel.io/v1alpha1", "kind": "CreditBudget",
-                "metadata": { "name": team },
-                "spec": { "team": "e2e", "namespaces": [ns],
-                          "classes": [{ "name": class, "guaranteedDevices": 8 }],
-                          "credits": { "perPeriod": "1000000",
-                                       "period": { "start": "2026-12-01T00:00:00Z", "days": 30 } } }
-            }))?,
-        )
-        .await?;
-    cleanup.add(None, ApiResource::erase::<CreditBudget>(&()), &team);
-    cleanup.add(None, kueue("Cohort"), &root);
-    cleanup.add(None, kueue("Cohort"), &format!("{root}-{team}"));
-    cleanup.add(None, kueue("ClusterQueue"), &cq);
-    cleanup.add(Some(&ns), kueue("LocalQueue"), &class);
-
-    let cfg = config(&root, &store_url);
+    let cfg = ledger_config(&root, &store_url);
     let restarts = Arc::new(AtomicU32::new(0));
     let start_one = {
         let id = id.to_string();
