@@ -894,7 +894,13 @@ impl LedgerRuntime {
         Ok(BudgetLedgerView {
             balances,
             burn_per_hour: burn,
-            projected_exhaustion: projected_exhaustion(now, balances.remaining(), burn),
+            // Projected from the start of the hour, so the status (and its write)
+            // changes only when the figures do, or once an hour, not every pass.
+            projected_exhaustion: projected_exhaustion(
+                now - now.rem_euclid(3600),
+                balances.remaining(),
+                burn,
+            ),
             period: window.map(|w| (w.start, w.end)),
             exhausted: is_exhausted(spec.on_exhaustion, &balances),
             error,

@@ -605,7 +605,28 @@ async fn small_budget_flow(env: &mut Env, store: &str) -> Result<()> {
     support::wait_until(&wl, "w1", "finalizer removed", WAIT, |o| !has_finalizer(o)).await?;
     let w2 = support::wait_until(&wl, "w2", "admitted after W1 settled", WAIT, admitted).await?;
     assert!(check_message(&w2).starts_with(&format!("reserved 60 credits of budget {budget}")));
-    wait_figures(&env.budgets, &budget, expect(100, 60, spent)).await?;
+    let b = wait_figures(&env.budgets, &budget, expect(100, 60, spent)).await?;
+    // Burn rate: what was posted in the last 24 h, per hour (micro-credit exact);
+    // exhaustion is projected from it, ceil(remaining / burn) after the start of
+    // the hour (so the status does not change at every pass).
+    let burn = spent * MICROS / 24;
+    assert_eq!(
+        b["status"]["burnRatePerHour"],
+        kaccel::ledger::entry::format_micros(i128::from(burn)).as_str(),
+        "{}",
+        b["status"]
+    );
+    let projected = b["status"]["projectedExhaustion"]
+        .as_str()
+        .context("projectedExhaustion set while burning")?;
+    let remaining = (40 - spent) * MICROS;
+    let ahead = (remaining * 3600 + burn - 1) / burn;
+    let projected = seconds(projected)?;
+    let hour = |t: i64| t - t.rem_euclid(3600);
+    ensure!(
+        [hour(finished_at), hour(finished_at + 120)].contains(&(projected - ahead)),
+        "projected exhaustion {projected} is not {ahead} s after the hour of {finished_at}"
+    );
 
     let w1_uid = w1["metadata"]["uid"]
         .as_str()
