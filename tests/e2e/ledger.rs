@@ -509,9 +509,17 @@ macro_rules! with_env {
     ($prefix:expr, |$env:ident| $body:expr) => {{
         let _guard = support::serial().await;
         let mut $env = Env::new($prefix).await.unwrap();
-        let result: Result<()> = async { $body }.await;
+        // A failed assertion must not skip the teardown: later tests share the cluster.
+        let result = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
+            let r: Result<()> = $body;
+            r
+        }))
+        .await;
         $env.teardown().await;
-        result.unwrap();
+        match result {
+            Ok(r) => r.unwrap(),
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
     }};
 }
 
