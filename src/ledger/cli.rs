@@ -5,10 +5,11 @@ use std::time::Instant;
 
 use clap::{Subcommand, ValueEnum};
 
-use super::entry::{Entry, EntryKind, grant_key, post_key, reserve_key, void_key};
+use super::Rate;
+use super::conformance::{admission, grant_like};
+use super::entry::{Entry, EntryKind};
 use super::export::{Exporter, Format, Pricing};
 use super::store::{EntryFilter, LedgerStore, Store, for_each_entry, verify};
-use super::{Rate, price_interval};
 
 #[derive(clap::Args, Debug)]
 pub struct LedgerArgs {
@@ -291,52 +292,15 @@ pub fn synthetic_entries(run: &str, count: usize) -> impl Iterator<Item = Entry>
             };
             let mut out = Vec::with_capacity(11);
             if w < 10 {
-                out.push(Entry {
-                    key: grant_key(&budget, t0),
-                    kind: EntryKind::Grant,
-                    workload_uid: String::new(),
-                    namespace: String::new(),
-                    workload: String::new(),
-                    class: String::new(),
-                    flavor: String::new(),
-                    resource: String::new(),
-                    device_units: 0,
-                    start: t0,
-                    end: t0 + 30 * 86_400,
-                    credits: 1_000_000_000_000,
-                    ..base.clone()
-                });
+                out.push(grant_like(
+                    &Entry {
+                        start: t0,
+                        ..base.clone()
+                    },
+                    1_000_000_000_000,
+                ));
             }
-            let price = |a: i64, b: i64| price_interval(rate, units, start, a, b).unwrap().0 as i64;
-            let reserved = price(start, start + 10 * 3600);
-            out.push(Entry {
-                key: reserve_key(&budget, &uid, 1),
-                credits: reserved,
-                ..base.clone()
-            });
-            let mut posted = 0;
-            for h in 0..8 {
-                let (a, b) = (start + h * 3600, start + (h + 1) * 3600);
-                let c = price(a, b);
-                posted += c;
-                out.push(Entry {
-                    key: post_key(&budget, &uid, 1, a, b),
-                    kind: EntryKind::Post,
-                    start: a,
-                    end: b,
-                    credits: c,
-                    created_at: b,
-                    ..base.clone()
-                });
-            }
-            out.push(Entry {
-                key: void_key(&budget, &uid, 1),
-                kind: EntryKind::Void,
-                credits: reserved - posted,
-                end: start + 8 * 3600,
-                created_at: start + 8 * 3600,
-                ..base
-            });
+            out.extend(admission(&base, rate, 8));
             out
         })
         .take(count)

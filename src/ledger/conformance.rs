@@ -13,7 +13,6 @@ use super::store::{
 /// for `hours` hours and the void of the rest, for one workload admission.
 pub fn lifecycle(budget: &str, team: &str, uid: &str, units: u64, hours: i64) -> Vec<Entry> {
     let t0 = 1_767_225_600;
-    let rate = Rate(4_000_000);
     let base = Entry {
         key: String::new(),
         kind: EntryKind::Reserve,
@@ -34,32 +33,50 @@ pub fn lifecycle(budget: &str, team: &str, uid: &str, units: u64, hours: i64) ->
         reason: String::new(),
         created_at: t0,
     };
-    let price = |a, b| price_interval(rate, units, t0, a, b).unwrap().0 as i64;
-    let reserved = price(t0, t0 + 36_000);
-    let mut out = vec![
-        Entry {
-            key: grant_key(budget, t0),
-            kind: EntryKind::Grant,
-            workload_uid: String::new(),
-            namespace: String::new(),
-            workload: String::new(),
-            class: String::new(),
-            flavor: String::new(),
-            resource: String::new(),
-            device_units: 0,
-            credits: 1_000_000_000,
-            end: t0 + 30 * 86_400,
-            ..base.clone()
-        },
-        Entry {
-            key: reserve_key(budget, uid, 1),
-            credits: reserved,
-            ..base.clone()
-        },
-    ];
+    let mut out = vec![grant_like(&base, 1_000_000_000)];
+    out.extend(admission(&base, Rate(4_000_000), hours));
+    out
+}
+
+/// The Grant of `credits` to `base`'s budget for the 30 days from `base.start`
+/// (its workload fields blanked).
+pub fn grant_like(base: &Entry, credits: i64) -> Entry {
+    Entry {
+        key: grant_key(&base.budget, base.start),
+        kind: EntryKind::Grant,
+        workload_uid: String::new(),
+        namespace: String::new(),
+        workload: String::new(),
+        class: String::new(),
+        flavor: String::new(),
+        resource: String::new(),
+        device_units: 0,
+        credits,
+        end: base.start + 30 * 86_400,
+        ..base.clone()
+    }
+}
+
+/// One admission of `base` (its budget, workload, device units and the horizon
+/// `[start, end)`) at `rate`: the Reserve of the horizon, hourly Posts for
+/// `posted_hours` and the Void of the rest.
+pub fn admission(base: &Entry, rate: Rate, posted_hours: i64) -> Vec<Entry> {
+    let (budget, uid, start) = (&base.budget, &base.workload_uid, base.start);
+    let price = |a, b| {
+        price_interval(rate, base.device_units, start, a, b)
+            .unwrap()
+            .0 as i64
+    };
+    let reserved = price(start, base.end);
+    let mut out = vec![Entry {
+        key: reserve_key(budget, uid, 1),
+        kind: EntryKind::Reserve,
+        credits: reserved,
+        ..base.clone()
+    }];
     let mut posted = 0;
-    for h in 0..hours {
-        let (a, b) = (t0 + h * 3600, t0 + (h + 1) * 3600);
+    for h in 0..posted_hours {
+        let (a, b) = (start + h * 3600, start + (h + 1) * 3600);
         posted += price(a, b);
         out.push(Entry {
             key: post_key(budget, uid, 1, a, b),
@@ -71,12 +88,14 @@ pub fn lifecycle(budget: &str, team: &str, uid: &str, units: u64, hours: i64) ->
             ..base.clone()
         });
     }
+    let ended = start + posted_hours * 3600;
     out.push(Entry {
         key: void_key(budget, uid, 1),
         kind: EntryKind::Void,
         credits: reserved - posted,
-        end: t0 + hours * 3600,
-        ..base
+        end: ended,
+        created_at: ended,
+        ..base.clone()
     });
     out
 }
