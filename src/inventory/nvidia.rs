@@ -51,6 +51,27 @@ pub(crate) fn read(view: &NodeView<'_>, warnings: &mut Vec<String>) -> Vec<Devic
     let taints = view.taint_keys(&[TAINT_KEY]);
     let product = view.label(PRODUCT);
     let common = Common::read(view, warnings);
+    // What every group of this node shares: GFD's node-wide facts, taints, raw labels.
+    let mut push = |variant: DeviceVariant,
+                    (cap, alloc): (u32, u32),
+                    memory_mib: Option<u64>,
+                    pins: BTreeMap<String, String>| {
+        let mut g = DeviceGroup::new(variant, cap, alloc);
+        g.memory_mib = memory_mib;
+        common.fill(&mut g);
+        g.pin_labels = pins;
+        g.vendor_taint_keys = taints.clone();
+        g.raw_labels = raw_labels.clone();
+        groups.push(g);
+    };
+    // Shared and MIG-mixed resources: the base model of the product label.
+    let product_model = |resource: &str, warnings: &mut Vec<String>| match product {
+        Some(p) => (
+            base_model(p).to_string(),
+            BTreeMap::from([(PRODUCT.to_string(), p.to_string())]),
+        ),
+        None => view.fallback_model(resource, PRODUCT, warnings),
+    };
 
     // nvidia.com/gpu: whole, time-shared, or MIG single, told apart by the product value.
     if let Some((cap, alloc)) = view.count_checked(RESOURCE, warnings) {
@@ -82,7 +103,7 @@ pub(crate) fn read(view: &NodeView<'_>, warnings: &mut Vec<String>) -> Vec<Devic
                 (model, SharingMode::Whole, None, pins)
             }
         };
-        let mut g = DeviceGroup::new(
+        push(
             DeviceVariant {
                 vendor: Vendor::Nvidia,
                 model,
@@ -90,27 +111,16 @@ pub(crate) fn read(view: &NodeView<'_>, warnings: &mut Vec<String>) -> Vec<Devic
                 partition_profile: profile,
                 resource_name: RESOURCE.to_string(),
             },
-            cap,
-            alloc,
+            (cap, alloc),
+            common.memory_mib,
+            pins,
         );
-        g.memory_mib = common.memory_mib;
-        common.fill(&mut g);
-        g.pin_labels = pins;
-        g.vendor_taint_keys = taints.clone();
-        g.raw_labels = raw_labels.clone();
-        groups.push(g);
     }
 
     // Time-slicing with renameByDefault: a separate resource.
-    if let Some((cap, alloc)) = view.count_checked(SHARED_RESOURCE, warnings) {
-        let (model, pins) = match product {
-            Some(p) => (
-                base_model(p).to_string(),
-                BTreeMap::from([(PRODUCT.to_string(), p.to_string())]),
-            ),
-            None => view.fallback_model(SHARED_RESOURCE, PRODUCT, warnings),
-        };
-        let mut g = DeviceGroup::new(
+    if let Some(counts) = view.count_checked(SHARED_RESOURCE, warnings) {
+        let (model, pins) = product_model(SHARED_RESOURCE, warnings);
+        push(
             DeviceVariant {
                 vendor: Vendor::Nvidia,
                 model,
@@ -118,15 +128,10 @@ pub(crate) fn read(view: &NodeView<'_>, warnings: &mut Vec<String>) -> Vec<Devic
                 partition_profile: None,
                 resource_name: SHARED_RESOURCE.to_string(),
             },
-            cap,
-            alloc,
+            counts,
+            common.memory_mib,
+            pins,
         );
-        g.memory_mib = common.memory_mib;
-        common.fill(&mut g);
-        g.pin_labels = pins;
-        g.vendor_taint_keys = taints.clone();
-        g.raw_labels = raw_labels.clone();
-        groups.push(g);
     }
 
     // MIG mixed: one resource per profile.
@@ -135,17 +140,15 @@ pub(crate) fn read(view: &NodeView<'_>, warnings: &mut Vec<String>) -> Vec<Devic
         if profile.is_empty() {
             continue;
         }
-        let (model, mut pins) = match product {
-            Some(p) => (
-                base_model(p).to_string(),
-                BTreeMap::from([(PRODUCT.to_string(), p.to_string())]),
-            ),
-            None => view.fallback_model(resource, PRODUCT, warnings),
-        };
+        let (model, mut pins) = product_model(resource, warnings);
         if let Some(strategy) = view.label(MIG_STRATEGY) {
             pins.insert(MIG_STRATEGY.to_string(), strategy.to_string());
         }
-        let mut g = DeviceGroup::new(
+        let memory_label = format!("nvidia.com/mig-{profile}.memory");
+        let memory_mib = view
+            .label_u64(&memory_label, warnings)
+            .or_else(|| profile_memory_mib(profile));
+        push(
             DeviceVariant {
                 vendor: Vendor::Nvidia,
                 model,
@@ -153,18 +156,10 @@ pub(crate) fn read(view: &NodeView<'_>, warnings: &mut Vec<String>) -> Vec<Devic
                 partition_profile: Some(profile.to_string()),
                 resource_name: resource.to_string(),
             },
-            cap,
-            alloc,
+            (cap, alloc),
+            memory_mib,
+            pins,
         );
-        let memory_label = format!("nvidia.com/mig-{profile}.memory");
-        g.memory_mib = view
-            .label_u64(&memory_label, warnings)
-            .or_else(|| profile_memory_mib(profile));
-        common.fill(&mut g);
-        g.pin_labels = pins;
-        g.vendor_taint_keys = taints.clone();
-        g.raw_labels = raw_labels.clone();
-        groups.push(g);
     }
 
     groups
