@@ -22,11 +22,12 @@ pub const DEVICES_PER_NODE: u32 = 8;
 
 const ZONES: [&str; 3] = ["zone-a", "zone-b", "zone-c"];
 
-/// SplitMix64: tiny, fast, deterministic, good enough to pick shapes.
-struct SplitMix64(u64);
+/// SplitMix64: tiny, fast, deterministic, good enough to pick shapes (and, in the
+/// e2e crash test, kill times); not for anything that needs real randomness.
+pub struct SplitMix64(pub u64);
 
 impl SplitMix64 {
-    fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -35,8 +36,8 @@ impl SplitMix64 {
     }
 
     /// Uniform-ish in `0..n` (n > 0).
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
     }
 }
 

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
+use kaccel::inventory::synthetic::SplitMix64;
 use kaccel::ledger::store::{LedgerStore, Store};
 use kaccel::ledger::{EntryKind, Rate, cumulative};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
@@ -29,22 +30,9 @@ const MIN_KILLS: u32 = 30;
 /// 3600 credits per device-hour = 1 credit per device-second, in micro-credits.
 const RATE: Rate = Rate(3_600_000_000);
 
-/// SplitMix64: small, deterministic, good enough to pick kill times.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `[lo, hi]`.
-    fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.next() % (hi - lo + 1)
-    }
+/// Uniform in `[lo, hi]`.
+fn range(rng: &mut SplitMix64, lo: u64, hi: u64) -> u64 {
+    lo + rng.below(hi - lo + 1)
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -129,7 +117,7 @@ async fn crash(client: &Client, cleanup: &mut Cleanup, id: &str) -> Result<()> {
                 .unwrap_or(1)
         });
     println!("ledger_crash: seed {seed} (rerun with KACCEL_E2E_CRASH_SEED={seed})");
-    let mut rng = Rng(seed);
+    let mut rng = SplitMix64(seed);
     ensure_example_nodes(client).await?;
 
     let LedgerTeam {
@@ -189,11 +177,11 @@ async fn crash(client: &Client, cleanup: &mut Cleanup, id: &str) -> Result<()> {
         let stop = stop.clone();
         let kills = kills.clone();
         let controller = controller.clone();
-        let mut rng = Rng(rng.next());
+        let mut rng = SplitMix64(rng.next_u64());
         let start_one = start_one.clone();
         tokio::spawn(async move {
             while !stop.load(Ordering::Relaxed) {
-                tokio::time::sleep(Duration::from_millis(rng.range(1000, 4000))).await;
+                tokio::time::sleep(Duration::from_millis(range(&mut rng, 1000, 4000))).await;
                 if stop.load(Ordering::Relaxed) {
                     break;
                 }
@@ -455,7 +443,7 @@ async fn drive(
     ns: &str,
     queue: &str,
     label: &str,
-    rng: &mut Rng,
+    rng: &mut SplitMix64,
     tracked: &mut Vec<Tracked>,
     kills: &AtomicU32,
     min_kills: u32,
@@ -484,9 +472,9 @@ async fn drive(
                 let horizon = if evict_once {
                     600
                 } else {
-                    [2, 3, 4, 6, 600][rng.range(0, 4) as usize]
+                    [2, 3, 4, 6, 600][range(rng, 0, 4) as usize]
                 };
-                let hold = Duration::from_millis(rng.range(0, 4500));
+                let hold = Duration::from_millis(range(rng, 0, 4500));
                 let obj = workload(ns, &name, queue, label, horizon);
                 wls.create(&PostParams::default(), &support::object(obj))
                     .await
