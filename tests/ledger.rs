@@ -24,19 +24,7 @@ macro_rules! suite_tests {
     )*};
 }
 
-suite_tests!(
-    schema_is_current,
-    append_is_idempotent,
-    conflicting_replay_is_refused_atomically,
-    invalid_entries_are_refused,
-    two_phase_balances,
-    hourly_posts_equal_one_post,
-    streams_by_period_and_team,
-    verify_finds_problems,
-    entries_for_workload_and_by_key,
-    open_reservations_track_posts_and_voids,
-    posted_between_is_half_open_per_budget,
-);
+kaccel::ledger_conformance_suite!(suite_tests);
 
 #[tokio::test]
 async fn survives_reopen_and_opens_by_url() {

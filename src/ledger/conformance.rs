@@ -2,6 +2,29 @@
 //! SQLite, tests/ledger_postgres.rs for PostgreSQL). Each function takes a fresh,
 //! empty store and panics on a failed check.
 
+/// Calls `$m!` with the name of every suite function, so each backend's test file
+/// runs all of them (one list: a new suite test cannot be wired to one backend
+/// only).
+#[macro_export]
+#[doc(hidden)]
+macro_rules! ledger_conformance_suite {
+    ($m:ident) => {
+        $m!(
+            schema_is_current,
+            append_is_idempotent,
+            conflicting_replay_is_refused_atomically,
+            invalid_entries_are_refused,
+            two_phase_balances,
+            hourly_posts_equal_one_post,
+            streams_by_period_and_team,
+            verify_finds_problems,
+            entries_for_workload_and_by_key,
+            open_reservations_track_posts_and_voids,
+            posted_between_is_half_open_per_budget,
+        );
+    };
+}
+
 use super::entry::{Entry, EntryKind, correction_key, grant_key, post_key, reserve_key, void_key};
 use super::pricing::{Rate, price_interval};
 use super::store::{
