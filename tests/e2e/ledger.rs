@@ -235,8 +235,9 @@ fn transition(wl: &Value, type_: &str) -> Result<i64> {
     seconds(c["lastTransitionTime"].as_str().unwrap_or_default())
 }
 
-/// Finishes a Workload as a job integration would; returns the condition's time.
-async fn finish(api: &Api<DynamicObject>, name: &str) -> Result<i64> {
+/// Finishes a Workload as a job integration would (there is none here): the
+/// `Finished` condition, stamped now; returns that time in Unix seconds.
+pub async fn finish(api: &Api<DynamicObject>, name: &str) -> Result<i64> {
     let now = jiff::Timestamp::now();
     let ts = jiff::Timestamp::from_second(now.as_second())?;
     let patch = json!([{ "op": "add", "path": "/status/conditions/-", "value": {

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, ensure};
 use futures::StreamExt;
 use kaccel::ledger::store::{LedgerStore, Store};
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::json;
@@ -161,14 +161,6 @@ async fn bench(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
     let began = Instant::now();
     let mut created: HashMap<String, (bool, Instant)> = HashMap::new();
     let mut names = Vec::new();
-    let finish_patch = || -> Result<Patch<()>> {
-        let at = k8s_openapi::jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ");
-        Ok(Patch::Json::<()>(serde_json::from_value(json!([
-            {"op": "add", "path": "/status/conditions/-", "value": {
-                "type": "Finished", "status": "True", "reason": "Succeeded",
-                "message": "done", "lastTransitionTime": at.to_string() }}
-        ]))?))
-    };
     let mut i = 0;
     while i < n {
         let mut wave = Vec::new();
@@ -198,8 +190,7 @@ async fn bench(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
         .await
         .with_context(|| format!("--- kaccel log:\n{}", controller.log_tail()))?;
         for w in &wave {
-            wls.patch_status(w, &PatchParams::default(), &finish_patch()?)
-                .await?;
+            ledger::finish(&wls, w).await?;
         }
     }
     let elapsed = began.elapsed();

@@ -449,14 +449,6 @@ async fn drive(
     min_kills: u32,
 ) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(200);
-    let finish = || -> Result<Patch<()>> {
-        let at = k8s_openapi::jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ");
-        Ok(Patch::Json::<()>(serde_json::from_value(json!([
-            {"op": "add", "path": "/status/conditions/-", "value": {
-                "type": "Finished", "status": "True", "reason": "Succeeded",
-                "message": "done", "lastTransitionTime": at.to_string() }}
-        ]))?))
-    };
     let params = PatchParams::default();
     let mut last_progress = Instant::now();
     loop {
@@ -524,7 +516,7 @@ async fn drive(
                         let a = t.admissions.last_mut().unwrap();
                         a.released = time_of(obj, "QuotaReserved");
                         a.evicted = time_of(obj, "Evicted");
-                        wls.patch_status(&t.name, &params, &finish()?).await?;
+                        ledger::finish(wls, &t.name).await?;
                         t.phase = Phase::Finishing;
                     } else if now >= t.due {
                         if t.evict_once && t.admissions.len() == 1 {
@@ -536,7 +528,7 @@ async fn drive(
                             .await?;
                             t.phase = Phase::Evicting;
                         } else {
-                            wls.patch_status(&t.name, &params, &finish()?).await?;
+                            ledger::finish(wls, &t.name).await?;
                             t.phase = Phase::Finishing;
                         }
                     }
