@@ -37,7 +37,7 @@ use serde_json::{Value, json};
 use tokio::sync::{Mutex, Notify, OnceCell, mpsc::UnboundedSender};
 
 use super::config::Ledger as LedgerConfig;
-use super::health::EVICTED_FOR_ANNOTATION;
+use super::health::{EVICTED_FOR_ANNOTATION, now_seconds};
 use super::metrics::{BudgetLabel, DecisionLabel, KindLabel, Metrics, ReasonLabel};
 use crate::api::{AcceleratorClassSpec, CreditBudgetSpec, ShortPolicy};
 use crate::ledger::admission::{
@@ -48,9 +48,11 @@ use crate::ledger::budget::{
     budget_entries, burn_rate_per_hour, current_period, is_exhausted, projected_exhaustion,
 };
 use crate::ledger::entry::{Balances, Entry, EntryKind, format_micros, void_key};
+use crate::ledger::export::rfc3339;
 use crate::ledger::lifecycle::{
     FINALIZER, RESERVATION_ANNOTATION, ReservationRecord, check_state, condition, deletion_time,
-    due_posts, ended_at, holds_quota, is_finished, label_settlement, preemption_refund, record_of,
+    due_posts, ended_at, evicted_since_admission, holds_quota, is_finished, label_settlement,
+    preemption_refund, record_of,
 };
 use crate::ledger::store::{LedgerStore, OpenReservation, Store, StoreError};
 
@@ -158,14 +160,6 @@ fn admission_check_resource() -> ApiResource {
     ))
 }
 
-fn now() -> i64 {
-    k8s_openapi::jiff::Timestamp::now().as_second()
-}
-
-fn rfc3339(secs: i64) -> String {
-    crate::ledger::export::rfc3339(secs)
-}
-
 /// Everything the ledger tasks share.
 pub struct LedgerRuntime {
     client: Client,
@@ -256,7 +250,7 @@ impl LedgerRuntime {
         let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &workload_resource());
         let (trigger_tx, trigger_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
         let controller = Controller::new_with(api, watcher::Config::default(), workload_resource())
-            .reconcile_all_on(tokio_stream(trigger_rx));
+            .reconcile_all_on(super::receiver_stream(trigger_rx));
         let workloads = controller.store();
         let ctx = self.clone();
         let workload_task = controller
@@ -364,7 +358,7 @@ impl LedgerRuntime {
             "metadata": {"name": name},
             "status": {"conditions": [{
                 "type": "Active", "status": status, "reason": reason, "message": message,
-                "lastTransitionTime": rfc3339(now()),
+                "lastTransitionTime": rfc3339(now_seconds()),
             }]},
         });
         if let Err(e) = api
@@ -392,7 +386,7 @@ impl LedgerRuntime {
             workload: shown.clone(),
             message: format!("{message}; remove the annotation to let kaccel charge it again"),
         })?;
-        let now = now();
+        let now = now_seconds();
         let pricing = self.shared.pricing();
         let mut requeue: Option<i64> = None;
 
@@ -676,8 +670,8 @@ impl LedgerRuntime {
                 .and_then(|a| a.iter().find(|c| c["name"] == check.as_str()))
                 .and_then(|c| c["lastTransitionTime"].as_str())
                 .map(str::to_string)
-                .unwrap_or_else(|| rfc3339(now())),
-            _ => rfc3339(now()),
+                .unwrap_or_else(|| rfc3339(now_seconds())),
+            _ => rfc3339(now_seconds()),
         };
         let mut entry = json!({
             "name": check,
@@ -848,7 +842,7 @@ impl LedgerRuntime {
         name: &str,
         spec: &CreditBudgetSpec,
     ) -> Result<BudgetLedgerView, LedgerError> {
-        let now = now();
+        let now = now_seconds();
         let store = self.store();
         let window = current_period(&spec.credits, now);
         // Grants, top-ups and expiries carry no workload: one query finds every
@@ -1008,7 +1002,7 @@ impl LedgerRuntime {
             rfc3339(void.start),
             format_micros(rest.max(0))
         );
-        void.created_at = now();
+        void.created_at = now_seconds();
         tracing::warn!(key = %e.key, "closing an orphaned reservation");
         self.append(&[void]).await
     }
@@ -1064,20 +1058,4 @@ impl ReservationState {
         }
         s
     }
-}
-
-/// Kueue marked the Workload evicted after its current quota reservation: the
-/// quota is about to be released, so the check must not be answered for it.
-fn evicted_since_admission(v: &Value) -> bool {
-    match (condition(v, "Evicted"), condition(v, "QuotaReserved")) {
-        (Some((true, Some(evicted), _)), Some((true, Some(reserved), _))) => evicted >= reserved,
-        (Some((true, _, _)), _) => true,
-        _ => false,
-    }
-}
-
-fn tokio_stream(
-    mut rx: tokio::sync::mpsc::UnboundedReceiver<()>,
-) -> impl futures::Stream<Item = ()> + Send + 'static {
-    futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
 }

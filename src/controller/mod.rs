@@ -264,7 +264,7 @@ pub async fn run(config: Config) -> Result<(), Error> {
 
     let (caches, watch_events) = start_watches(&client, &config).await?;
     // Health pollers wake the reconcile loop like a watch event does.
-    let (wake_tx, mut wake_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let (wake_tx, wake_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
     let ledger = config.ledger.enabled.then(|| {
         let shared = Arc::new(ledger::LedgerShared::default());
         LedgerParts {
@@ -286,7 +286,7 @@ pub async fn run(config: Config) -> Result<(), Error> {
         metrics.clone(),
         wake_tx,
     );
-    let health_events = stream::poll_fn(move |cx| wake_rx.poll_recv(cx).map(|o| o.map(Ok))).boxed();
+    let health_events = tokio_stream_from(wake_rx);
     let events: Events = stream::select(watch_events, health_events).boxed();
     let identity = std::env::var("POD_NAME")
         .ok()
@@ -443,8 +443,16 @@ impl Drop for AbortOnDrop {
     }
 }
 
-fn tokio_stream_from(mut rx: tokio::sync::mpsc::UnboundedReceiver<()>) -> Events {
-    stream::poll_fn(move |cx| rx.poll_recv(cx).map(|o| o.map(Ok))).boxed()
+/// The wake-ups sent on `rx`, as a stream.
+fn receiver_stream(
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<()>,
+) -> impl futures::Stream<Item = ()> + Send + 'static {
+    stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+/// The wake-ups sent on `rx`, as reconcile events.
+fn tokio_stream_from(rx: tokio::sync::mpsc::UnboundedReceiver<()>) -> Events {
+    receiver_stream(rx).map(Ok).boxed()
 }
 
 async fn reconcile_loop(

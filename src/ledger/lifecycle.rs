@@ -190,6 +190,16 @@ pub fn counted_by_kueue(workload: &Value) -> bool {
     holds_quota(workload) && !is_finished(workload) && (active || !evicted)
 }
 
+/// Kueue marked the Workload evicted after its current quota reservation: the
+/// quota is about to be released, so the check must not be answered for it.
+pub fn evicted_since_admission(v: &Value) -> bool {
+    match (condition(v, "Evicted"), condition(v, "QuotaReserved")) {
+        (Some((true, Some(evicted), _)), Some((true, Some(reserved), _))) => evicted >= reserved,
+        (Some((true, _, _)), _) => true,
+        _ => false,
+    }
+}
+
 pub fn is_finished(workload: &Value) -> bool {
     matches!(condition(workload, "Finished"), Some((true, _, _)))
 }
@@ -438,6 +448,27 @@ mod tests {
         let err = record_of(&w).unwrap_err();
         assert!(err.contains(RESERVATION_ANNOTATION), "{err}");
         assert_eq!(record_of(&wl(json!([]))).unwrap(), None);
+    }
+
+    #[test]
+    fn eviction_after_the_admission_blocks_answering_the_check() {
+        let reserved =
+            json!({"type": "QuotaReserved", "status": "True", "lastTransitionTime": time(1_000)});
+        let evicted =
+            |t: i64| json!({"type": "Evicted", "status": "True", "lastTransitionTime": time(t)});
+        assert!(!evicted_since_admission(&wl(json!([reserved.clone()]))));
+        assert!(evicted_since_admission(&wl(json!([
+            reserved.clone(),
+            evicted(1_000)
+        ]))));
+        // An eviction of an earlier admission does not count against this one.
+        assert!(!evicted_since_admission(&wl(json!([
+            reserved.clone(),
+            evicted(900)
+        ]))));
+        let cleared =
+            json!({"type": "Evicted", "status": "False", "lastTransitionTime": time(1_100)});
+        assert!(!evicted_since_admission(&wl(json!([reserved, cleared]))));
     }
 
     #[test]
