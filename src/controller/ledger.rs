@@ -133,15 +133,18 @@ pub enum LedgerError {
 impl LedgerError {
     pub fn metric_label(&self) -> &'static str {
         match self {
-            LedgerError::Store(StoreError::Unreachable { .. } | StoreError::Postgres(_)) => {
-                "store_unreachable"
-            }
+            LedgerError::Store(s) if store_unreachable(s) => "store_unreachable",
             LedgerError::Store(_) => "store",
             LedgerError::Api { .. } => "api",
             LedgerError::BadWorkload { .. } => "bad_workload",
             LedgerError::Admission { .. } => "admission",
         }
     }
+}
+
+/// The store could not be reached (as opposed to refusing or failing a query).
+fn store_unreachable(e: &StoreError) -> bool {
+    matches!(e, StoreError::Unreachable { .. } | StoreError::Postgres(_))
 }
 
 pub fn workload_resource() -> ApiResource {
@@ -318,7 +321,7 @@ impl LedgerRuntime {
                 Ok(())
             }
             Err(e) => {
-                if matches!(e, StoreError::Unreachable { .. } | StoreError::Postgres(_)) {
+                if store_unreachable(&e) {
                     self.metrics.ledger_up.set(0);
                 }
                 Err(e.into())
@@ -771,25 +774,45 @@ impl LedgerRuntime {
                 continue;
             }
             let before = self.shared.budget_views();
+            // Grants, top-ups and expiries carry no workload: one query per pass
+            // finds those of every budget (a few per period each).
+            let budget_level = self.store().entries_for_workload("").await.map(|rows| {
+                let mut by_budget: BTreeMap<String, BTreeMap<String, Entry>> = BTreeMap::new();
+                for s in rows {
+                    by_budget
+                        .entry(s.entry.budget.clone())
+                        .or_default()
+                        .insert(s.entry.key.clone(), s.entry);
+                }
+                by_budget
+            });
             let mut views = BTreeMap::new();
             for (name, spec) in &pricing.budgets {
-                let view = match self.budget_tick(name, spec).await {
+                // (store unreachable, message) on failure.
+                let tick = match &budget_level {
+                    Ok(by_budget) => {
+                        let none = BTreeMap::new();
+                        let known = by_budget.get(name).unwrap_or(&none);
+                        self.budget_tick(name, spec, known).await.map_err(|e| {
+                            let unreachable =
+                                matches!(&e, LedgerError::Store(s) if store_unreachable(s));
+                            (unreachable, e.to_string())
+                        })
+                    }
+                    Err(e) => Err((store_unreachable(e), format!("ledger store: {e}"))),
+                };
+                let view = match tick {
                     Ok(view) => {
                         self.metrics.ledger_up.set(1);
                         view
                     }
-                    Err(e) => {
-                        if matches!(
-                            e,
-                            LedgerError::Store(
-                                StoreError::Unreachable { .. } | StoreError::Postgres(_)
-                            )
-                        ) {
+                    Err((unreachable, message)) => {
+                        if unreachable {
                             self.metrics.ledger_up.set(0);
                         }
-                        tracing::warn!(budget = %name, error = %e, "budget ledger pass failed; retrying");
+                        tracing::warn!(budget = %name, error = %message, "budget ledger pass failed; retrying");
                         let mut view = before.get(name).cloned().unwrap_or_default();
-                        view.error = Some(e.to_string());
+                        view.error = Some(message);
                         view
                     }
                 };
@@ -837,23 +860,16 @@ impl LedgerRuntime {
     }
 
     /// Grants, expiries and top-ups due now, then the budget's figures.
+    /// `known`: the budget's grants, top-ups and expiries, by key.
     async fn budget_tick(
         &self,
         name: &str,
         spec: &CreditBudgetSpec,
+        known: &BTreeMap<String, Entry>,
     ) -> Result<BudgetLedgerView, LedgerError> {
         let now = now_seconds();
         let store = self.store();
         let window = current_period(&spec.credits, now);
-        // Grants, top-ups and expiries carry no workload: one query finds every
-        // one of them (a few per period), whatever period budget_entries asks about.
-        let known: BTreeMap<String, Entry> = store
-            .entries_for_workload("")
-            .await?
-            .into_iter()
-            .filter(|s| s.entry.budget == name)
-            .map(|s| (s.entry.key.clone(), s.entry))
-            .collect();
         let before = self
             .reserves_appended
             .load(std::sync::atomic::Ordering::SeqCst);
