@@ -50,15 +50,15 @@ use crate::ledger::budget::{
 use crate::ledger::entry::{Balances, Entry, EntryKind, format_micros, void_key};
 use crate::ledger::export::rfc3339;
 use crate::ledger::lifecycle::{
-    FINALIZER, RESERVATION_ANNOTATION, ReservationRecord, check_state, condition, deletion_time,
-    due_posts, ended_at, evicted_since_admission, holds_quota, is_finished, label_settlement,
-    preemption_refund, record_of,
+    FINALIZER, RESERVATION_ANNOTATION, RESERVATION_ANNOTATION_POINTER, ReservationRecord,
+    check_state, condition, deletion_time, due_posts, ended_at, evicted_since_admission,
+    holds_quota, is_finished, label_settlement, preemption_refund, record_of,
 };
 use crate::ledger::store::{LedgerStore, OpenReservation, Store, StoreError};
 
 /// What the planner knows that the check needs to price an admission; replaced
 /// after every plan.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct PricingSnapshot {
     /// False until the first plan ran.
     pub ready: bool,
@@ -92,13 +92,20 @@ pub struct BudgetLedgerView {
 pub struct LedgerShared {
     pricing: RwLock<Arc<PricingSnapshot>>,
     budgets: RwLock<BTreeMap<String, BudgetLedgerView>>,
-    pricing_changed: Notify,
+    /// Wakes the budget loop before its next tick: the pricing inputs changed, or
+    /// entries were written (a reservation may have used the last credits).
+    budget_pass_due: Notify,
 }
 
 impl LedgerShared {
+    /// Replaces the snapshot; the budget loop runs at once only when it changed
+    /// (the planner re-plans on every Kueue status update, most change nothing here).
     pub fn set_pricing(&self, snapshot: PricingSnapshot) {
-        *self.pricing.write().expect("pricing lock") = Arc::new(snapshot);
-        self.pricing_changed.notify_one();
+        let mut current = self.pricing.write().expect("pricing lock");
+        if **current != snapshot {
+            *current = Arc::new(snapshot);
+            self.budget_pass_due.notify_one();
+        }
     }
 
     fn pricing(&self) -> Arc<PricingSnapshot> {
@@ -309,6 +316,7 @@ impl LedgerRuntime {
                         .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 }
                 if outcome.inserted > 0 {
+                    self.shared.budget_pass_due.notify_one();
                     for e in entries {
                         self.metrics
                             .ledger_entries
@@ -478,7 +486,7 @@ impl LedgerRuntime {
         // 3. The finalizer goes once a finished or deleted Workload is settled
         // (a failed settlement returned early above).
         if has_finalizer && (finished || deleting) {
-            self.apply_record(&v, None).await?;
+            self.release(&v).await?;
         }
 
         Ok(match requeue {
@@ -597,7 +605,7 @@ impl LedgerRuntime {
                 if let Some(record) = &record {
                     // The record (and finalizer) first: once the Reserve entry exists,
                     // the Workload cannot go away unsettled.
-                    self.apply_record(v, Some(record)).await?;
+                    self.set_record(v, record).await?;
                     self.append(&entries).await?;
                 }
                 drop(guard);
@@ -707,40 +715,75 @@ impl LedgerRuntime {
         Ok(())
     }
 
-    /// Sets (Some) or removes (None) kaccel's finalizer and reservation record on
-    /// a Workload, by server-side apply of just those two fields.
-    async fn apply_record(
-        &self,
-        v: &Value,
-        record: Option<&ReservationRecord>,
-    ) -> Result<(), LedgerError> {
+    /// Sets kaccel's finalizer and reservation record on a Workload, by
+    /// server-side apply of just those two fields.
+    async fn set_record(&self, v: &Value, record: &ReservationRecord) -> Result<(), LedgerError> {
         let (namespace, name) = namespace_and_name(v);
-        let mut metadata = json!({"name": name, "namespace": namespace});
-        if let Some(r) = record {
-            metadata["finalizers"] = json!([FINALIZER]);
-            metadata["annotations"] = json!({RESERVATION_ANNOTATION: r.to_annotation()});
-        }
         let patch = json!({
             "apiVersion": format!("{}/{}", crate::kueue::GROUP, crate::kueue::VERSION),
             "kind": "Workload",
-            "metadata": metadata,
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "finalizers": [FINALIZER],
+                "annotations": {RESERVATION_ANNOTATION: record.to_annotation()},
+            },
         });
         let api: Api<DynamicObject> =
             Api::namespaced_with(self.client.clone(), namespace, &workload_resource());
+        api.patch(
+            name,
+            &PatchParams::apply(&self.field_manager).force(),
+            &Patch::Apply(&patch),
+        )
+        .await
+        .map_err(|source| LedgerError::Api {
+            action: format!("writing kaccel's finalizer on Workload {namespace}/{name}"),
+            source,
+        })?;
+        self.metrics.write("Workload", "finalizer");
+        Ok(())
+    }
+
+    /// Removes kaccel's finalizer and record from a settled Workload. A JSON patch
+    /// of exactly those entries, guarded by the resourceVersion read: releasing by
+    /// server-side apply left the finalizer behind whenever another writer had
+    /// re-sent the list meanwhile (Kueue drops its own finalizer with a patch of
+    /// the whole list, which makes it a co-owner of ours). A stale read fails the
+    /// test and is retried.
+    async fn release(&self, v: &Value) -> Result<(), LedgerError> {
+        let (namespace, name) = namespace_and_name(v);
+        let Some(index) = v
+            .pointer("/metadata/finalizers")
+            .and_then(Value::as_array)
+            .and_then(|f| f.iter().position(|f| f == FINALIZER))
+        else {
+            return Ok(());
+        };
+        let mut ops = vec![
+            json!({"op": "test", "path": "/metadata/resourceVersion",
+                   "value": v.pointer("/metadata/resourceVersion")}),
+            json!({"op": "remove", "path": format!("/metadata/finalizers/{index}")}),
+        ];
+        if v.pointer("/metadata/annotations")
+            .and_then(|a| a.get(RESERVATION_ANNOTATION))
+            .is_some()
+        {
+            ops.push(json!({"op": "remove", "path": RESERVATION_ANNOTATION_POINTER}));
+        }
+        let patch = serde_json::from_value(Value::Array(ops)).expect("a valid JSON patch");
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), namespace, &workload_resource());
         match api
-            .patch(
-                name,
-                &PatchParams::apply(&self.field_manager).force(),
-                &Patch::Apply(&patch),
-            )
+            .patch(name, &PatchParams::default(), &Patch::Json::<()>(patch))
             .await
         {
             Ok(_) => {}
             // Gone already (its finalizer was the last): nothing to remove.
-            Err(kube::Error::Api(s)) if s.code == 404 && record.is_none() => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
             Err(source) => {
                 return Err(LedgerError::Api {
-                    action: format!("writing kaccel's finalizer on Workload {namespace}/{name}"),
+                    action: format!("removing kaccel's finalizer from Workload {namespace}/{name}"),
                     source,
                 });
             }
@@ -767,7 +810,7 @@ impl LedgerRuntime {
         loop {
             tokio::select! {
                 _ = tick.tick() => {}
-                _ = self.shared.pricing_changed.notified() => {}
+                _ = self.shared.budget_pass_due.notified() => {}
             }
             let pricing = self.shared.pricing();
             if !pricing.ready {

@@ -21,6 +21,10 @@ use super::pricing::Rate;
 /// reservation even if the class's rates change meanwhile.
 pub const RESERVATION_ANNOTATION: &str = "kaccel.io/credit-reservation";
 
+/// JSON pointer of [`RESERVATION_ANNOTATION`] (`/` escaped as `~1`), for patches.
+pub const RESERVATION_ANNOTATION_POINTER: &str =
+    "/metadata/annotations/kaccel.io~1credit-reservation";
+
 /// Finalizer on Workloads kaccel charges: the final post happens even if kaccel
 /// was down when the Workload finished or was deleted.
 pub const FINALIZER: &str = "kaccel.io/credits";
@@ -436,6 +440,12 @@ mod tests {
 
     fn wl(conditions: Value) -> Value {
         json!({"metadata": {"name": "w", "annotations": {}}, "status": {"conditions": conditions}})
+    }
+
+    #[test]
+    fn annotation_pointer_names_the_annotation() {
+        let w = json!({"metadata": {"annotations": {RESERVATION_ANNOTATION: "x"}}});
+        assert_eq!(w.pointer(RESERVATION_ANNOTATION_POINTER), Some(&json!("x")));
     }
 
     #[test]
