@@ -103,7 +103,7 @@ async fn corrupted_rows_are_named_by_the_admission_queries() {
         "UPDATE entries SET kind = 'Post' WHERE id = 4; UPDATE entries SET admission = -1 WHERE id = 6",
     )
     .unwrap();
-    let err = store.entry_by_key("reserve/b1/u2/1").await.unwrap_err();
+    let err = store.entry_by_key(&open[0].key).await.unwrap_err();
     assert_eq!(corrupt(err), (6, "admission"));
     raw.execute("UPDATE entries SET admission = 'one' WHERE id = 6", [])
         .unwrap();

@@ -112,11 +112,12 @@ async fn version_1_is_upgraded_in_place() {
     let entries = suite::lifecycle("b1", "t", "u1", 1, 2);
     store.append(&entries[..entries.len() - 1]).await.unwrap();
     drop(store);
-    // Back to version 1: migration 2 only adds indexes.
+    // Back to version 1: migration 2 only adds indexes, migration 3 the rate.
     let c = raw(&url).await;
     c.batch_execute(
         "DROP INDEX entries_workload_uid; DROP INDEX entries_budget_kind; DROP INDEX entries_reserves;
-         DELETE FROM schema_migrations WHERE version = 2",
+         ALTER TABLE entries DROP COLUMN rate;
+         DELETE FROM schema_migrations WHERE version IN (2, 3)",
     )
     .await
     .unwrap();
@@ -136,7 +137,7 @@ async fn version_1_is_upgraded_in_place() {
             .contains(&"entries_workload_uid".to_string())
     );
     let store = PostgresStore::connect(&url).await.unwrap();
-    assert_eq!(store.schema_version().await.unwrap(), 2);
+    assert_eq!(store.schema_version().await.unwrap(), 3);
     let got = indexes().await;
     for name in [
         "entries_budget_created",
@@ -157,10 +158,19 @@ async fn version_1_is_upgraded_in_place() {
         .iter()
         .map(|r| r.get(0))
         .collect();
-    assert_eq!(versions, vec![1, 2]);
+    assert_eq!(versions, vec![1, 2, 3]);
     let stored = store.entries_for_workload("u1").await.unwrap();
     let stored: Vec<_> = stored.into_iter().map(|s| s.entry).collect();
-    assert_eq!(stored, entries[1..entries.len() - 1]);
+    // Rows written before version 3 read their rate as 0.
+    let before: Vec<_> = entries[1..entries.len() - 1]
+        .iter()
+        .cloned()
+        .map(|mut e| {
+            e.rate = 0;
+            e
+        })
+        .collect();
+    assert_eq!(stored, before);
     assert_eq!(store.open_reservations().await.unwrap().len(), 1);
     assert!(verify(&store).await.unwrap().ok());
 }
@@ -187,7 +197,7 @@ async fn corrupted_rows_are_named_by_the_admission_queries() {
     )
         .await
         .unwrap();
-    let err = store.entry_by_key("reserve/b1/u1/1").await.unwrap_err();
+    let err = store.entry_by_key(&entries[1].key).await.unwrap_err();
     assert_eq!(corrupt(err), (2, "admission"));
     let err = store.open_reservations().await.unwrap_err();
     assert_eq!(corrupt(err), (2, "admission"));

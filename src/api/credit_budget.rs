@@ -157,6 +157,8 @@ impl ExhaustionPolicy {
 /// How kaccel's AdmissionCheck treats a Workload the budget cannot cover.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!has(self.overdraftLimit) || (has(self.whenRenewalShort) && self.whenRenewalShort == 'Overdraft')").message("spec.admission.overdraftLimit applies only with spec.admission.whenRenewalShort: Overdraft: set both, or remove overdraftLimit"))]
+#[x_kube(validation = Rule::new("!has(self.whenRenewalShort) || self.whenRenewalShort != 'Overdraft' || has(self.overdraftLimit)").message("spec.admission.whenRenewalShort: Overdraft needs spec.admission.overdraftLimit, the credits the budget may go below zero, e.g. \"500\""))]
 pub struct AdmissionPolicy {
     /// What the AdmissionCheck does when remaining credits do not cover a Workload.
     #[serde(default)]
@@ -171,6 +173,30 @@ pub struct AdmissionPolicy {
     /// preempts it or kaccel's health checks evict it for platform reasons.
     #[serde(default)]
     pub refund_preemption: bool,
+    /// What happens when a running Workload's reservation must be renewed (every
+    /// horizon) and the remaining credits do not cover the next term: Stop (the
+    /// Workload is deactivated through Kueue, with an Event naming the
+    /// shortfall) or Overdraft (it runs on into a recorded overdraft, down to
+    /// overdraftLimit below zero, then stops).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub when_renewal_short: Option<RenewalShortPolicy>,
+    /// With whenRenewalShort: Overdraft, how many credits `remaining` may go below
+    /// zero, a non-negative decimal with at most 6 places.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 20))]
+    #[x_kube(validation = Rule::new("self.matches('^[0-9]{1,12}(\\\\.[0-9]{1,6})?$')").message("spec.admission.overdraftLimit must be a non-negative decimal number of credits with at most 6 places, e.g. \"500\""))]
+    pub overdraft_limit: Option<String>,
+}
+
+/// What happens to a running Workload whose next reservation term the budget
+/// cannot cover.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum RenewalShortPolicy {
+    /// Deactivate the Workload through Kueue (spec.active=false), with an Event.
+    #[default]
+    Stop,
+    /// Renew into an overdraft, down to spec.admission.overdraftLimit below zero.
+    Overdraft,
 }
 
 /// What kaccel's AdmissionCheck does with a Workload the budget cannot cover.
@@ -323,6 +349,36 @@ mod tests {
         budget("", "  admission: {defaultHorizonSeconds: 31536000}")
             .validate_cel()
             .unwrap();
+    }
+
+    #[test]
+    fn renewal_policy_and_overdraft_limit_are_checked() {
+        let b = budget(
+            "",
+            "  admission: {whenRenewalShort: Overdraft, overdraftLimit: \"500.5\"}",
+        );
+        b.validate_cel().unwrap();
+        assert_eq!(
+            b.spec.admission.when_renewal_short,
+            Some(RenewalShortPolicy::Overdraft)
+        );
+        budget("", "  admission: {whenRenewalShort: Stop}")
+            .validate_cel()
+            .unwrap();
+        for bad in ["lots", "-5", "1.2345678", ""] {
+            let e = cel_error(&budget(
+                "",
+                &format!("  admission: {{whenRenewalShort: Overdraft, overdraftLimit: \"{bad}\"}}"),
+            ));
+            assert!(
+                e.contains("spec.admission.overdraftLimit must be a non-negative decimal"),
+                "{bad}: {e}"
+            );
+        }
+        let e = cel_error(&budget("", "  admission: {whenRenewalShort: Overdraft}"));
+        assert!(e.contains("needs spec.admission.overdraftLimit"), "{e}");
+        let e = cel_error(&budget("", "  admission: {overdraftLimit: \"5\"}"));
+        assert!(e.contains("applies only with"), "{e}");
     }
 
     #[test]

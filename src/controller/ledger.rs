@@ -27,9 +27,11 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::Store as Cache;
 use kube::runtime::{Controller, watcher};
 use kube::{Client, ResourceExt};
@@ -39,20 +41,23 @@ use tokio::sync::{Mutex, Notify, OnceCell, mpsc::UnboundedSender};
 use super::config::Ledger as LedgerConfig;
 use super::health::{EVICTED_FOR_ANNOTATION, now_seconds};
 use super::metrics::{BudgetLabel, DecisionLabel, KindLabel, Metrics, ReasonLabel};
-use crate::api::{AcceleratorClassSpec, CreditBudgetSpec, ShortPolicy};
+use crate::api::{
+    AcceleratorClassSpec, CreditBudgetSpec, Credits, RenewalShortPolicy, ShortPolicy,
+};
 use crate::ledger::admission::{
     AdmissionError, BudgetView, Decision, FlavorUsage, WorkloadView, admission_number, decide,
-    horizon_seconds, rate_info, reservation, settle, usage_from_workload,
+    horizon_seconds, rate_info, reservation, usage_from_workload,
 };
 use crate::ledger::budget::{
     budget_entries, burn_rate_per_hour, current_period, is_exhausted, projected_exhaustion,
 };
+use crate::ledger::charge::{Charge, ChargeState, Renewal, RenewalRule};
 use crate::ledger::entry::{Balances, Entry, EntryKind, format_micros, void_key};
 use crate::ledger::export::rfc3339;
 use crate::ledger::lifecycle::{
     FINALIZER, RESERVATION_ANNOTATION, RESERVATION_ANNOTATION_POINTER, ReservationRecord,
-    check_state, condition, deletion_time, due_posts, ended_at, evicted_since_admission,
-    holds_quota, is_finished, label_settlement, preemption_refund, record_of,
+    STOPPED_ANNOTATION, check_state, condition, deletion_time, ended_at, evicted_since_admission,
+    holds_quota, is_finished, record_of,
 };
 use crate::ledger::store::{LedgerStore, OpenReservation, Store, StoreError};
 
@@ -192,6 +197,8 @@ pub struct LedgerRuntime {
     reserves_appended: std::sync::atomic::AtomicU64,
     /// Wakes the planner (Hold, status) when a budget's ledger view changed.
     wake_planner: UnboundedSender<()>,
+    /// Events on Workloads (a stop for want of credits).
+    recorder: Recorder,
     /// Findings seen at the previous reconciliation pass: a finding is acted on
     /// only when it persists, so work in flight (a settlement a moment away) is
     /// not mistaken for drift.
@@ -207,7 +214,15 @@ impl LedgerRuntime {
         shared: Arc<LedgerShared>,
         wake_planner: UnboundedSender<()>,
     ) -> Arc<Self> {
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: "kaccel".into(),
+                instance: std::env::var("POD_NAME").ok(),
+            },
+        );
         Arc::new(LedgerRuntime {
+            recorder,
             client,
             config,
             field_manager: format!("{field_manager}-credits"),
@@ -401,54 +416,55 @@ impl LedgerRuntime {
         let pricing = self.shared.pricing();
         let mut requeue: Option<i64> = None;
 
-        // 1. The recorded admission: periodic posts, or the settlement once it ended.
-        let mut recorded_reserve: Option<Entry> = None;
+        // 1. The recorded admission: renewals and periodic posts while it runs, or
+        // the settlement once it ended.
+        let mut recorded: Option<(Charge, ChargeState)> = None;
         if let Some(rec) = &record {
             let entries = self.store().entries_for_workload(&uid).await?;
-            let state = ReservationState::of(&entries, rec);
-            if let Some(reserve) = state.reserve.clone() {
-                recorded_reserve = Some(reserve.clone());
-                if !state.voided {
-                    let view = rec.view(reserve.clone());
-                    match ended_at(&v, rec, EVICTED_FOR_ANNOTATION) {
-                        Some(end) => {
-                            let mut out =
-                                settle(&view, rec.admitted_at, end.at, state.posted_until);
-                            label_settlement(&mut out, &end);
-                            let refunds = pricing
-                                .budgets
-                                .get(&rec.budget)
-                                .is_some_and(|b| b.admission.refund_preemption);
-                            if refunds {
-                                let posted_now: i64 = out
-                                    .iter()
-                                    .filter(|e| e.kind == EntryKind::Post)
-                                    .map(|e| e.credits)
-                                    .sum();
-                                out.extend(preemption_refund(
-                                    &reserve,
-                                    state.posted + posted_now,
-                                    &end,
-                                ));
-                            }
-                            self.append(&out).await?;
-                            tracing::info!(workload = %shown, admission = rec.admission, ended = %end.reason, "settled");
-                            // Credits came back: waiting Workloads may fit now.
-                            let _ = self.wake_planner.send(());
+            let charge = rec.charge(&namespace, &name, &uid);
+            let mut state = ChargeState::of(&charge, entries.iter().map(|s| &s.entry));
+            if state.terms > 0 && !state.voided {
+                match ended_at(&v, rec, EVICTED_FOR_ANNOTATION) {
+                    Some(end) => {
+                        let mut out = charge.settle(&state, &end, now);
+                        let refunds = pricing
+                            .budgets
+                            .get(&rec.budget)
+                            .is_some_and(|b| b.admission.refund_preemption);
+                        if refunds {
+                            state.apply(&charge, &out);
+                            out.extend(charge.preemption_refunds(&state.posted, &end));
                         }
-                        None => {
-                            let (posts, next) = due_posts(
-                                &view,
-                                rec.admitted_at,
-                                state.posted_until,
-                                now,
-                                self.config.post_interval_seconds,
-                            );
-                            self.append(&posts).await?;
-                            requeue = next;
+                        self.append(&out).await?;
+                        tracing::info!(workload = %shown, admission = rec.admission, ended = %end.reason, "settled");
+                        // Credits came back: waiting Workloads may fit now.
+                        let _ = self.wake_planner.send(());
+                    }
+                    None => {
+                        // A Workload kaccel (or anyone) deactivated is on its way
+                        // out: no renewal; what it still uses is charged as overrun.
+                        let active = v
+                            .pointer("/spec/active")
+                            .and_then(Value::as_bool)
+                            .unwrap_or(true);
+                        if active && now >= charge.renewal_due_at(state.terms) {
+                            self.renew(&v, &charge, &mut state, &pricing, now).await?;
                         }
+                        let (posts, next_post) =
+                            charge.due_posts(&state, now, self.config.post_interval_seconds);
+                        self.append(&posts).await?;
+                        state.apply(&charge, &posts);
+                        let next_renewal = charge.renewal_due_at(state.terms);
+                        requeue = Some(if active && next_renewal > now {
+                            next_post.min(next_renewal)
+                        } else {
+                            next_post
+                        });
                     }
                 }
+            }
+            if state.terms > 0 {
+                recorded = Some((charge, state));
             }
         }
 
@@ -466,10 +482,10 @@ impl LedgerRuntime {
                 workload: shown.clone(),
                 source,
             })?;
-            match (&record, &recorded_reserve) {
-                (Some(rec), Some(reserve)) if rec.admission == admission => {
+            match (&record, &recorded) {
+                (Some(rec), Some((charge, _))) if rec.admission == admission => {
                     // Reserved before a crash (or the cache lags the check write).
-                    self.set_check(&v, "Ready", &ready_note(rec, reserve), None)
+                    self.set_check(&v, "Ready", &ready_note(rec, charge), None)
                         .await?;
                 }
                 _ => {
@@ -567,23 +583,7 @@ impl LedgerRuntime {
             now,
         };
         let guard = self.reserve_lock.lock().await;
-        let cached = self
-            .balances
-            .lock()
-            .expect("balances lock")
-            .get(budget_name.as_str())
-            .copied();
-        let balances = match cached {
-            Some(b) => b,
-            None => {
-                let b = self.store().balances(budget_name).await?;
-                self.balances
-                    .lock()
-                    .expect("balances lock")
-                    .insert(budget_name.clone(), b);
-                b
-            }
-        };
+        let balances = self.balances_of(budget_name).await?;
         let view = BudgetView {
             budget: budget_name.clone(),
             team: budget.team.clone(),
@@ -610,7 +610,10 @@ impl LedgerRuntime {
                 }
                 drop(guard);
                 let note = match &record {
-                    Some(record) => ready_note(record, &entries[0]),
+                    Some(record) => ready_note(
+                        record,
+                        &record.charge(&workload.namespace, &workload.name, uid),
+                    ),
                     None => "no accelerator devices to charge".to_string(),
                 };
                 self.set_check(v, "Ready", &note, None).await?;
@@ -647,6 +650,115 @@ impl LedgerRuntime {
                 Ok(None)
             }
         }
+    }
+
+    /// A budget's balances from the cache, or the store when not cached. Callers
+    /// hold `reserve_lock` when they decide on the figures.
+    async fn balances_of(&self, budget: &str) -> Result<Balances, LedgerError> {
+        let cached = self
+            .balances
+            .lock()
+            .expect("balances lock")
+            .get(budget)
+            .copied();
+        if let Some(b) = cached {
+            return Ok(b);
+        }
+        let b = self.store().balances(budget).await?;
+        self.balances
+            .lock()
+            .expect("balances lock")
+            .insert(budget.to_string(), b);
+        Ok(b)
+    }
+
+    /// Reserves the next term of a running admission if its budget covers it (or
+    /// allows the overdraft); else stops the Workload through Kueue.
+    async fn renew(
+        &self,
+        v: &Value,
+        charge: &Charge,
+        state: &mut ChargeState,
+        pricing: &PricingSnapshot,
+        now: i64,
+    ) -> Result<(), LedgerError> {
+        let rule = pricing
+            .budgets
+            .get(&charge.owner.budget)
+            .map(|b| renewal_rule(&b.admission))
+            .unwrap_or_default();
+        let guard = self.reserve_lock.lock().await;
+        let balances = self.balances_of(&charge.owner.budget).await?;
+        match charge.decide_renewal(state.terms, &balances, rule, now) {
+            Renewal::Renew { entries, overdraft } => {
+                self.append(&entries).await?;
+                drop(guard);
+                state.apply(charge, &entries);
+                self.count_decision(if overdraft {
+                    "renew_overdraft"
+                } else {
+                    "renew"
+                });
+                if overdraft {
+                    tracing::warn!(budget = %charge.owner.budget, workload = %charge.owner.workload, "reservation renewed into an overdraft");
+                }
+                let _ = self.wake_planner.send(());
+            }
+            Renewal::Stop { message } => {
+                drop(guard);
+                self.count_decision("stop");
+                self.stop_workload(v, &message).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Deactivates a Workload whose renewal the budget cannot cover (Kueue evicts
+    /// it and stops counting it), with the reason in an annotation and an Event.
+    async fn stop_workload(&self, v: &Value, message: &str) -> Result<(), LedgerError> {
+        let (namespace, name) = namespace_and_name(v);
+        let patch = json!({
+            "metadata": {"annotations": {STOPPED_ANNOTATION: message}},
+            "spec": {"active": false},
+        });
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), namespace, &workload_resource());
+        api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|source| LedgerError::Api {
+                action: format!("stopping Workload {namespace}/{name} for want of credits"),
+                source,
+            })?;
+        self.metrics.write("Workload", "stop");
+        tracing::warn!(workload = %format!("{namespace}/{name}"), %message, "stopped a Workload its budget cannot cover");
+        let reference = ObjectReference {
+            api_version: Some(format!("{}/{}", crate::kueue::GROUP, crate::kueue::VERSION)),
+            kind: Some("Workload".into()),
+            namespace: Some(namespace.into()),
+            name: Some(name.into()),
+            uid: v
+                .pointer("/metadata/uid")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            ..Default::default()
+        };
+        let event = Event {
+            type_: EventType::Warning,
+            reason: "CreditsExhausted".into(),
+            note: Some(message.chars().take(1000).collect()),
+            action: "StopWorkload".into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&event, &reference).await {
+            tracing::warn!(error = %e, "could not publish the CreditsExhausted event");
+            self.metrics
+                .ledger_errors
+                .get_or_create(&ReasonLabel {
+                    reason: "event".into(),
+                })
+                .inc();
+        }
+        Ok(())
     }
 
     fn count_decision(&self, decision: &str) {
@@ -1047,9 +1159,9 @@ impl LedgerRuntime {
                 });
             }
         }
-        let rest = i128::from(e.credits) - r.posted;
+        let rest = r.open();
         let mut void = e.clone();
-        void.key = void_key(&e.budget, &e.workload_uid, e.admission);
+        void.key = void_key(&e.line());
         void.kind = EntryKind::Void;
         void.start = r.posted_until.max(e.start);
         void.end = void.start;
@@ -1074,47 +1186,30 @@ fn namespace_and_name(v: &Value) -> (&str, &str) {
 
 /// The check's message once credits are reserved (the same words whichever path
 /// sets it, so a replay writes nothing).
-fn ready_note(record: &ReservationRecord, reserve: &Entry) -> String {
+fn ready_note(record: &ReservationRecord, charge: &Charge) -> String {
+    let mut cards: Vec<&str> = record.lines.iter().map(|l| l.rate_card.as_str()).collect();
+    cards.sort_unstable();
+    cards.dedup();
     format!(
-        "reserved {} credits of budget {} for up to {}s (rate card {})",
-        format_micros(i128::from(reserve.credits)),
+        "reserved {} credits of budget {} for the first {}s, renewed every {}s while it runs (rate card {})",
+        format_micros(i128::try_from(charge.term_price(0)).unwrap_or(i128::MAX)),
         record.budget,
         record.horizon_seconds,
-        reserve.rate_card
+        record.horizon_seconds,
+        cards.join(", ")
     )
 }
 
-/// What the store holds for a recorded admission.
-struct ReservationState {
-    reserve: Option<Entry>,
-    posted: i64,
-    posted_until: i64,
-    voided: bool,
-}
-
-impl ReservationState {
-    fn of(entries: &[crate::ledger::store::StoredEntry], rec: &ReservationRecord) -> Self {
-        let mut s = ReservationState {
-            reserve: None,
-            posted: 0,
-            posted_until: rec.admitted_at,
-            voided: false,
-        };
-        for stored in entries {
-            let e = &stored.entry;
-            if e.admission != rec.admission || e.budget != rec.budget {
-                continue;
-            }
-            match e.kind {
-                EntryKind::Reserve => s.reserve = Some(e.clone()),
-                EntryKind::Post => {
-                    s.posted += e.credits;
-                    s.posted_until = s.posted_until.max(e.end);
-                }
-                EntryKind::Void => s.voided = true,
-                _ => {}
-            }
-        }
-        s
+/// A budget's rule for renewals it cannot cover (an unparsable limit allows no
+/// overdraft; the budget's Invalid condition names it).
+fn renewal_rule(policy: &crate::api::AdmissionPolicy) -> RenewalRule {
+    let limit = policy
+        .overdraft_limit
+        .as_deref()
+        .and_then(|l| l.parse::<Credits>().ok());
+    RenewalRule {
+        allow_overdraft: policy.when_renewal_short == Some(RenewalShortPolicy::Overdraft)
+            && limit.is_some(),
+        overdraft_limit: limit.unwrap_or(Credits::ZERO),
     }
 }

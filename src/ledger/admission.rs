@@ -9,23 +9,21 @@
 //! 2. [`reservation`] prices the usage over the horizon with THE pricing function
 //!    ([`cumulative`], invariant 2), taking rates from [`rate_info`] / [`rate_for`]
 //!    (which reuse [`resolve_rate`]).
-//! 3. [`decide`] answers Reserve (with the Reserve entry), Wait (with the message
-//!    the ML user sees) or Reject (a flavor/resource without a rate).
-//! 4. While the workload runs, [`post_interval`] posts usage per interval; when it
-//!    ends (finished, evicted, preempted), [`settle`] posts the last interval and
-//!    voids the rest. Keys come from [`super::entry`], so replays are no-ops.
-//!
-//! Charged time is clipped at the horizon, so posts never exceed the reservation;
-//! the price of admitted seconds `s` is `Σ_lines cumulative(rate, units, min(s, h))`,
-//! a sum of floored cumulative prices, so posts over any split of the admission
-//! add up to one post (the telescoping rule of [`super::pricing`]).
+//! 3. [`decide`] answers Reserve (the first term's Reserve entries, one per
+//!    line), Wait (with the message the ML user sees) or Reject (a
+//!    flavor/resource without a rate).
+//! 4. While the workload runs, [`super::charge`] renews the reservation term by
+//!    term, posts usage per interval and settles it at the end: every admitted
+//!    second is charged, with no clip at the horizon. Keys come from
+//!    [`super::entry`], so replays are no-ops.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use serde_json::Value;
 
-use super::entry::{Balances, Entry, EntryKind, format_micros, post_key, reserve_key, void_key};
+use super::charge::{Charge, ChargeOwner};
+use super::entry::{Balances, Entry, format_micros};
 use super::pricing::{PricingError, Rate, cumulative, rate_card_version, resolve_rate};
 use crate::api::{AcceleratorClassSpec, Credits};
 use crate::inventory::parse_count;
@@ -289,6 +287,8 @@ pub fn reservation(
     rates: &dyn Fn(&FlavorUsage) -> Option<RateInfo>,
     horizon_seconds: u64,
 ) -> Result<Reservation, AdmissionError> {
+    // A reservation covers at least one second (a term of 0 would never end).
+    let horizon_seconds = horizon_seconds.max(1);
     let mut lines = Vec::new();
     let mut unpriced = Vec::new();
     let mut total: u128 = 0;
@@ -350,7 +350,7 @@ pub enum Decision {
     Reject { message: String },
 }
 
-fn format_duration(seconds: u64) -> String {
+pub(crate) fn format_duration(seconds: u64) -> String {
     match seconds {
         s if s > 0 && s % 3600 == 0 => format!("{}h", s / 3600),
         s if s > 0 && s % 60 == 0 => format!("{}m", s / 60),
@@ -358,9 +358,11 @@ fn format_duration(seconds: u64) -> String {
     }
 }
 
-fn describe(res: &Reservation) -> String {
+/// `2 x nvidia-a10g for 2h at 1.5/device-hour + ...`: what the lines cost over
+/// `seconds`, in the words the user sees.
+pub(crate) fn describe_lines(lines: &[ReservationLine], seconds: u64) -> String {
     let mut out = String::new();
-    for (i, l) in res.lines.iter().enumerate() {
+    for (i, l) in lines.iter().enumerate() {
         if i > 0 {
             out.push_str(" + ");
         }
@@ -369,51 +371,34 @@ fn describe(res: &Reservation) -> String {
             "{} x {} for {} at {}/device-hour",
             l.usage.device_units,
             l.rate.model,
-            format_duration(res.horizon_seconds),
+            format_duration(seconds),
             Credits(l.rate.rate.0)
         );
     }
     out
 }
 
-fn join_distinct<'a>(items: impl Iterator<Item = &'a str>) -> String {
-    let mut seen: Vec<&str> = Vec::new();
-    for i in items {
-        if !seen.contains(&i) {
-            seen.push(i);
-        }
-    }
-    seen.join("+")
+fn describe(res: &Reservation) -> String {
+    describe_lines(&res.lines, res.horizon_seconds)
 }
 
-/// The Reserve entry of a priced admission. The ledger keys one reservation per
-/// admission ([`reserve_key`]), so a multi-flavor admission is one entry whose
-/// `class`/`flavor`/`resource`/`rate_card` join the lines' distinct values with
-/// `+` and whose `device_units` is the lines' sum.
-pub fn reserve_entry(budget: &BudgetView, workload: &WorkloadView, res: &Reservation) -> Entry {
-    let horizon = i64::try_from(res.horizon_seconds).unwrap_or(i64::MAX);
-    Entry {
-        key: reserve_key(&budget.budget, &workload.uid, workload.admission),
-        kind: EntryKind::Reserve,
-        budget: budget.budget.clone(),
-        team: budget.team.clone(),
-        namespace: workload.namespace.clone(),
-        workload: workload.name.clone(),
-        workload_uid: workload.uid.clone(),
-        admission: workload.admission,
-        class: join_distinct(res.lines.iter().map(|l| l.rate.class.as_str())),
-        flavor: join_distinct(res.lines.iter().map(|l| l.usage.flavor.as_str())),
-        resource: join_distinct(res.lines.iter().map(|l| l.usage.resource.as_str())),
-        device_units: res
-            .lines
-            .iter()
-            .fold(0u64, |a, l| a.saturating_add(l.usage.device_units)),
-        start: workload.admitted_at,
-        end: workload.admitted_at.saturating_add(horizon),
-        credits: res.total.0 as i64,
-        rate_card: join_distinct(res.lines.iter().map(|l| l.rate.rate_card.as_str())),
-        reason: format!("reserve {}", describe(res)),
-        created_at: workload.now,
+impl Reservation {
+    /// The admission as charging sees it ([`Charge`]): its lines, in terms of the
+    /// horizon from the admission time.
+    pub fn charge(&self, budget: &BudgetView, workload: &WorkloadView) -> Charge {
+        Charge {
+            owner: ChargeOwner {
+                budget: budget.budget.clone(),
+                team: budget.team.clone(),
+                namespace: workload.namespace.clone(),
+                workload: workload.name.clone(),
+                workload_uid: workload.uid.clone(),
+                admission: workload.admission,
+            },
+            admitted_at: workload.admitted_at,
+            term_seconds: self.horizon_seconds,
+            lines: self.lines.clone(),
+        }
     }
 }
 
@@ -442,7 +427,12 @@ pub fn decide(budget: &BudgetView, workload: &WorkloadView, reservation: &Reserv
     let remaining = budget.balances.remaining();
     if remaining >= i128::from(reservation.total.0) {
         return Decision::Reserve {
-            entries: vec![reserve_entry(budget, workload, reservation)],
+            entries: reservation.charge(budget, workload).reserve_terms(
+                0,
+                1,
+                "reserve",
+                workload.now,
+            ),
         };
     }
     Decision::Wait {
@@ -456,123 +446,11 @@ pub fn decide(budget: &BudgetView, workload: &WorkloadView, reservation: &Reserv
     }
 }
 
-/// A Reserve entry with the priced lines it was made from (the controller keeps
-/// the lines with the entry, or re-derives them from the Workload's admission,
-/// which Kueue does not change during the admission, and the rate card named on
-/// the entry).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ReserveEntryView {
-    pub reserve: Entry,
-    pub lines: Vec<ReservationLine>,
-    pub horizon_seconds: u64,
-}
-
-impl Reservation {
-    /// The view `settle` and `post_interval` work from.
-    pub fn view(&self, reserve: Entry) -> ReserveEntryView {
-        ReserveEntryView {
-            reserve,
-            lines: self.lines.clone(),
-            horizon_seconds: self.horizon_seconds,
-        }
-    }
-}
-
-impl ReserveEntryView {
-    fn reserved(&self) -> u64 {
-        u64::try_from(self.reserve.credits).unwrap_or(0)
-    }
-
-    /// Cumulative charge for the admitted span `[admitted_at, at)`, clipped at
-    /// the horizon and at the reserved amount (so never more than reserved).
-    fn charged_until(&self, admitted_at: i64, at: i64) -> u64 {
-        let s = if at <= admitted_at {
-            0
-        } else {
-            at.abs_diff(admitted_at).min(self.horizon_seconds)
-        };
-        let sum = self.lines.iter().fold(0u64, |acc, l| {
-            let c = cumulative(l.rate.rate, l.usage.device_units, s)
-                .map(|c| c.0)
-                .unwrap_or(u64::MAX);
-            acc.saturating_add(c)
-        });
-        sum.min(self.reserved())
-    }
-
-    fn derived(&self, kind: EntryKind, key: String, start: i64, end: i64, credits: u64) -> Entry {
-        let mut e = self.reserve.clone();
-        e.key = key;
-        e.kind = kind;
-        e.start = start;
-        e.end = end;
-        e.credits = credits as i64;
-        e.created_at = end;
-        e.reason = match kind {
-            EntryKind::Post => "usage".into(),
-            _ => "release unused reservation".into(),
-        };
-        e
-    }
-}
-
-/// The Post for `[from, to)` of a running admission (e.g. hourly), priced
-/// cumulatively from `admitted_at`. `None` when the interval is empty.
-/// `from` below `admitted_at` is treated as `admitted_at`.
-pub fn post_interval(
-    reservation: &ReserveEntryView,
-    admitted_at: i64,
-    from: i64,
-    to: i64,
-) -> Option<Entry> {
-    let from = from.max(admitted_at);
-    if to <= from {
-        return None;
-    }
-    let credits =
-        reservation.charged_until(admitted_at, to) - reservation.charged_until(admitted_at, from);
-    let r = &reservation.reserve;
-    Some(reservation.derived(
-        EntryKind::Post,
-        post_key(&r.budget, &r.workload_uid, r.admission, from, to),
-        from,
-        to,
-        credits,
-    ))
-}
-
-/// Settles an admission that ended at `ended_at`: the Post for
-/// `[already_posted_until, ended_at)` (omitted when empty) and the Void of the
-/// rest of the reservation (always, possibly zero, so the reservation closes).
-/// Usage past the horizon is not charged here (the reservation caps it).
-pub fn settle(
-    reservation: &ReserveEntryView,
-    admitted_at: i64,
-    ended_at: i64,
-    already_posted_until: i64,
-) -> Vec<Entry> {
-    let mut out = Vec::with_capacity(2);
-    if let Some(post) = post_interval(reservation, admitted_at, already_posted_until, ended_at) {
-        out.push(post);
-    }
-    let used = reservation.charged_until(admitted_at, ended_at.max(already_posted_until));
-    let rest = reservation.reserved() - used;
-    let r = &reservation.reserve;
-    let end = ended_at.max(already_posted_until).max(admitted_at);
-    out.push(reservation.derived(
-        EntryKind::Void,
-        void_key(&r.budget, &r.workload_uid, r.admission),
-        end,
-        end,
-        rest,
-    ));
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::api::CreditRate;
+    use crate::ledger::EntryKind;
     use proptest::prelude::*;
     use serde_json::json;
 
@@ -723,13 +601,30 @@ mod tests {
         assert_eq!(res.total, Credits::whole(10));
         match decide(&budget(10), &view(), &res) {
             Decision::Reserve { entries } => {
-                assert_eq!(entries.len(), 1);
-                let e = &entries[0];
-                assert_eq!(e.key, reserve_key("vision", "0b6e-uid", 4));
-                assert_eq!(e.credits, 10_000_000);
-                assert_eq!(e.device_units, 10);
-                assert_eq!(e.end - e.start, 7200);
-                e.validate().unwrap();
+                // One Reserve per line, each with its own flavor, units and rate.
+                let lines: Vec<_> = entries
+                    .iter()
+                    .map(|e| (e.flavor.as_str(), e.device_units, e.credits, e.rate))
+                    .collect();
+                assert_eq!(
+                    lines,
+                    vec![
+                        ("nvidia-a10g-SHARED", 2, 6_000_000, 1_500_000),
+                        ("nvidia-h100-80gb-hbm3-mig-1g.10gb", 8, 4_000_000, 250_000),
+                    ]
+                );
+                for e in &entries {
+                    assert_eq!(
+                        e.key,
+                        format!(
+                            "reserve/vision/0b6e-uid/4/1735689600/{}/{}",
+                            e.flavor, e.resource
+                        )
+                    );
+                    assert_eq!(e.end - e.start, 7200);
+                    assert!(!e.flavor.contains('+') && !e.class.contains('+'));
+                    e.validate().unwrap();
+                }
             }
             d => panic!("{d:?}"),
         }
@@ -794,91 +689,7 @@ mod tests {
         }
     }
 
-    fn reserved_view(rate: u64, units: u64, horizon: u64, admitted_at: i64) -> ReserveEntryView {
-        let usage = [FlavorUsage {
-            flavor: "f".into(),
-            resource: "nvidia.com/gpu".into(),
-            device_units: units,
-        }];
-        let r = move |_: &FlavorUsage| {
-            Some(RateInfo {
-                class: "c".into(),
-                model: "m".into(),
-                rate: Rate(rate),
-                rate_card: "rc-x".into(),
-            })
-        };
-        let res = reservation(&usage, &r, horizon).unwrap();
-        let wl = WorkloadView {
-            admitted_at,
-            now: admitted_at,
-            ..view()
-        };
-        let entry = reserve_entry(&budget(0), &wl, &res);
-        res.view(entry)
-    }
-
-    #[test]
-    fn settle_posts_then_voids_with_entry_keys() {
-        let v = reserved_view(2_000_000, 4, 7200, 1000);
-        let hourly = post_interval(&v, 1000, 1000, 4600).unwrap();
-        assert_eq!(hourly.credits, 8_000_000);
-        assert_eq!(hourly.key, post_key("vision", "0b6e-uid", 4, 1000, 4600));
-        hourly.validate().unwrap();
-        let s = settle(&v, 1000, 5500, 4600);
-        assert_eq!(s.len(), 2);
-        assert_eq!(s[0].kind, EntryKind::Post);
-        assert_eq!(s[0].credits, 2_000_000); // 900 s x 4 x 2/h
-        assert_eq!(s[1].kind, EntryKind::Void);
-        assert_eq!(s[1].key, void_key("vision", "0b6e-uid", 4));
-        assert_eq!(s[1].credits, 16_000_000 - 10_000_000);
-        for e in &s {
-            e.validate().unwrap();
-        }
-        // Ran past the horizon: charge capped, nothing voided.
-        let s = settle(&v, 1000, 99_999, 4600);
-        assert_eq!(s[0].credits, 8_000_000);
-        assert_eq!(s[1].credits, 0);
-        // Ended before the last post: no post, void the rest.
-        let s = settle(&v, 1000, 4000, 4600);
-        assert_eq!(s.len(), 1);
-        assert_eq!(s[0].credits, 8_000_000);
-    }
-
     proptest! {
-        #[test]
-        fn settle_never_posts_more_than_reserved(rate in 0u64..1_000_000_000, units in 0u64..1000,
-                horizon in 0u64..1_000_000, admitted in 0i64..2_000_000_000,
-                ran in 0i64..2_000_000, posted in 0i64..2_000_000) {
-            let v = reserved_view(rate, units, horizon, admitted);
-            let posted_until = admitted + posted.min(ran);
-            let before = post_interval(&v, admitted, admitted, posted_until).map_or(0, |e| e.credits);
-            let s = settle(&v, admitted, admitted + ran, posted_until);
-            let total: i64 = before + s.iter().map(|e| e.credits).sum::<i64>();
-            prop_assert_eq!(total, v.reserve.credits);
-            let posted_total: i64 = before + s.iter().filter(|e| e.kind == EntryKind::Post).map(|e| e.credits).sum::<i64>();
-            prop_assert!(posted_total <= v.reserve.credits);
-            for e in &s { prop_assert!(e.validate().is_ok()); }
-        }
-
-        #[test]
-        fn posts_over_any_split_sum_to_one_post(rate in 0u64..1_000_000_000, units in 0u64..1000,
-                horizon in 0u64..1_000_000, admitted in 0i64..2_000_000_000,
-                len in 0i64..2_000_000, cuts in proptest::collection::vec(0i64..2_000_000, 0..10)) {
-            let v = reserved_view(rate, units, horizon, admitted);
-            let end = admitted + len;
-            let mut pts: Vec<i64> = cuts.into_iter().map(|c| admitted + c % (len + 1)).collect();
-            pts.push(admitted);
-            pts.push(end);
-            pts.sort_unstable();
-            let whole = post_interval(&v, admitted, admitted, end).map_or(0, |e| e.credits);
-            let sum: i64 = pts.windows(2)
-                .filter_map(|w| post_interval(&v, admitted, w[0], w[1]))
-                .map(|e| e.credits)
-                .sum();
-            prop_assert_eq!(whole, sum);
-        }
-
         #[test]
         fn decide_never_reserves_more_than_remaining(rate in 0u64..1_000_000_000, units in 0u64..1000,
                 horizon in 0u64..1_000_000, granted in 0i64..1_000_000_000_000, spent in 0i64..1_000_000_000_000) {

@@ -228,6 +228,7 @@ pub fn budget_entries(
         rate_card: String::new(),
         reason,
         created_at: now,
+        rate: 0,
     };
     // Top-ups already credited in the period starting at `start`.
     let top_ups_in = |start: i64| -> i128 {

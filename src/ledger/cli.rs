@@ -289,6 +289,7 @@ pub fn synthetic_entries(run: &str, count: usize) -> impl Iterator<Item = Entry>
                 rate_card: "rc-bench".into(),
                 reason: String::new(),
                 created_at: start,
+                rate: rate.0,
             };
             let mut out = Vec::with_capacity(11);
             if w < 10 {

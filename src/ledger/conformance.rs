@@ -20,12 +20,15 @@ macro_rules! ledger_conformance_suite {
             verify_finds_problems,
             entries_for_workload_and_by_key,
             open_reservations_track_posts_and_voids,
+            open_reservations_fold_terms_per_line,
             posted_between_is_half_open_per_budget,
         );
     };
 }
 
-use super::entry::{Entry, EntryKind, correction_key, grant_key, post_key, reserve_key, void_key};
+use super::entry::{
+    Entry, EntryKind, LineRef, correction_key, grant_key, post_key, reserve_key, void_key,
+};
 use super::pricing::{Rate, price_interval};
 use super::store::{
     EntryFilter, LedgerStore, OpenReservation, PAGE, StoreError, StoredEntry, for_each_entry,
@@ -55,6 +58,7 @@ pub fn lifecycle(budget: &str, team: &str, uid: &str, units: u64, hours: i64) ->
         rate_card: "rc-test".into(),
         reason: String::new(),
         created_at: t0,
+        rate: 4_000_000,
     };
     let mut out = vec![grant_like(&base, 1_000_000_000)];
     out.extend(admission(&base, Rate(4_000_000), hours));
@@ -84,7 +88,8 @@ pub fn grant_like(base: &Entry, credits: i64) -> Entry {
 /// `[start, end)`) at `rate`: the Reserve of the horizon, hourly Posts for
 /// `posted_hours` and the Void of the rest.
 pub fn admission(base: &Entry, rate: Rate, posted_hours: i64) -> Vec<Entry> {
-    let (budget, uid, start) = (&base.budget, &base.workload_uid, base.start);
+    let start = base.start;
+    let line = base.line();
     let price = |a, b| {
         price_interval(rate, base.device_units, start, a, b)
             .unwrap()
@@ -92,7 +97,7 @@ pub fn admission(base: &Entry, rate: Rate, posted_hours: i64) -> Vec<Entry> {
     };
     let reserved = price(start, base.end);
     let mut out = vec![Entry {
-        key: reserve_key(budget, uid, 1),
+        key: reserve_key(&line, start),
         kind: EntryKind::Reserve,
         credits: reserved,
         ..base.clone()
@@ -102,7 +107,7 @@ pub fn admission(base: &Entry, rate: Rate, posted_hours: i64) -> Vec<Entry> {
         let (a, b) = (start + h * 3600, start + (h + 1) * 3600);
         posted += price(a, b);
         out.push(Entry {
-            key: post_key(budget, uid, 1, a, b),
+            key: post_key(&line, a, b),
             kind: EntryKind::Post,
             start: a,
             end: b,
@@ -113,7 +118,7 @@ pub fn admission(base: &Entry, rate: Rate, posted_hours: i64) -> Vec<Entry> {
     }
     let ended = start + posted_hours * 3600;
     out.push(Entry {
-        key: void_key(budget, uid, 1),
+        key: void_key(&line),
         kind: EntryKind::Void,
         credits: reserved - posted,
         end: ended,
@@ -231,9 +236,10 @@ pub async fn hourly_posts_equal_one_post<S: LedgerStore>(s: &S) {
         let b = (t + 3600).min(t0 + 10 * 3600 + 17);
         let mut e = lifecycle("hourly", "x", "u", units, 0)[1].clone();
         e.kind = EntryKind::Post;
-        e.key = post_key("hourly", "u", 1, t, b);
+        e.kind = EntryKind::Post;
         e.start = t;
         e.end = b;
+        e.key = e.derived_key().unwrap();
         e.credits = price_interval(rate, units, t0, t, b).unwrap().0 as i64;
         hourly.push(e);
         t = b;
@@ -304,7 +310,7 @@ pub async fn verify_finds_problems<S: LedgerStore>(s: &S) {
     // An orphan post: a different admission with no reservation.
     let mut orphan = entries[2].clone();
     orphan.admission = 2;
-    orphan.key = post_key("b1", "u1", 2, orphan.start, orphan.end);
+    orphan.key = orphan.derived_key().unwrap();
     // Over-posting: the void releases more than is left.
     entries.last_mut().unwrap().credits += 1;
     entries.push(orphan);
@@ -325,12 +331,7 @@ fn readmit(entries: &[Entry], admission: u32) -> Vec<Entry> {
         .map(|e| {
             let mut e = e.clone();
             e.admission = admission;
-            e.key = match e.kind {
-                EntryKind::Reserve => reserve_key(&e.budget, &e.workload_uid, admission),
-                EntryKind::Post => post_key(&e.budget, &e.workload_uid, admission, e.start, e.end),
-                EntryKind::Void => void_key(&e.budget, &e.workload_uid, admission),
-                other => panic!("readmit: unexpected {other} entry"),
-            };
+            e.key = e.derived_key().expect("readmit: Reserve, Post or Void");
             e
         })
         .collect()
@@ -368,7 +369,7 @@ pub async fn entries_for_workload_and_by_key<S: LedgerStore>(s: &S) {
     assert!(s.entries_for_workload("nobody").await.unwrap().is_empty());
 
     let reserve = s
-        .entry_by_key(&reserve_key("b1", "u1", 2))
+        .entry_by_key(&u1_again[0].key)
         .await
         .unwrap()
         .expect("u1's second reserve");
@@ -380,7 +381,7 @@ pub async fn entries_for_workload_and_by_key<S: LedgerStore>(s: &S) {
             .map(|e| e.id)
     );
     let void = s
-        .entry_by_key(&void_key("b1", "u2", 1))
+        .entry_by_key(&u2.last().unwrap().key)
         .await
         .unwrap()
         .expect("u2's void");
@@ -390,12 +391,21 @@ pub async fn entries_for_workload_and_by_key<S: LedgerStore>(s: &S) {
         s.entry_by_key(&u1[0].key).await.unwrap().unwrap().entry,
         u1[0]
     );
+    let line = |budget, admission| LineRef {
+        budget,
+        admission,
+        ..u1[1].line()
+    };
     assert_eq!(
-        s.entry_by_key(&reserve_key("b1", "u1", 3)).await.unwrap(),
+        s.entry_by_key(&reserve_key(&line("b1", 3), u1[1].start))
+            .await
+            .unwrap(),
         None
     );
     assert_eq!(
-        s.entry_by_key(&reserve_key("b2", "u1", 1)).await.unwrap(),
+        s.entry_by_key(&reserve_key(&line("b2", 1), u1[1].start))
+            .await
+            .unwrap(),
         None
     );
 }
@@ -442,7 +452,7 @@ pub async fn open_reservations_track_posts_and_voids<S: LedgerStore>(s: &S) {
     assert_eq!(stray_post.kind, EntryKind::Post);
     stray_post.start = t0 + 5 * 3600;
     stray_post.end = t0 + 6 * 3600;
-    stray_post.key = post_key("b3", "u1", 1, stray_post.start, stray_post.end);
+    stray_post.key = stray_post.derived_key().unwrap();
     s.append(&a[..3]).await.unwrap(); // grant, reserve, first post
     s.append(&b).await.unwrap();
     s.append(&c).await.unwrap();
@@ -450,9 +460,7 @@ pub async fn open_reservations_track_posts_and_voids<S: LedgerStore>(s: &S) {
     s.append(&a[3..]).await.unwrap();
     s.append(&[stray, stray_post]).await.unwrap();
 
-    let a_key = reserve_key("b1", "u1", 1);
-    let b_key = reserve_key("b1", "u2", 1);
-    let d_key = reserve_key("b1", "u1", 2);
+    let (a_key, b_key, d_key) = (a[1].key.clone(), b[0].key.clone(), d[0].key.clone());
     assert_eq!(
         open_summary(s).await,
         vec![
@@ -472,7 +480,7 @@ pub async fn open_reservations_track_posts_and_voids<S: LedgerStore>(s: &S) {
     b_post.start = t0 + 7200;
     b_post.end = t0 + 9000;
     b_post.credits = 2_000_000;
-    b_post.key = post_key("b1", "u2", 1, b_post.start, b_post.end);
+    b_post.key = b_post.derived_key().unwrap();
     s.append(&[b_post]).await.unwrap();
     assert_eq!(
         open_summary(s).await,
@@ -535,4 +543,62 @@ pub async fn posted_between_is_half_open_per_budget<S: LedgerStore>(s: &S) {
     assert_eq!(between("b1x", 0, 100 * 86_400).await, 12_000_000);
     assert_eq!(between("b", 0, 100 * 86_400).await, 0);
     assert_eq!(between("nobody", 0, 100 * 86_400).await, 0);
+}
+
+/// A line renewed for a second term and a second line of the same admission
+/// (another flavor): one open reservation per line, the terms summed, the lines'
+/// posts kept apart; verify accepts both terms and one void per line.
+pub async fn open_reservations_fold_terms_per_line<S: LedgerStore>(s: &S) {
+    let t0 = 1_767_225_600;
+    // Line a: 10 h reserved, 2 posts, then a renewal for the next 10 h.
+    let mut a = lifecycle("b1", "vision", "u1", 1, 2);
+    let a_void = a.pop().unwrap();
+    let mut renewal = a[1].clone();
+    renewal.start = t0 + 36_000;
+    renewal.end = t0 + 72_000;
+    renewal.key = renewal.derived_key().unwrap();
+    // Line b: the same admission on another flavor, 3 devices, one post.
+    let mut b: Vec<Entry> = lifecycle("b1", "vision", "u1", 3, 1)
+        .into_iter()
+        .skip(1)
+        .map(|mut e| {
+            e.flavor = "nvidia-a100".into();
+            e.key = e.derived_key().unwrap();
+            e
+        })
+        .collect();
+    let b_void = b.pop().unwrap();
+    assert_ne!(b[0].key, a[1].key);
+    s.append(&a).await.unwrap();
+    s.append(&b).await.unwrap();
+    s.append(std::slice::from_ref(&renewal)).await.unwrap();
+    let open = s.open_reservations().await.unwrap();
+    assert_eq!(open.len(), 2, "{open:?}");
+    assert_eq!(open[0].reserve.entry, a[1]);
+    assert_eq!(open[0].reserved, 2 * 40_000_000);
+    assert_eq!(open[0].reserved_until, t0 + 72_000);
+    assert_eq!(
+        (open[0].posted, open[0].posted_until),
+        (8_000_000, t0 + 7200)
+    );
+    assert_eq!(open[0].open(), 72_000_000);
+    assert_eq!(open[1].reserve.entry, b[0]);
+    assert_eq!(open[1].reserved, 120_000_000);
+    assert_eq!(
+        (open[1].posted, open[1].posted_until),
+        (12_000_000, t0 + 3600)
+    );
+    // Voiding line b leaves line a open.
+    s.append(std::slice::from_ref(&b_void)).await.unwrap();
+    let open = s.open_reservations().await.unwrap();
+    assert_eq!(open.len(), 1);
+    assert_eq!(open[0].reserve.entry.flavor, "nvidia-h100");
+    // Line a's void releases both terms but the posts.
+    let mut a_void = a_void;
+    a_void.credits = 80_000_000 - 8_000_000;
+    s.append(&[a_void]).await.unwrap();
+    assert!(s.open_reservations().await.unwrap().is_empty());
+    let report = verify(s).await.unwrap();
+    assert!(report.ok(), "{:?}", report.problems);
+    assert_eq!(report.reservations, 2, "one reservation per line");
 }

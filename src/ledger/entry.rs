@@ -7,17 +7,20 @@
 //! |------------|-----------------------------------------------------------|
 //! | Grant      | granted += credits (period grant or named top-up)         |
 //! | Expiry     | granted -= credits (unused grant at period end)           |
-//! | Reserve    | reserved += credits (one per workload admission)          |
+//! | Reserve    | reserved += credits (one per line and reservation term)   |
 //! | Post       | reserved -= credits, spent += credits (usage of an interval) |
 //! | Void       | reserved -= credits (release the rest of a reservation)   |
 //! | Correction | spent += credits (signed)                                 |
 //!
 //! `remaining = granted - reserved - spent`.
 //!
-//! Two-phase semantics (as in TigerBeetle pending transfers): an admission's
-//! reservation is posted, possibly several times (one post per charge interval),
-//! and then voided for the rest; every post and the void carry a deterministic
-//! idempotency key, so each happens at most once, and `posts + void <= reserve`.
+//! Two-phase semantics (as in TigerBeetle pending transfers), per *line*: one
+//! (flavor, resource) of one workload admission ([`LineRef`]). A line is reserved
+//! term by term (the first term at admission, each renewal before the previous
+//! term runs out), posted once per charge interval, and voided for the rest when
+//! the admission ends; every entry carries a deterministic idempotency key, so
+//! each happens at most once, and `posts + void <= reserves` per line. Lines of a
+//! multi-flavor admission are separate entries, each priced with its own rate.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -101,6 +104,22 @@ pub struct Entry {
     pub rate_card: String,
     pub reason: String,
     pub created_at: i64,
+    /// The rate the entry was priced with, in micro-credits per device-hour (from
+    /// the rate card named by `rate_card`); 0 for entries no rate prices (grants,
+    /// expiries, and lines written before schema version 3).
+    #[serde(default)]
+    pub rate: u64,
+}
+
+/// One line of an admission: the (flavor, resource) of a workload admission that
+/// Reserve, Post and Void entries belong to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LineRef<'a> {
+    pub budget: &'a str,
+    pub workload_uid: &'a str,
+    pub admission: u32,
+    pub flavor: &'a str,
+    pub resource: &'a str,
 }
 
 impl Entry {
@@ -112,14 +131,38 @@ impl Entry {
         &a == other
     }
 
-    /// The reservation an entry belongs to (`Reserve`, `Post`, `Void`), as the
-    /// reservation's key.
+    /// The key derived from the entry's own fields, for the kinds whose key is
+    /// fully determined by them (Reserve, Post, Void; Grant and Expiry of a period).
+    pub fn derived_key(&self) -> Option<String> {
+        match self.kind {
+            EntryKind::Reserve => Some(reserve_key(&self.line(), self.start)),
+            EntryKind::Post => Some(post_key(&self.line(), self.start, self.end)),
+            EntryKind::Void => Some(void_key(&self.line())),
+            EntryKind::Grant => Some(grant_key(&self.budget, self.start)),
+            EntryKind::Expiry => Some(expiry_key(&self.budget, self.start)),
+            EntryKind::Correction => None,
+        }
+    }
+
+    /// The line of an admission this entry names.
+    pub fn line(&self) -> LineRef<'_> {
+        LineRef {
+            budget: &self.budget,
+            workload_uid: &self.workload_uid,
+            admission: self.admission,
+            flavor: &self.flavor,
+            resource: &self.resource,
+        }
+    }
+
+    /// The reservation line an entry belongs to (`Reserve`, `Post`, `Void`), as
+    /// [`line_key`].
     pub fn reservation(&self) -> Option<String> {
         matches!(
             self.kind,
             EntryKind::Reserve | EntryKind::Post | EntryKind::Void
         )
-        .then(|| reserve_key(&self.budget, &self.workload_uid, self.admission))
+        .then(|| line_key(&self.line()))
     }
 
     /// Checks what a store must refuse: empty key or budget, negative amounts
@@ -144,6 +187,14 @@ impl Entry {
         if i64::try_from(self.device_units).is_err() {
             return Err(format!("device units {} too large", self.device_units));
         }
+        // Ledgers written before schema version 3 keyed one joined entry per
+        // admission; those keys stay valid.
+        let legacy = match self.kind {
+            EntryKind::Reserve => Some(legacy_reserve_key(self)),
+            EntryKind::Post => Some(legacy_post_key(self)),
+            EntryKind::Void => Some(legacy_void_key(self)),
+            _ => None,
+        };
         let expected = match self.kind {
             // A top-up's key names the top-up, not the period it was credited in.
             EntryKind::Grant if self.key.starts_with("topup/") => self
@@ -155,25 +206,11 @@ impl Entry {
                 })
                 .map(|_| self.key.clone())
                 .or_else(|| Some(topup_key(&self.budget, "<name>"))),
-            EntryKind::Grant => Some(grant_key(&self.budget, self.start)),
-            EntryKind::Expiry => Some(expiry_key(&self.budget, self.start)),
-            EntryKind::Reserve => Some(reserve_key(
-                &self.budget,
-                &self.workload_uid,
-                self.admission,
-            )),
-            EntryKind::Post => Some(post_key(
-                &self.budget,
-                &self.workload_uid,
-                self.admission,
-                self.start,
-                self.end,
-            )),
-            EntryKind::Void => Some(void_key(&self.budget, &self.workload_uid, self.admission)),
-            EntryKind::Correction => None,
+            _ => self.derived_key(),
         };
         if let Some(expected) = expected
             && expected != self.key
+            && legacy.as_deref() != Some(self.key.as_str())
         {
             return Err(format!(
                 "idempotency key {:?} does not match the derived key {expected:?}",
@@ -203,19 +240,52 @@ pub fn topup_key(budget: &str, name: &str) -> String {
     format!("topup/{budget}/{name}")
 }
 
-/// The one reservation of a workload admission.
-pub fn reserve_key(budget: &str, uid: &str, admission: u32) -> String {
-    format!("reserve/{budget}/{uid}/{admission}")
+/// A reservation line: `budget/uid/admission/flavor/resource`. Resource names
+/// contain a `/`, so they come last.
+pub fn line_key(line: &LineRef<'_>) -> String {
+    format!(
+        "{}/{}/{}/{}/{}",
+        line.budget, line.workload_uid, line.admission, line.flavor, line.resource
+    )
 }
 
-/// Usage posted for `[start, end)` of an admission.
-pub fn post_key(budget: &str, uid: &str, admission: u32, start: i64, end: i64) -> String {
-    format!("post/{budget}/{uid}/{admission}/{start}-{end}")
+/// The reservation of a line for the term starting at `term_start` (unix
+/// seconds): the first at admission, one more per renewal.
+pub fn reserve_key(line: &LineRef<'_>, term_start: i64) -> String {
+    format!(
+        "reserve/{}/{}/{}/{term_start}/{}/{}",
+        line.budget, line.workload_uid, line.admission, line.flavor, line.resource
+    )
 }
 
-/// The void of the rest of an admission's reservation (at most one).
-pub fn void_key(budget: &str, uid: &str, admission: u32) -> String {
-    format!("void/{budget}/{uid}/{admission}")
+/// Usage of a line posted for `[start, end)`.
+pub fn post_key(line: &LineRef<'_>, start: i64, end: i64) -> String {
+    format!(
+        "post/{}/{}/{}/{start}-{end}/{}/{}",
+        line.budget, line.workload_uid, line.admission, line.flavor, line.resource
+    )
+}
+
+/// The void of the rest of a line's reservation (at most one, when the
+/// admission ends).
+pub fn void_key(line: &LineRef<'_>) -> String {
+    format!("void/{}", line_key(line))
+}
+
+// The keys of schema versions 1 and 2 (one joined entry per admission).
+fn legacy_reserve_key(e: &Entry) -> String {
+    format!("reserve/{}/{}/{}", e.budget, e.workload_uid, e.admission)
+}
+
+fn legacy_post_key(e: &Entry) -> String {
+    format!(
+        "post/{}/{}/{}/{}-{}",
+        e.budget, e.workload_uid, e.admission, e.start, e.end
+    )
+}
+
+fn legacy_void_key(e: &Entry) -> String {
+    format!("void/{}/{}/{}", e.budget, e.workload_uid, e.admission)
 }
 
 /// A correction of an admission's interval for a reason (e.g. "preemption-refund"
@@ -312,16 +382,25 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    const LINE: LineRef<'static> = LineRef {
+        budget: "b",
+        workload_uid: "u",
+        admission: 1,
+        flavor: "f",
+        resource: "nvidia.com/gpu",
+    };
+
     fn entry(kind: EntryKind, credits: i64, start: i64, end: i64) -> Entry {
         let key = match kind {
             EntryKind::Grant => grant_key("b", start),
             EntryKind::Expiry => expiry_key("b", start),
-            EntryKind::Reserve => reserve_key("b", "u", 1),
-            EntryKind::Post => post_key("b", "u", 1, start, end),
-            EntryKind::Void => void_key("b", "u", 1),
+            EntryKind::Reserve => reserve_key(&LINE, start),
+            EntryKind::Post => post_key(&LINE, start, end),
+            EntryKind::Void => void_key(&LINE),
             EntryKind::Correction => correction_key("b", "u", 1, start, end, "r"),
         };
         Entry {
+            rate: 3_600_000_000,
             key,
             kind,
             budget: "b".into(),
@@ -369,8 +448,17 @@ mod tests {
         assert!(entry(EntryKind::Correction, -5, 0, 10).validate().is_ok());
         assert!(entry(EntryKind::Post, 5, 10, 0).validate().is_err());
         let mut e = entry(EntryKind::Post, 5, 0, 10);
-        e.key = "post/b/u/1/0-11".into();
+        e.key = "post/b/u/1/0-11/f/nvidia.com/gpu".into();
         assert!(e.validate().unwrap_err().contains("derived key"));
+        // Another line's key is refused; the pre-version-3 joined key is kept.
+        e.key = "post/b/u/1/0-10/g/nvidia.com/gpu".into();
+        assert!(e.validate().unwrap_err().contains("derived key"));
+        e.key = "post/b/u/1/0-10".into();
+        assert!(e.validate().is_ok());
+        let mut r = entry(EntryKind::Reserve, 5, 100, 200);
+        assert_eq!(r.key, "reserve/b/u/1/100/f/nvidia.com/gpu");
+        r.key = "reserve/b/u/1/0/f/nvidia.com/gpu".into();
+        assert!(r.validate().unwrap_err().contains("derived key"));
         let mut t = entry(EntryKind::Grant, 5, 0, 10);
         t.key = topup_key("b", "q3-extra");
         assert!(t.validate().is_ok());

@@ -408,13 +408,13 @@ impl<W: Write> Exporter<W> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ledger::entry::{Entry, post_key};
+    use crate::ledger::entry::Entry;
 
     fn post() -> StoredEntry {
-        StoredEntry {
+        let mut post = StoredEntry {
             id: 7,
             entry: Entry {
-                key: post_key("b", "uid-1", 1, 1_767_225_600, 1_767_229_200),
+                key: String::new(),
                 kind: EntryKind::Post,
                 budget: "b".into(),
                 team: "vision".into(),
@@ -432,8 +432,11 @@ mod tests {
                 rate_card: "rc-1".into(),
                 reason: String::new(),
                 created_at: 1_767_229_200,
+                rate: 4_000_000,
             },
-        }
+        };
+        post.entry.key = post.entry.derived_key().unwrap();
+        post
     }
 
     #[test]

@@ -11,8 +11,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::admission::{FlavorUsage, RateInfo, ReservationLine, ReserveEntryView, post_interval};
-use super::entry::{Entry, EntryKind, correction_key};
+use super::admission::{FlavorUsage, RateInfo, ReservationLine};
+use super::charge::{Charge, ChargeOwner};
 use super::pricing::Rate;
 
 /// Annotation on a charged Workload holding the admission kaccel reserved for
@@ -24,6 +24,10 @@ pub const RESERVATION_ANNOTATION: &str = "kaccel.io/credit-reservation";
 /// JSON pointer of [`RESERVATION_ANNOTATION`] (`/` escaped as `~1`), for patches.
 pub const RESERVATION_ANNOTATION_POINTER: &str =
     "/metadata/annotations/kaccel.io~1credit-reservation";
+
+/// Annotation kaccel sets, with the message, on a Workload it deactivated because
+/// its budget could not cover the renewal of its reservation.
+pub const STOPPED_ANNOTATION: &str = "kaccel.io/stopped-for-credits";
 
 /// Finalizer on Workloads kaccel charges: the final post happens even if kaccel
 /// was down when the Workload finished or was deleted.
@@ -96,7 +100,7 @@ impl ReservationRecord {
     }
 
     /// The priced lines as the pricing functions take them (credits of the whole
-    /// horizon are not needed by posts and are left 0).
+    /// horizon are not needed by charging and are left 0).
     pub fn lines(&self) -> Vec<ReservationLine> {
         self.lines
             .iter()
@@ -117,12 +121,20 @@ impl ReservationRecord {
             .collect()
     }
 
-    /// The view posts and the settlement work from, given the stored Reserve entry.
-    pub fn view(&self, reserve: Entry) -> ReserveEntryView {
-        ReserveEntryView {
-            reserve,
+    /// The admission as charging sees it: renewals, posts and the settlement.
+    pub fn charge(&self, namespace: &str, workload: &str, workload_uid: &str) -> Charge {
+        Charge {
+            owner: ChargeOwner {
+                budget: self.budget.clone(),
+                team: self.team.clone(),
+                namespace: namespace.into(),
+                workload: workload.into(),
+                workload_uid: workload_uid.into(),
+                admission: self.admission,
+            },
+            admitted_at: self.admitted_at,
+            term_seconds: self.horizon_seconds,
             lines: self.lines(),
-            horizon_seconds: self.horizon_seconds,
         }
     }
 
@@ -316,78 +328,11 @@ pub fn ended_at(
     })
 }
 
-/// The periodic posts due at `now` for a running admission: one per whole
-/// interval `[admitted_at + k*interval, admitted_at + (k+1)*interval)` that ends
-/// by `now` and starts at or after `posted_until`, stopping at the horizon. The
-/// boundaries depend only on the admission, so a replay finds the same keys.
-/// Also returns when the next post falls due (None past the horizon).
-pub fn due_posts(
-    view: &ReserveEntryView,
-    admitted_at: i64,
-    posted_until: i64,
-    now: i64,
-    interval_seconds: u64,
-) -> (Vec<Entry>, Option<i64>) {
-    let interval = i64::try_from(interval_seconds.max(1)).unwrap_or(i64::MAX);
-    let horizon_end =
-        admitted_at.saturating_add(i64::try_from(view.horizon_seconds).unwrap_or(i64::MAX));
-    let mut out = Vec::new();
-    // First boundary strictly after posted_until.
-    let elapsed = posted_until.saturating_sub(admitted_at).max(0);
-    let mut end = admitted_at.saturating_add((elapsed / interval + 1).saturating_mul(interval));
-    let mut start = posted_until.max(admitted_at);
-    loop {
-        let clipped = end.min(horizon_end);
-        if start >= horizon_end {
-            return (out, None);
-        }
-        if clipped > now {
-            return (out, Some(clipped));
-        }
-        if let Some(post) = post_interval(view, admitted_at, start, clipped) {
-            out.push(post);
-        }
-        start = clipped;
-        end = end.saturating_add(interval);
-    }
-}
-
-/// The settlement entries of an admission that ended as `ended` says: its Post
-/// carries the end reason (an eviction's reason shows in exports).
-pub fn label_settlement(entries: &mut [Entry], ended: &Ended) {
-    for e in entries.iter_mut().filter(|e| e.kind == EntryKind::Post) {
-        e.reason = format!("usage until {}", ended.reason);
-    }
-}
-
-/// The refund of everything an admission was charged (`posted`), as a negative
-/// Correction, when a platform-caused preemption ended it and the budget refunds.
-pub fn preemption_refund(reserve: &Entry, posted: i64, ended: &Ended) -> Option<Entry> {
-    if posted <= 0 || !ended.platform_preempted {
-        return None;
-    }
-    let mut e = reserve.clone();
-    e.key = correction_key(
-        &reserve.budget,
-        &reserve.workload_uid,
-        reserve.admission,
-        reserve.start,
-        ended.at,
-        PREEMPTION_REFUND,
-    );
-    e.kind = EntryKind::Correction;
-    e.end = ended.at.max(reserve.start);
-    e.credits = -posted;
-    e.reason = format!("{PREEMPTION_REFUND}: {}", ended.reason);
-    e.created_at = e.end;
-    Some(e)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ledger::admission::settle;
-    use crate::ledger::entry::{EntryKind, reserve_key};
+    use crate::ledger::charge::ChargeState;
+    use crate::ledger::entry::EntryKind;
     use serde_json::json;
 
     fn record(horizon: u64) -> ReservationRecord {
@@ -411,27 +356,11 @@ mod tests {
         }
     }
 
-    fn reserve(rec: &ReservationRecord) -> Entry {
-        Entry {
-            key: reserve_key(&rec.budget, "uid-1", rec.admission),
-            kind: EntryKind::Reserve,
-            budget: rec.budget.clone(),
-            team: rec.team.clone(),
-            namespace: "ns".into(),
-            workload: "w".into(),
-            workload_uid: "uid-1".into(),
-            admission: 1,
-            class: "h100".into(),
-            flavor: "h100".into(),
-            resource: "nvidia.com/gpu".into(),
-            device_units: 2,
-            start: rec.admitted_at,
-            end: rec.admitted_at + rec.horizon_seconds as i64,
-            credits: 2 * rec.horizon_seconds as i64 * 1_000_000,
-            rate_card: "rc".into(),
-            reason: "reserve".into(),
-            created_at: rec.admitted_at,
-        }
+    fn charge(rec: &ReservationRecord) -> (Charge, ChargeState) {
+        let c = rec.charge("ns", "w", "uid-1");
+        let reserve = c.reserve_terms(0, 1, "reserve", rec.admitted_at);
+        let state = ChargeState::of(&c, &reserve);
+        (c, state)
     }
 
     fn time(t: i64) -> String {
@@ -549,70 +478,62 @@ mod tests {
     }
 
     #[test]
-    fn periodic_posts_are_aligned_to_the_admission_and_stop_at_the_horizon() {
+    fn periodic_posts_are_aligned_to_the_admission_and_run_past_the_horizon() {
         let rec = record(250);
-        let view = rec.view(reserve(&rec));
-        // Interval 100 s: due at 1100, 1200; the horizon clips the third at 1250.
-        let (posts, next) = due_posts(&view, 1_000, 1_000, 1_150, 100);
+        let (c, mut state) = charge(&rec);
+        // Interval 100 s: due at 1100, 1200, ...
+        let (posts, next) = c.due_posts(&state, 1_150, 100);
         assert_eq!(posts.len(), 1);
         assert_eq!(
             (posts[0].start, posts[0].end, posts[0].credits),
             (1_000, 1_100, 200_000_000)
         );
-        assert_eq!(next, Some(1_200));
-        let (posts, next) = due_posts(&view, 1_000, 1_100, 10_000, 100);
-        let spans: Vec<_> = posts.iter().map(|p| (p.start, p.end)).collect();
-        assert_eq!(spans, vec![(1_100, 1_200), (1_200, 1_250)]);
-        assert_eq!(next, None);
+        assert_eq!(next, 1_200);
+        state.posted_until = 1_100;
+        // Past the reserved 250 s: the posts go on (the overrun is reserved first).
+        let (posts, next) = c.due_posts(&state, 1_400, 100);
+        let spans: Vec<_> = posts.iter().map(|p| (p.kind, p.start, p.end)).collect();
+        assert_eq!(
+            spans,
+            vec![
+                (EntryKind::Reserve, 1_250, 1_500),
+                (EntryKind::Post, 1_100, 1_200),
+                (EntryKind::Post, 1_200, 1_300),
+                (EntryKind::Post, 1_300, 1_400),
+            ]
+        );
+        assert_eq!(next, 1_500);
         // After a settlement post that ended mid-interval, the next one starts there.
-        let (posts, _) = due_posts(&view, 1_000, 1_130, 1_200, 100);
+        state.posted_until = 1_130;
+        let (posts, _) = c.due_posts(&state, 1_200, 100);
         assert_eq!((posts[0].start, posts[0].end), (1_130, 1_200));
-        // Nothing due past the horizon.
-        assert_eq!(due_posts(&view, 1_000, 1_250, 99_999, 100), (vec![], None));
     }
 
     #[test]
     fn posts_and_settlement_add_up_to_the_reservation() {
         let rec = record(250);
-        let view = rec.view(reserve(&rec));
-        let (posts, _) = due_posts(&view, 1_000, 1_000, 1_210, 100);
-        let until = posts.last().unwrap().end;
-        let settled = settle(&view, 1_000, 1_210, until);
-        let posted: i64 = posts
-            .iter()
-            .chain(settled.iter())
-            .filter(|e| e.kind == EntryKind::Post)
-            .map(|e| e.credits)
-            .sum();
-        let voided: i64 = settled
-            .iter()
-            .filter(|e| e.kind == EntryKind::Void)
-            .map(|e| e.credits)
-            .sum();
-        assert_eq!(posted, 2 * 210 * 1_000_000);
-        assert_eq!(posted + voided, view.reserve.credits);
-    }
-
-    #[test]
-    fn refund_only_for_platform_preemption_with_charges() {
-        let rec = record(600);
-        let r = reserve(&rec);
-        let preempted = Ended {
-            at: 1_100,
-            platform_preempted: true,
-            reason: "quota released; evicted: Preempted".into(),
-        };
-        let refund = preemption_refund(&r, 200_000_000, &preempted).unwrap();
-        assert_eq!(
-            (refund.kind, refund.credits),
-            (EntryKind::Correction, -200_000_000)
-        );
-        assert!(refund.validate().is_ok());
-        assert_eq!(preemption_refund(&r, 0, &preempted), None);
-        let own = Ended {
+        let (c, mut state) = charge(&rec);
+        let (posts, _) = c.due_posts(&state, 1_210, 100);
+        state.apply(&c, &posts);
+        let end = Ended {
+            at: 1_210,
             platform_preempted: false,
-            ..preempted
+            reason: "finished".into(),
         };
-        assert_eq!(preemption_refund(&r, 200_000_000, &own), None);
+        let settled = c.settle(&state, &end, 1_210);
+        let sum = |k: EntryKind| -> i64 {
+            posts
+                .iter()
+                .chain(settled.iter())
+                .filter(|e| e.kind == k)
+                .map(|e| e.credits)
+                .sum()
+        };
+        assert_eq!(sum(EntryKind::Post), 2 * 210 * 1_000_000);
+        assert_eq!(
+            sum(EntryKind::Post) + sum(EntryKind::Void),
+            c.term_price(0) as i64
+        );
+        assert!(settled.iter().any(|e| e.reason == "usage until finished"));
     }
 }

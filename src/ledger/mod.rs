@@ -3,6 +3,7 @@
 
 pub mod admission;
 pub mod budget;
+pub mod charge;
 pub mod cli;
 #[doc(hidden)]
 pub mod conformance;

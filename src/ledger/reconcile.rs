@@ -64,16 +64,15 @@ pub fn compare(
             });
             continue;
         };
-        // Units per flavor come from the record (a reservation may span flavors).
+        // One open reservation per line: its flavor and units are on the entry;
+        // the ClusterQueue comes from the record.
         if let Ok(Some(rec)) = record_of(w)
             && rec.admission == e.admission
             && counted_by_kueue(w)
         {
-            for l in &rec.lines {
-                *ledger_units
-                    .entry((rec.cluster_queue.clone(), l.flavor.clone()))
-                    .or_default() += l.device_units;
-            }
+            *ledger_units
+                .entry((rec.cluster_queue.clone(), e.flavor.clone()))
+                .or_default() += e.device_units;
         }
     }
     let mut waiting_units: BTreeMap<(String, String), u64> = BTreeMap::new();
@@ -179,7 +178,7 @@ pub fn queue_budgets(cluster_queues: &[Value]) -> BTreeMap<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ledger::entry::{Entry, EntryKind, reserve_key};
+    use crate::ledger::entry::{Entry, EntryKind};
     use crate::ledger::lifecycle::{RESERVATION_ANNOTATION, RecordedLine, ReservationRecord};
     use crate::ledger::store::StoredEntry;
     use serde_json::json;
@@ -187,11 +186,15 @@ mod tests {
     const CHECK: &str = "kaccel-credits";
 
     fn reserve(uid: &str, units: u64) -> OpenReservation {
-        OpenReservation {
+        reserve_on(uid, "h100", units)
+    }
+
+    fn reserve_on(uid: &str, flavor: &str, units: u64) -> OpenReservation {
+        let mut r = OpenReservation {
             reserve: StoredEntry {
                 id: 1,
                 entry: Entry {
-                    key: reserve_key("vision", uid, 1),
+                    key: String::new(),
                     kind: EntryKind::Reserve,
                     budget: "vision".into(),
                     team: "vision".into(),
@@ -200,7 +203,7 @@ mod tests {
                     workload_uid: uid.into(),
                     admission: 1,
                     class: "h100".into(),
-                    flavor: "h100".into(),
+                    flavor: flavor.into(),
                     resource: "nvidia.com/gpu".into(),
                     device_units: units,
                     start: 0,
@@ -209,11 +212,16 @@ mod tests {
                     rate_card: "rc".into(),
                     reason: String::new(),
                     created_at: 0,
+                    rate: 1,
                 },
             },
+            reserved: 10,
+            reserved_until: 3600,
             posted: 0,
             posted_until: 0,
-        }
+        };
+        r.reserve.entry.key = r.reserve.entry.derived_key().unwrap();
+        r
     }
 
     fn workload(uid: &str, units: u64, check: &str, recorded: bool) -> Value {
@@ -276,6 +284,31 @@ mod tests {
             workload("b", 4, "Pending", false),
         ];
         assert_eq!(run(&open, &workloads, 6), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_multi_flavor_admission_counts_each_line_once() {
+        // One admission on two flavors: two open lines, each counted on its flavor.
+        let mut w = workload("a", 2, "Ready", true);
+        let mut rec = record_of(&w).unwrap().unwrap();
+        let mut second = rec.lines[0].clone();
+        second.flavor = "a100".into();
+        second.device_units = 3;
+        rec.lines.push(second);
+        w["metadata"]["annotations"][RESERVATION_ANNOTATION] = json!(rec.to_annotation());
+        w["status"]["admission"]["podSetAssignments"] = json!([
+            {"name": "main", "flavors": {"nvidia.com/gpu": "h100"}, "resourceUsage": {"nvidia.com/gpu": "2"}},
+            {"name": "extra", "flavors": {"nvidia.com/gpu": "a100"}, "resourceUsage": {"nvidia.com/gpu": "3"}},
+        ]);
+        let mut q = queue(2);
+        q["status"]["flavorsReservation"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"name": "a100", "resources": [{"name": "nvidia.com/gpu", "total": "3"}]}));
+        let open = [reserve_on("a", "h100", 2), reserve_on("a", "a100", 3)];
+        let queues = [q];
+        let found = compare(&open, &[w], &queues, &queue_budgets(&queues), CHECK);
+        assert!(found.is_empty(), "{found:?}");
     }
 
     #[test]

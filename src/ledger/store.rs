@@ -12,6 +12,9 @@
 //! and void), `(budget, kind, interval_end)` (posted credits of a period) and a
 //! partial index of the Reserve entries (open reservations).
 //!
+//! Migration 3 adds `rate` (micro-credits per device-hour the entry was priced
+//! with; 0 on older rows), so an export reads unit prices from the entry.
+//!
 //! Each backend applies, in one transaction, every migration above the recorded
 //! version and records each one; an existing version-1 ledger is upgraded in place.
 //!
@@ -25,10 +28,10 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use super::entry::{Balances, Entry, EntryKind, ReservationTotals, format_micros};
+use super::entry::{Balances, Entry, EntryKind, ReservationTotals, format_micros, line_key};
 
 /// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// Rows fetched per round trip when streaming entries.
 pub const PAGE: usize = 2000;
@@ -97,15 +100,38 @@ pub struct StoredEntry {
     pub entry: Entry,
 }
 
-/// A Reserve entry with no Void for the same reservation (budget, workload uid,
-/// admission), with what its Posts add up to.
+/// A reservation line (one flavor and resource of an admission) with no Void:
+/// its first Reserve entry, what its terms reserve and what its Posts add up to.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OpenReservation {
+    /// The line's first Reserve entry (the admission's first term).
     pub reserve: StoredEntry,
-    /// Sum of the credits of the reservation's Post entries (0 without posts).
+    /// Sum of the credits of the line's Reserve entries (every term).
+    pub reserved: i128,
+    /// The latest `end` of the line's Reserve entries: how far it is reserved.
+    pub reserved_until: i64,
+    /// Sum of the credits of the line's Post entries (0 without posts).
     pub posted: i128,
     /// The latest `end` of its Post entries, or the Reserve's `start` without posts.
     pub posted_until: i64,
+}
+
+impl OpenReservation {
+    /// One term's row, before [`merge_open_lines`].
+    fn from_row(reserve: StoredEntry, posted: i128, posted_until: i64) -> Self {
+        OpenReservation {
+            reserved: i128::from(reserve.entry.credits),
+            reserved_until: reserve.entry.end,
+            reserve,
+            posted,
+            posted_until,
+        }
+    }
+
+    /// Credits still reserved and not posted.
+    pub fn open(&self) -> i128 {
+        self.reserved - self.posted
+    }
 }
 
 /// Sums of `credits` per budget and kind.
@@ -207,8 +233,9 @@ impl VerifyReport {
 }
 
 /// Recomputes every balance by folding all entries and compares it with the
-/// store's aggregate; checks every reservation (exactly one Reserve, at most one
-/// Void, posts + void ≤ reserve, no post or void without its reserve) and every
+/// store's aggregate; checks every reservation line (at least one Reserve, one
+/// per term by key, at most one Void, posts + void ≤ reserves, no post or void
+/// without a reserve) and every
 /// entry's own rules (key derivation, signs).
 pub async fn verify<S: LedgerStore>(store: &S) -> Result<VerifyReport, StoreError> {
     let mut report = VerifyReport::default();
@@ -256,9 +283,6 @@ pub async fn verify<S: LedgerStore>(store: &S) -> Result<VerifyReport, StoreErro
             ));
             continue;
         }
-        if t.reserves > 1 {
-            problems.push(format!("reservation {key}: {} Reserve entries", t.reserves));
-        }
         if t.voids > 1 {
             problems.push(format!("reservation {key}: {} Void entries", t.voids));
         }
@@ -298,7 +322,7 @@ pub async fn verify<S: LedgerStore>(store: &S) -> Result<VerifyReport, StoreErro
     Ok(report)
 }
 
-const COLUMNS: &str = "idempotency_key, kind, budget, team, workload_namespace, workload_name, workload_uid, admission, class, flavor, resource, device_units, interval_start, interval_end, credits, rate_card, reason, created_at";
+const COLUMNS: &str = "idempotency_key, kind, budget, team, workload_namespace, workload_name, workload_uid, admission, class, flavor, resource, device_units, interval_start, interval_end, credits, rate_card, reason, created_at, rate";
 
 fn migration_1(id_column: &str) -> String {
     format!(
@@ -333,11 +357,14 @@ const MIGRATION_2: &str =
     CREATE INDEX entries_budget_kind ON entries (budget, kind, interval_end);
     CREATE INDEX entries_reserves ON entries (id) WHERE kind = 'Reserve';";
 
+const MIGRATION_3: &str = "ALTER TABLE entries ADD COLUMN rate BIGINT NOT NULL DEFAULT 0;";
+
 /// The DDL that takes the schema from `version - 1` to `version`.
 fn migration(version: i64, id_column: &str) -> String {
     match version {
         1 => migration_1(id_column),
         2 => MIGRATION_2.to_string(),
+        3 => MIGRATION_3.to_string(),
         _ => unreachable!("no migration {version} (SCHEMA_VERSION is {SCHEMA_VERSION})"),
     }
 }
@@ -352,24 +379,55 @@ fn columns_of(alias: &str) -> String {
 }
 
 /// The query of [`LedgerStore::open_reservations`], shared by both backends:
-/// columns 0..=18 are the Reserve's `id` and [`COLUMNS`] (read by `read_row`),
-/// 19 the posted sum (`sum`, as the backend wants it), 20 the latest post end,
-/// 21 and 22 (`check`) the first post id with a corrupt `credits`, resp.
+/// one row per Reserve entry (a line's term) whose line has no Void; columns
+/// 0..=19 are the Reserve's `id` and [`COLUMNS`] (read by `read_row`), 20 the
+/// line's posted sum (`sum`, as the backend wants it), 21 its latest post end,
+/// 22 and 23 (`check`) the first post id with a corrupt `credits`, resp.
 /// `interval_end`, or NULL. Posts and the void are found through the
-/// (workload_uid, admission, kind) index, Reserves through their partial index.
+/// (workload_uid, admission, kind) index, Reserves through their partial index;
+/// [`merge_open_lines`] folds a line's terms into one [`OpenReservation`].
 fn open_reservations_sql(sum: &str, check: &str) -> String {
     let cols = columns_of("r");
+    let same_line = |x: &str| {
+        format!(
+            "{x}.workload_uid = r.workload_uid AND {x}.admission = r.admission AND {x}.budget = r.budget \
+             AND {x}.flavor = r.flavor AND {x}.resource = r.resource"
+        )
+    };
     format!(
         "SELECT r.id, {cols}, {sum}, COALESCE(MAX(p.interval_end), r.interval_start), {check}
          FROM entries r
-         LEFT JOIN entries p ON p.workload_uid = r.workload_uid AND p.admission = r.admission
-             AND p.kind = 'Post' AND p.budget = r.budget
+         LEFT JOIN entries p ON {} AND p.kind = 'Post'
          WHERE r.kind = 'Reserve' AND NOT EXISTS (
-             SELECT 1 FROM entries v WHERE v.workload_uid = r.workload_uid
-                 AND v.admission = r.admission AND v.kind = 'Void' AND v.budget = r.budget)
+             SELECT 1 FROM entries v WHERE {} AND v.kind = 'Void')
          GROUP BY r.id
-         ORDER BY r.id"
+         ORDER BY r.id",
+        same_line("p"),
+        same_line("v")
     )
+}
+
+/// Folds the rows of [`open_reservations_sql`] (one per term, each with the
+/// line's posts) into one open reservation per line, in the order of the line's
+/// first Reserve.
+fn merge_open_lines(rows: Vec<OpenReservation>) -> Vec<OpenReservation> {
+    let mut out: Vec<OpenReservation> = Vec::with_capacity(rows.len());
+    let mut index: BTreeMap<String, usize> = BTreeMap::new();
+    for row in rows {
+        let line = line_key(&row.reserve.entry.line());
+        match index.get(&line) {
+            Some(&i) => {
+                let first = &mut out[i];
+                first.reserved += row.reserved;
+                first.reserved_until = first.reserved_until.max(row.reserved_until);
+            }
+            None => {
+                index.insert(line, out.len());
+                out.push(row);
+            }
+        }
+    }
+    out
 }
 
 /// The error for an aggregated row (a post of an open reservation, an entry of
@@ -403,6 +461,7 @@ struct RawRow {
     rate_card: String,
     reason: String,
     created_at: i64,
+    rate: i64,
 }
 
 impl RawRow {
@@ -433,6 +492,7 @@ impl RawRow {
             rate_card: text(16, "rate_card")?,
             reason: text(17, "reason")?,
             created_at: int(18, "created_at")?,
+            rate: int(19, "rate")?,
         })
     }
 
@@ -460,6 +520,8 @@ impl RawRow {
         if self.key.is_empty() {
             return Err(corrupt("idempotency_key", "empty".into()));
         }
+        let rate = u64::try_from(self.rate)
+            .map_err(|_| corrupt("rate", format!("{} is negative", self.rate)))?;
         Ok(StoredEntry {
             id,
             entry: Entry {
@@ -481,6 +543,7 @@ impl RawRow {
                 rate_card: self.rate_card,
                 reason: self.reason,
                 created_at: self.created_at,
+                rate,
             },
         })
     }
@@ -743,7 +806,7 @@ impl LedgerStore for SqliteStore {
             let mut out = AppendOutcome::default();
             {
                 let mut insert = tx.prepare_cached(&format!(
-                    "INSERT INTO entries ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18) ON CONFLICT (idempotency_key) DO NOTHING"
+                    "INSERT INTO entries ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19) ON CONFLICT (idempotency_key) DO NOTHING"
                 ))?;
                 let mut existing = tx.prepare_cached(&format!(
                     "SELECT id, {COLUMNS} FROM entries WHERE idempotency_key = ?1"
@@ -768,6 +831,7 @@ impl LedgerStore for SqliteStore {
                         e.rate_card,
                         e.reason,
                         e.created_at,
+                        e.rate as i64,
                     ])?;
                     if n == 1 {
                         out.inserted += 1;
@@ -900,21 +964,21 @@ impl LedgerStore for SqliteStore {
             while let Some(r) = rows.next()? {
                 let reserve = Self::read_row(r)?;
                 let within = || format!("a post of reservation {}", reserve.entry.key);
-                if let Some(id) = r.get::<_, Option<i64>>(21)? {
+                if let Some(id) = r.get::<_, Option<i64>>(22)? {
                     return Err(corrupt_aggregated(id, "credits", &within()));
                 }
-                if let Some(id) = r.get::<_, Option<i64>>(22)? {
+                if let Some(id) = r.get::<_, Option<i64>>(23)? {
                     return Err(corrupt_aggregated(id, "interval_end", &within()));
                 }
-                let posted: Option<i64> = r.get(19)?;
-                let posted_until: i64 = r.get(20)?;
-                out.push(OpenReservation {
+                let posted: Option<i64> = r.get(20)?;
+                let posted_until: i64 = r.get(21)?;
+                out.push(OpenReservation::from_row(
                     reserve,
-                    posted: i128::from(posted.unwrap_or(0)),
+                    i128::from(posted.unwrap_or(0)),
                     posted_until,
-                });
+                ));
             }
-            Ok(out)
+            Ok(merge_open_lines(out))
         })
         .await
     }
@@ -1066,12 +1130,12 @@ impl LedgerStore for PostgresStore {
         let tx = client.transaction().await?;
         let insert = tx
             .prepare(&format!(
-                "INSERT INTO entries ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18) ON CONFLICT (idempotency_key) DO NOTHING"
+                "INSERT INTO entries ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19) ON CONFLICT (idempotency_key) DO NOTHING"
             ))
             .await?;
-        let ints: Vec<[i64; 2]> = entries
+        let ints: Vec<[i64; 3]> = entries
             .iter()
-            .map(|e| [i64::from(e.admission), e.device_units as i64])
+            .map(|e| [i64::from(e.admission), e.device_units as i64, e.rate as i64])
             .collect();
         // Pipelined: all inserts are sent without waiting for each reply.
         let results = futures::future::try_join_all(entries.iter().zip(&ints).map(|(e, n)| {
@@ -1100,6 +1164,7 @@ impl LedgerStore for PostgresStore {
                         &e.rate_card,
                         &e.reason,
                         &e.created_at,
+                        &n[2],
                     ],
                 )
                 .await
@@ -1227,27 +1292,23 @@ impl LedgerStore for PostgresStore {
         let mut out = Vec::with_capacity(rows.len());
         for r in &rows {
             let reserve = Self::read_row(r)?;
-            if let Some(id) = r.try_get::<_, Option<i64>>(21)? {
+            if let Some(id) = r.try_get::<_, Option<i64>>(22)? {
                 return Err(corrupt_aggregated(
                     id,
                     "credits",
                     &format!("a post of reservation {}", reserve.entry.key),
                 ));
             }
-            let posted: String = r.try_get(19)?;
+            let posted: String = r.try_get(20)?;
             let posted: i128 = posted.parse().map_err(|_| StoreError::CorruptRow {
                 id: reserve.id,
                 column: "credits",
                 detail: format!("sum {posted:?} of the posts is not an integer"),
             })?;
-            let posted_until: i64 = r.try_get(20)?;
-            out.push(OpenReservation {
-                reserve,
-                posted,
-                posted_until,
-            });
+            let posted_until: i64 = r.try_get(21)?;
+            out.push(OpenReservation::from_row(reserve, posted, posted_until));
         }
-        Ok(out)
+        Ok(merge_open_lines(out))
     }
 
     async fn posted_between(&self, budget: &str, from: i64, to: i64) -> Result<i128, StoreError> {
@@ -1292,7 +1353,10 @@ mod tests {
             .unwrap();
         for e in entries {
             conn.execute(
-                &format!("INSERT INTO entries ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)"),
+                &format!(
+                    "INSERT INTO entries ({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
+                    COLUMNS.trim_end_matches(", rate")
+                ),
                 rusqlite::params![
                     e.key, e.kind.as_str(), e.budget, e.team, e.namespace, e.workload,
                     e.workload_uid, i64::from(e.admission), e.class, e.flavor, e.resource,
@@ -1325,13 +1389,17 @@ mod tests {
         open.pop();
         entries.extend(open);
         v1_file(&path, &entries);
+        // Version 3 adds the rate; rows written before read it as 0.
+        for e in &mut entries {
+            e.rate = 0;
+        }
         assert_eq!(
             sqlite_indexes(&path),
             ["entries_budget_created", "entries_interval_start"]
         );
 
         let store = SqliteStore::open(&path).await.unwrap();
-        assert_eq!(store.schema_version().await.unwrap(), 2);
+        assert_eq!(store.schema_version().await.unwrap(), 3);
         assert_eq!(
             sqlite_indexes(&path),
             [
@@ -1377,7 +1445,7 @@ mod tests {
 
         // Reopening applies nothing twice.
         let store = SqliteStore::open(&path).await.unwrap();
-        assert_eq!(store.schema_version().await.unwrap(), 2);
+        assert_eq!(store.schema_version().await.unwrap(), 3);
         let versions: Vec<i64> = store
             .with_conn(|conn| {
                 let mut stmt =
@@ -1389,7 +1457,7 @@ mod tests {
             })
             .await
             .unwrap();
-        assert_eq!(versions, [1, 2]);
+        assert_eq!(versions, [1, 2, 3]);
     }
 
     /// The admission queries use the migration-2 indexes rather than scanning

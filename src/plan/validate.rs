@@ -185,6 +185,26 @@ pub fn validate_budget(spec: &CreditBudgetSpec) -> Vec<FieldError> {
     if !(1..=366).contains(&spec.credits.period.days) {
         errors.push(err("spec.credits.period.days", "must be between 1 and 366"));
     }
+    let admission = &spec.admission;
+    if admission.default_horizon_seconds == Some(0) {
+        errors.push(err(
+            "spec.admission.defaultHorizonSeconds",
+            "must be at least 1 second, e.g. 86400",
+        ));
+    }
+    if let Some(limit) = &admission.overdraft_limit
+        && let Err(e) = limit.parse::<Credits>()
+    {
+        errors.push(err("spec.admission.overdraftLimit", e.to_string()));
+    }
+    if admission.when_renewal_short == Some(crate::api::RenewalShortPolicy::Overdraft)
+        && admission.overdraft_limit.is_none()
+    {
+        errors.push(err(
+            "spec.admission.overdraftLimit",
+            "whenRenewalShort: Overdraft needs the credits the budget may go below zero, e.g. \"500\"",
+        ));
+    }
     if let Some(w) = &spec.fair_share_weight {
         match w.parse::<Credits>() {
             Ok(c) if c.micros() > 0 && c.micros().is_multiple_of(1000) => {}
