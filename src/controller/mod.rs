@@ -940,9 +940,7 @@ impl Reconciler {
             action: "Reconcile".into(),
             secondary: None,
         };
-        if let Err(e) = self.recorder.publish(&event, reference).await {
-            tracing::debug!(error = %e, "could not publish event");
-        }
+        publish_event(&self.recorder, &self.metrics, &event, reference).await;
     }
 
     fn record_metrics(&self, planned: &Plan, desired: &BTreeMap<ObjectRef, Value>) {
@@ -1162,6 +1160,28 @@ impl Reconciler {
     }
 }
 
+/// Writes an Event. A failure does not fail the reconcile (Events are advisory),
+/// but it is logged at warn and counted, so a missing RBAC verb does not go unseen.
+async fn publish_event(
+    recorder: &Recorder,
+    metrics: &Metrics,
+    event: &Event,
+    reference: &ObjectReference,
+) {
+    if let Err(e) = recorder.publish(event, reference).await {
+        let reason = match &e {
+            kube::Error::Api(status) if !status.reason.is_empty() => status.reason.clone(),
+            kube::Error::Api(status) => format!("HTTP{}", status.code),
+            _ => "Unreachable".to_string(),
+        };
+        tracing::warn!(error = %e, %reason, event_reason = %event.reason, object = ?reference.name, "could not write a Kubernetes Event (check the role grants create on events)");
+        metrics
+            .event_write_failures
+            .get_or_create(&ReasonLabel { reason })
+            .inc();
+    }
+}
+
 /// `LedgerInSync` on a budget: the ledger answers and matches Kueue.
 fn ledger_condition(view: Option<&ledger::BudgetLedgerView>) -> crate::api::DesiredCondition {
     use crate::api::DesiredCondition;
@@ -1242,4 +1262,59 @@ fn device_quota(cq: &Value) -> u64 {
         .filter_map(|q| crate::inventory::parse_count(q).ok())
         .map(u64::from)
         .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An API server that refuses everything as RBAC does for a missing verb.
+    async fn forbidding_api_server() -> Client {
+        let app = axum::Router::new().fallback(|| async {
+            (
+                axum::http::StatusCode::FORBIDDEN,
+                [("content-type", "application/json")],
+                r#"{"kind":"Status","apiVersion":"v1","status":"Failure","message":"events.events.k8s.io is forbidden: User \"kaccel\" cannot create resource \"events\"","reason":"Forbidden","code":403}"#,
+            )
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let config = kube::Config::new(url.parse().unwrap());
+        Client::try_from(config).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_refused_event_is_counted_by_reason() {
+        let client = forbidding_api_server().await;
+        let recorder = Recorder::new(
+            client,
+            Reporter {
+                controller: "kaccel".into(),
+                instance: None,
+            },
+        );
+        let metrics = Metrics::register(&mut Registry::default());
+        let event = Event {
+            type_: EventType::Normal,
+            reason: "FlavorCreated".into(),
+            note: None,
+            action: "Reconcile".into(),
+            secondary: None,
+        };
+        let reference = ObjectReference {
+            kind: Some("Node".into()),
+            name: Some("n1".into()),
+            ..Default::default()
+        };
+        publish_event(&recorder, &metrics, &event, &reference).await;
+        publish_event(&recorder, &metrics, &event, &reference).await;
+        let forbidden = ReasonLabel {
+            reason: "Forbidden".into(),
+        };
+        assert_eq!(
+            metrics.event_write_failures.get_or_create(&forbidden).get(),
+            2
+        );
+    }
 }
