@@ -148,9 +148,10 @@ pub struct Pooling {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct CreditRate {
-    /// Decimal, non-negative, at most 6 places, e.g. "4" or "0.25".
+    /// Decimal, non-negative, below 1000000000 (a year of one device must fit the
+    /// ledger), at most 6 places, e.g. "4" or "0.25".
     #[schemars(length(max = 20))]
-    #[x_kube(validation = Rule::new("self.matches('^[0-9]{1,12}(\\\\.[0-9]{1,6})?$')").message("spec.credits.perDeviceHour must be a non-negative decimal with at most 6 places, e.g. \"2.5\""))]
+    #[x_kube(validation = Rule::new("self.matches('^[0-9]{1,9}(\\\\.[0-9]{1,6})?$')").message("spec.credits.perDeviceHour must be a non-negative decimal below 1000000000 with at most 6 places, e.g. \"2.5\""))]
     pub per_device_hour: String,
 
     /// Per-model rates that override `perDeviceHour` (first match wins).
@@ -166,7 +167,7 @@ pub struct ModelRate {
     #[schemars(length(min = 1, max = 128))]
     pub model: String,
     #[schemars(length(max = 20))]
-    #[x_kube(validation = Rule::new("self.matches('^[0-9]{1,12}(\\\\.[0-9]{1,6})?$')").message("spec.credits.modelOverrides[].perDeviceHour must be a non-negative decimal with at most 6 places, e.g. \"6\""))]
+    #[x_kube(validation = Rule::new("self.matches('^[0-9]{1,9}(\\\\.[0-9]{1,6})?$')").message("spec.credits.modelOverrides[].perDeviceHour must be a non-negative decimal below 1000000000 with at most 6 places, e.g. \"6\""))]
     pub per_device_hour: String,
 }
 

@@ -62,7 +62,8 @@ fn cpu_only_selects_no_accelerators() {
 
 #[test]
 fn rates_must_be_non_negative_decimals() {
-    for bad in ["-1", "1.2345678", "abc", ""] {
+    // 1000000000 parses as credits but is above the ledger's largest rate.
+    for bad in ["-1", "1.2345678", "abc", "", "1000000000", "999999999999"] {
         let e = cel_error(
             class(&format!(
                 "  sharing: Whole\n  credits: {{perDeviceHour: \"{bad}\"}}"
@@ -75,6 +76,13 @@ fn rates_must_be_non_negative_decimals() {
         class("  sharing: Whole\n  credits: {perDeviceHour: \"1\", modelOverrides: [{model: x, perDeviceHour: \"-3\"}]}").validate_cel(),
     );
     assert!(e.contains("modelOverrides"), "{e}");
+    let e = cel_error(
+        class("  sharing: Whole\n  credits: {perDeviceHour: \"1\", modelOverrides: [{model: x, perDeviceHour: \"5000000000\"}]}").validate_cel(),
+    );
+    assert!(e.contains("below 1000000000"), "{e}");
+    class("  sharing: Whole\n  credits: {perDeviceHour: \"999999999.999999\"}")
+        .validate_cel()
+        .unwrap();
 }
 
 #[test]

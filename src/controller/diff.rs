@@ -185,6 +185,79 @@ pub fn diff(
     applies
 }
 
+/// The objects of kaccel's plan that `object` (of `kind`) names and would use: a
+/// Cohort's parent, a ClusterQueue's cohort and flavors, a LocalQueue's
+/// ClusterQueue. Writing it while one of them is someone else's object would put
+/// the team's quota or queue on that object.
+pub fn references(kind: Kind, object: &Value) -> Vec<ObjectRef> {
+    let named = |kind: Kind, name: &Value| {
+        name.as_str().map(|n| ObjectRef {
+            kind,
+            namespace: None,
+            name: n.to_string(),
+        })
+    };
+    let spec = &object["spec"];
+    match kind {
+        Kind::ResourceFlavor => vec![],
+        Kind::Cohort => named(Kind::Cohort, &spec["parentName"])
+            .into_iter()
+            .collect(),
+        Kind::ClusterQueue => named(Kind::Cohort, &spec["cohortName"])
+            .into_iter()
+            .chain(
+                spec["resourceGroups"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .flat_map(|g| g["flavors"].as_array().into_iter().flatten())
+                    .filter_map(|f| named(Kind::ResourceFlavor, &f["name"])),
+            )
+            .collect(),
+        Kind::LocalQueue => named(Kind::ClusterQueue, &spec["clusterQueue"])
+            .into_iter()
+            .collect(),
+    }
+}
+
+/// Who holds an object kaccel did not create, for the Conflict condition: its
+/// owner references, else its `app.kubernetes.io/managed-by` label, else the field
+/// managers that wrote it.
+pub fn holder_of(live: &Value) -> String {
+    let meta = &live["metadata"];
+    let owners: Vec<String> = meta["ownerReferences"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|o| {
+            format!(
+                "{} {}",
+                o["kind"].as_str().unwrap_or("?"),
+                o["name"].as_str().unwrap_or("?")
+            )
+        })
+        .collect();
+    if !owners.is_empty() {
+        return format!("owned by {}", owners.join(", "));
+    }
+    if let Some(by) = meta["labels"]["app.kubernetes.io/managed-by"].as_str() {
+        return format!("managed by {by}");
+    }
+    let mut managers: Vec<&str> = meta["managedFields"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m["manager"].as_str())
+        .collect();
+    managers.sort_unstable();
+    managers.dedup();
+    if managers.is_empty() {
+        "created outside kaccel, no owner recorded".to_string()
+    } else {
+        format!("written by field manager {}", managers.join(", "))
+    }
+}
+
 fn needs_apply(desired: &Value, live: &Value) -> bool {
     let hash = |v: &Value| v["metadata"]["annotations"][APPLIED_HASH_ANNOTATION].clone();
     hash(desired) != hash(live) || !contains(live, desired)

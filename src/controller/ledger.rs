@@ -59,6 +59,7 @@ use crate::ledger::lifecycle::{
     STOPPED_ANNOTATION, check_state, condition, deletion_time, ended_at, evicted_since_admission,
     holds_quota, is_finished, record_of,
 };
+use crate::ledger::pricing::rate_errors;
 use crate::ledger::store::{LedgerStore, OpenReservation, Store, StoreError};
 
 /// What the planner knows that the check needs to price an admission; replaced
@@ -75,6 +76,23 @@ pub struct PricingSnapshot {
     pub queues: BTreeMap<String, (String, String)>,
     /// CreditBudget name -> spec.
     pub budgets: BTreeMap<String, CreditBudgetSpec>,
+}
+
+impl PricingSnapshot {
+    /// Why `class` cannot price any admission (a rate field that does not parse or
+    /// is too large, which an older CRD without the CEL rule lets in), naming
+    /// the fields and the fix; `None` when every rate of the class prices.
+    pub fn rate_problem(&self, class: &str) -> Option<String> {
+        let (spec, _) = self.classes.get(class)?;
+        let errors = rate_errors(&spec.credits);
+        (!errors.is_empty()).then(|| {
+            let fields: Vec<String> = errors.iter().map(|(f, p)| format!("{f}: {p}")).collect();
+            format!(
+                "AcceleratorClass {class} has no usable credit rate ({}): fix the class (it is marked Invalid), then submit the Workload again",
+                fields.join("; ")
+            )
+        })
+    }
 }
 
 /// The ledger's view of a budget, for its status, the planner's Hold and metrics.
@@ -543,6 +561,9 @@ impl LedgerRuntime {
         let Some(budget) = pricing.budgets.get(budget_name) else {
             return Ok(Some(retry_at));
         };
+        if let Some(message) = pricing.rate_problem(class_name) {
+            return self.reject(v, &message).await;
+        }
         let usage = usage_from_workload(v).map_err(|source| LedgerError::Admission {
             workload: shown.to_string(),
             source,
@@ -562,13 +583,21 @@ impl LedgerRuntime {
         let rates = |u: &FlavorUsage| {
             let model = pricing.flavor_models.get(&u.flavor)?;
             let (spec, generation) = pricing.classes.get(class_name)?;
+            // Cannot fail: rate_problem above rejected every rate that does not
+            // parse (pricing's rate_errors_agree_with_resolve_rate).
             rate_info(class_name, spec, *generation, model).ok()
         };
-        let priced =
-            reservation(&usage, &rates, horizon).map_err(|source| LedgerError::Admission {
-                workload: shown.to_string(),
-                source,
-            })?;
+        // Too large to price (overflow) is a property of the admission: retrying
+        // cannot help, so the Workload is rejected with the reason.
+        let priced = match reservation(&usage, &rates, horizon) {
+            Ok(priced) => priced,
+            Err(e) => {
+                let message = format!(
+                    "cannot price this admission: {e}; ask for fewer devices or a shorter spec.maximumExecutionTimeSeconds"
+                );
+                return self.reject(v, &message).await;
+            }
+        };
         let admitted_at = match condition(v, "QuotaReserved") {
             Some((true, Some(t), _)) => t,
             _ => now,
@@ -645,9 +674,7 @@ impl LedgerRuntime {
             }
             Decision::Reject { message } => {
                 drop(guard);
-                self.count_decision("reject");
-                self.set_check(v, "Rejected", &message, None).await?;
-                Ok(None)
+                self.reject(v, &message).await
             }
         }
     }
@@ -759,6 +786,12 @@ impl LedgerRuntime {
                 .inc();
         }
         Ok(())
+    }
+
+    async fn reject(&self, v: &Value, message: &str) -> Result<Option<i64>, LedgerError> {
+        self.count_decision("reject");
+        self.set_check(v, "Rejected", message, None).await?;
+        Ok(None)
     }
 
     fn count_decision(&self, decision: &str) {
@@ -1211,5 +1244,58 @@ fn renewal_rule(policy: &crate::api::AdmissionPolicy) -> RenewalRule {
         allow_overdraft: policy.when_renewal_short == Some(RenewalShortPolicy::Overdraft)
             && limit.is_some(),
         overdraft_limit: limit.unwrap_or(Credits::ZERO),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{CreditRate, ModelRate};
+
+    fn snapshot_with_class(per_device_hour: &str, overrides: &[(&str, &str)]) -> PricingSnapshot {
+        let spec: AcceleratorClassSpec = serde_json::from_value(json!({
+            "sharing": "Whole",
+            "credits": { "perDeviceHour": "1" }
+        }))
+        .unwrap();
+        let spec = AcceleratorClassSpec {
+            credits: CreditRate {
+                per_device_hour: per_device_hour.into(),
+                model_overrides: overrides
+                    .iter()
+                    .map(|(m, r)| ModelRate {
+                        model: m.to_string(),
+                        per_device_hour: r.to_string(),
+                    })
+                    .collect(),
+            },
+            ..spec
+        };
+        PricingSnapshot {
+            ready: true,
+            classes: [("gpus".to_string(), (spec, Some(1)))].into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_class_with_an_unusable_rate_rejects_naming_the_fields_and_fix() {
+        let bad = snapshot_with_class("abc", &[("*H100*", "2000000000")]);
+        let message = bad.rate_problem("gpus").expect("a bad rate is a problem");
+        for needle in [
+            "AcceleratorClass gpus",
+            "spec.credits.perDeviceHour: \"abc\" is not a credit amount",
+            "e.g. \"2.5\"",
+            "spec.credits.modelOverrides[0].perDeviceHour",
+            "use a smaller credit unit",
+            "fix the class",
+        ] {
+            assert!(message.contains(needle), "{needle:?} missing: {message}");
+        }
+        assert_eq!(
+            snapshot_with_class("2.5", &[("*H100*", "6")]).rate_problem("gpus"),
+            None
+        );
+        assert_eq!(bad.rate_problem("no-such-class"), None);
     }
 }

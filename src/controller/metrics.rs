@@ -77,6 +77,8 @@ pub struct Metrics {
     pub managed_objects: Family<KindLabel, Gauge>,
     pub class_devices: Family<ClassHealthLabels, Gauge>,
     pub leader: Gauge,
+    /// Events the API server refused or never got (a missing RBAC verb shows here).
+    pub event_write_failures: Family<ReasonLabel, Counter>,
 }
 
 impl Metrics {
@@ -101,6 +103,7 @@ impl Metrics {
             managed_objects: Family::default(),
             class_devices: Family::default(),
             leader: Gauge::default(),
+            event_write_failures: Family::default(),
         };
         registry.register(
             "kaccel_ledger_entries",
@@ -196,6 +199,11 @@ impl Metrics {
             "kaccel_node_actions_held_back",
             "Node actions the per-flavor share limit held back (alert on > 0)",
             m.node_actions_held_back.clone(),
+        );
+        registry.register(
+            "kaccel_event_write_failures",
+            "Kubernetes Events kaccel could not write, by reason (Forbidden: the RBAC role lacks create on events)",
+            m.event_write_failures.clone(),
         );
         m
     }

@@ -62,9 +62,9 @@ pub enum Error {
         source: std::io::Error,
     },
     #[error(
-        "{0} is managed by someone else: kaccel will not change an object it did not create; rename or delete it"
+        "{target} already exists and is not kaccel's ({holder}): kaccel will not change an object it did not create; rename or delete it"
     )]
-    Unmanaged(String),
+    Unmanaged { target: String, holder: String },
 }
 
 impl Error {
@@ -74,7 +74,7 @@ impl Error {
             Error::Connect(_) => "connect",
             Error::LeaderElection(_) => "leader_election",
             Error::Http { .. } => "http",
-            Error::Unmanaged(_) => "unmanaged_conflict",
+            Error::Unmanaged { .. } => "unmanaged_conflict",
         }
     }
 }
@@ -220,6 +220,9 @@ struct Reconciler {
     requeue_pending: AtomicBool,
     /// Some budget names a namespace that does not exist (retried every few seconds).
     namespaces_missing: AtomicBool,
+    /// A planned name is taken by an object kaccel does not own (not watched:
+    /// retried every few seconds, so its removal is noticed).
+    names_taken: AtomicBool,
     /// The credit ledger, when `ledger.enabled`.
     ledger: Option<LedgerParts>,
 }
@@ -307,6 +310,7 @@ pub async fn run(config: Config) -> Result<(), Error> {
         held_back: Default::default(),
         requeue_pending: AtomicBool::new(config.health.actions.evict_workloads_on_failed),
         namespaces_missing: AtomicBool::new(false),
+        names_taken: AtomicBool::new(false),
         ledger,
     };
 
@@ -529,8 +533,12 @@ async fn reconcile_loop(
                     last_event = Instant::now() + Duration::from_secs(1);
                 }
                 reconciler.metrics.reconcile_duration.observe(started.elapsed().as_secs_f64());
-                if dirty_since.is_none() && reconciler.namespaces_missing.load(Ordering::Relaxed) {
-                    // Namespaces are not watched: try the missing ones again in a while.
+                if dirty_since.is_none()
+                    && (reconciler.namespaces_missing.load(Ordering::Relaxed)
+                        || reconciler.names_taken.load(Ordering::Relaxed))
+                {
+                    // Namespaces and objects kaccel does not own are not watched:
+                    // try again in a while.
                     dirty_since = Some(Instant::now() + Duration::from_secs(5));
                     last_event = Instant::now() + Duration::from_secs(5);
                 }
@@ -610,20 +618,7 @@ impl Reconciler {
                     .iter()
                     .map(|c| (c.name_any(), (c.spec.clone(), c.metadata.generation)))
                     .collect(),
-                queues: planned
-                    .cluster_queues
-                    .iter()
-                    .filter_map(|q| {
-                        let labels = q.metadata.labels.as_ref()?;
-                        Some((
-                            q.metadata.name.clone()?,
-                            (
-                                labels.get(crate::plan::BUDGET_LABEL)?.clone(),
-                                labels.get(crate::plan::CLASS_LABEL)?.clone(),
-                            ),
-                        ))
-                    })
-                    .collect(),
+                queues: priced_queues(&planned, &budgets),
                 budgets: budgets
                     .iter()
                     .map(|b| (b.name_any(), b.spec.clone()))
@@ -643,9 +638,28 @@ impl Reconciler {
             String,
             std::collections::BTreeSet<String>,
         > = Default::default();
+        // Planned names held by objects kaccel does not own, and the planned objects
+        // not written because they would use one of those.
+        let mut taken: BTreeMap<ObjectRef, String> = BTreeMap::new();
+        let mut held_up: Vec<(ObjectRef, ObjectRef)> = Vec::new();
         for action in &actions {
+            if let Action::Apply { target, object, .. } | Action::Recreate { target, object } =
+                action
+                && let Some(used) = diff::references(target.kind, object)
+                    .into_iter()
+                    .find(|r| taken.contains_key(r))
+            {
+                held_up.push((target.clone(), used));
+                continue;
+            }
             match self.apply(action, &live).await {
                 Ok(()) => {}
+                Err(Error::Unmanaged { target, holder }) => {
+                    tracing::warn!(%target, %holder, "planned name taken by an object kaccel does not own; left unchanged");
+                    if let Action::Apply { target, .. } = action {
+                        taken.insert(target.clone(), holder);
+                    }
+                }
                 Err(Error::Api {
                     source: kube::Error::Api(status),
                     ..
@@ -662,6 +676,8 @@ impl Reconciler {
         }
         self.namespaces_missing
             .store(!missing_namespaces.is_empty(), Ordering::Relaxed);
+        self.names_taken.store(!taken.is_empty(), Ordering::Relaxed);
+        let name_conflicts = name_conflicts(&taken, &held_up, &desired, &planned);
         self.record_metrics(&planned, &desired);
 
         // Nodes: taint / cordon for health, within the share limit.
@@ -735,10 +751,16 @@ impl Reconciler {
                 e.1.push(h.node.clone());
                 m
             });
-        self.write_class_status(&classes, &planned, &limited)
+        self.write_class_status(&classes, &planned, &limited, &name_conflicts.classes)
             .await?;
-        self.write_budget_status(&budgets, &planned, &missing_namespaces, &ledger_views)
-            .await?;
+        self.write_budget_status(
+            &budgets,
+            &planned,
+            &missing_namespaces,
+            &ledger_views,
+            &name_conflicts.budgets,
+        )
+        .await?;
         match first_error {
             Some(e) => Err(e),
             None => Ok(()),
@@ -759,9 +781,13 @@ impl Reconciler {
                         .get_opt(&target.name)
                         .await
                         .map_err(api_err(format!("reading {target}")))?
-                    && !is_managed(&serde_json::to_value(&existing).unwrap_or_default())
+                    && let existing = serde_json::to_value(&existing).unwrap_or_default()
+                    && !is_managed(&existing)
                 {
-                    return Err(Error::Unmanaged(target.to_string()));
+                    return Err(Error::Unmanaged {
+                        target: target.to_string(),
+                        holder: diff::holder_of(&existing),
+                    });
                 }
                 let verb = if *create { "create" } else { "update" };
                 api.patch(&target.name, &ssa, &Patch::Apply(object))
@@ -940,9 +966,7 @@ impl Reconciler {
             action: "Reconcile".into(),
             secondary: None,
         };
-        if let Err(e) = self.recorder.publish(&event, reference).await {
-            tracing::debug!(error = %e, "could not publish event");
-        }
+        publish_event(&self.recorder, &self.metrics, &event, reference).await;
     }
 
     fn record_metrics(&self, planned: &Plan, desired: &BTreeMap<ObjectRef, Value>) {
@@ -981,6 +1005,7 @@ impl Reconciler {
         classes: &[AcceleratorClass],
         planned: &Plan,
         limited: &std::collections::BTreeMap<String, (u32, Vec<String>)>,
+        name_conflicts: &BTreeMap<String, Vec<String>>,
     ) -> Result<(), Error> {
         let now = Time(k8s_openapi::jiff::Timestamp::now());
         let api: Api<AcceleratorClass> = Api::all(self.client.clone());
@@ -1007,7 +1032,8 @@ impl Reconciler {
                     })
                 })
                 .collect();
-            let mut desired = report.conditions.clone();
+            let mut desired =
+                with_name_conflicts(report.conditions.clone(), name_conflicts.get(&name));
             desired.push(if held.is_empty() {
                 crate::api::DesiredCondition::new(
                     "AutomationLimited",
@@ -1076,6 +1102,7 @@ impl Reconciler {
         planned: &Plan,
         missing: &std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
         ledger_views: &BTreeMap<String, ledger::BudgetLedgerView>,
+        name_conflicts: &BTreeMap<String, Vec<String>>,
     ) -> Result<(), Error> {
         let now = Time(k8s_openapi::jiff::Timestamp::now());
         let api: Api<CreditBudget> = Api::all(self.client.clone());
@@ -1086,7 +1113,8 @@ impl Reconciler {
             };
             let existing = budget.status.clone().unwrap_or_default();
             let generation = budget.metadata.generation;
-            let mut desired = report.conditions.clone();
+            let mut desired =
+                with_name_conflicts(report.conditions.clone(), name_conflicts.get(&name));
             if report.valid {
                 desired.push(match missing.get(&name) {
                     Some(namespaces) => crate::api::DesiredCondition::new(
@@ -1159,6 +1187,157 @@ impl Reconciler {
             }
         }
         Ok(())
+    }
+}
+
+/// Planned names taken by objects kaccel does not own, as notes for the classes
+/// and budgets whose objects they are.
+#[derive(Debug, Default, PartialEq)]
+struct NameConflicts {
+    classes: BTreeMap<String, Vec<String>>,
+    budgets: BTreeMap<String, Vec<String>>,
+}
+
+/// A taken ResourceFlavor concerns the classes pooled into it; a taken Cohort,
+/// ClusterQueue or LocalQueue its budget (the root Cohort: every budget). An object
+/// held up because it would use a taken one concerns its own budget.
+fn name_conflicts(
+    taken: &BTreeMap<ObjectRef, String>,
+    held_up: &[(ObjectRef, ObjectRef)],
+    desired: &BTreeMap<ObjectRef, Value>,
+    planned: &Plan,
+) -> NameConflicts {
+    let mut out = NameConflicts::default();
+    let budget_of = |target: &ObjectRef| -> Vec<String> {
+        match desired
+            .get(target)
+            .and_then(|o| o["metadata"]["labels"][crate::plan::BUDGET_LABEL].as_str())
+        {
+            Some(b) => vec![b.to_string()],
+            None => planned.budgets.keys().cloned().collect(),
+        }
+    };
+    for (target, holder) in taken {
+        let note = format!(
+            "{target} already exists and is not kaccel's ({holder}): kaccel leaves it unchanged and does not use it; delete or rename it"
+        );
+        if target.kind == Kind::ResourceFlavor {
+            for class in planned
+                .flavors
+                .get(&target.name)
+                .map(|f| f.classes.iter())
+                .into_iter()
+                .flatten()
+            {
+                out.classes
+                    .entry(class.clone())
+                    .or_default()
+                    .push(note.clone());
+            }
+        } else {
+            for budget in budget_of(target) {
+                out.budgets.entry(budget).or_default().push(note.clone());
+            }
+        }
+    }
+    for (target, used) in held_up {
+        for budget in budget_of(target) {
+            out.budgets.entry(budget).or_default().push(format!(
+                "{target} is not written: it would use {used}, which is not kaccel's"
+            ));
+        }
+    }
+    out
+}
+
+/// A status's conditions with `notes` (name conflicts found while writing) added:
+/// `Conflict` True naming them (after any conflict the planner found) and `Ready`
+/// False. Unchanged without notes.
+fn with_name_conflicts(
+    mut conditions: Vec<crate::api::DesiredCondition>,
+    notes: Option<&Vec<String>>,
+) -> Vec<crate::api::DesiredCondition> {
+    use crate::api::{CONFLICT, DesiredCondition, READY};
+    let Some(notes) = notes.filter(|n| !n.is_empty()) else {
+        return conditions;
+    };
+    let message = notes.join("; ");
+    match conditions
+        .iter_mut()
+        .find(|c| c.type_ == CONFLICT && c.status)
+    {
+        Some(c) => c.message = format!("{}; {message}", c.message),
+        None => {
+            conditions.retain(|c| c.type_ != CONFLICT);
+            conditions.push(DesiredCondition::new(
+                CONFLICT,
+                true,
+                "NameTaken",
+                message.clone(),
+            ));
+        }
+    }
+    match conditions.iter_mut().find(|c| c.type_ == READY) {
+        Some(ready) if ready.status => {
+            *ready = DesiredCondition::new(READY, false, "NameTaken", message);
+        }
+        Some(_) => {}
+        None => conditions.insert(0, DesiredCondition::new(READY, false, "NameTaken", message)),
+    }
+    conditions
+}
+
+/// ClusterQueue -> (budget, class) for the credit check: the planned queues, and
+/// the queues of grants whose class turned invalid. Kaccel deletes the latter, but
+/// Workloads holding quota in them still get an answer: the class's own error
+/// when its rate cannot price, rather than waiting for a queue nobody pays for.
+fn priced_queues(planned: &Plan, budgets: &[CreditBudget]) -> BTreeMap<String, (String, String)> {
+    let mut queues: BTreeMap<String, (String, String)> = planned
+        .cluster_queues
+        .iter()
+        .filter_map(|q| {
+            let labels = q.metadata.labels.as_ref()?;
+            Some((
+                q.metadata.name.clone()?,
+                (
+                    labels.get(crate::plan::BUDGET_LABEL)?.clone(),
+                    labels.get(crate::plan::CLASS_LABEL)?.clone(),
+                ),
+            ))
+        })
+        .collect();
+    for budget in budgets {
+        let name = budget.name_any();
+        for grant in &budget.spec.classes {
+            if planned.classes.get(&grant.name).is_some_and(|c| !c.valid) {
+                queues
+                    .entry(crate::plan::cluster_queue_name(&name, &grant.name))
+                    .or_insert_with(|| (name.clone(), grant.name.clone()));
+            }
+        }
+    }
+    queues
+}
+
+/// Writes an Event. A failure does not fail the reconcile (Events are advisory),
+/// but it is logged at warn and counted, so a missing RBAC verb does not go unseen.
+async fn publish_event(
+    recorder: &Recorder,
+    metrics: &Metrics,
+    event: &Event,
+    reference: &ObjectReference,
+) {
+    if let Err(e) = recorder.publish(event, reference).await {
+        let reason = match &e {
+            kube::Error::Api(status) if !status.reason.is_empty() => status.reason.clone(),
+            kube::Error::Api(status) => format!("HTTP{}", status.code),
+            _ => "Unreachable".to_string(),
+        };
+        tracing::warn!(error = %e, %reason, event_reason = %event.reason, object = ?reference.name, "could not write a Kubernetes Event (check the role grants create on events)");
+        metrics
+            .event_write_failures
+            .get_or_create(&ReasonLabel { reason })
+            .inc();
     }
 }
 
@@ -1242,4 +1421,205 @@ fn device_quota(cq: &Value) -> u64 {
         .filter_map(|q| crate::inventory::parse_count(q).ok())
         .map(u64::from)
         .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An API server that refuses everything as RBAC does for a missing verb.
+    async fn forbidding_api_server() -> Client {
+        let app = axum::Router::new().fallback(|| async {
+            (
+                axum::http::StatusCode::FORBIDDEN,
+                [("content-type", "application/json")],
+                r#"{"kind":"Status","apiVersion":"v1","status":"Failure","message":"events.events.k8s.io is forbidden: User \"kaccel\" cannot create resource \"events\"","reason":"Forbidden","code":403}"#,
+            )
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let config = kube::Config::new(url.parse().unwrap());
+        Client::try_from(config).unwrap()
+    }
+
+    #[test]
+    fn workloads_in_the_queue_of_a_class_turned_invalid_still_get_an_answer() {
+        let loaded = crate::cli::load::examples();
+        let (mut classes, budgets) = (loaded.classes, loaded.budgets);
+        let inventory = Inventory::from_nodes(&loaded.nodes);
+        let budget = &budgets[0];
+        let class = budget.spec.classes[0].name.clone();
+        let queue = crate::plan::cluster_queue_name(&budget.name_any(), &class);
+        let input = |classes: &[AcceleratorClass]| {
+            plan(&PlanInput {
+                classes,
+                budgets: &budgets,
+                inventory: &inventory,
+                health: &Default::default(),
+                options: &Default::default(),
+            })
+        };
+        let planned = input(&classes);
+        assert!(
+            planned
+                .cluster_queues
+                .iter()
+                .any(|q| q.metadata.name.as_deref() == Some(queue.as_str())),
+            "cluster_queue_name is the planner's name"
+        );
+        let valid = priced_queues(&planned, &budgets);
+        assert_eq!(valid[&queue], (budget.name_any(), class.clone()));
+
+        let bad = classes.iter_mut().find(|c| c.name_any() == class).unwrap();
+        bad.spec.credits.per_device_hour = "abc".into();
+        let planned = input(&classes);
+        assert!(
+            !planned
+                .cluster_queues
+                .iter()
+                .any(|q| q.metadata.name.as_deref() == Some(queue.as_str()))
+        );
+        assert_eq!(
+            priced_queues(&planned, &budgets)[&queue],
+            (budget.name_any(), class)
+        );
+    }
+
+    #[test]
+    fn a_taken_name_is_a_conflict_on_the_classes_or_budget_that_planned_it() {
+        let loaded = crate::cli::load::examples();
+        let planned = plan(&PlanInput {
+            classes: &loaded.classes,
+            budgets: &loaded.budgets,
+            inventory: &Inventory::from_nodes(&loaded.nodes),
+            health: &Default::default(),
+            options: &Default::default(),
+        });
+        let desired = desired_objects(&planned);
+        let (flavor, report) = planned.flavors.iter().next().unwrap();
+        let cq = desired
+            .keys()
+            .find(|r| r.kind == Kind::ClusterQueue)
+            .unwrap()
+            .clone();
+        let budget = desired[&cq]["metadata"]["labels"][crate::plan::BUDGET_LABEL]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let flavor_ref = ObjectRef {
+            kind: Kind::ResourceFlavor,
+            namespace: None,
+            name: flavor.clone(),
+        };
+        let taken = BTreeMap::from([
+            (flavor_ref.clone(), "managed by terraform".to_string()),
+            (cq.clone(), "owned by Team x".to_string()),
+        ]);
+        let lq = desired
+            .iter()
+            .find(|(r, v)| {
+                r.kind == Kind::LocalQueue && v["spec"]["clusterQueue"] == cq.name.as_str()
+            })
+            .map(|(r, _)| r.clone())
+            .unwrap();
+        assert_eq!(
+            diff::references(Kind::LocalQueue, &desired[&lq]),
+            vec![cq.clone()]
+        );
+        let notes = name_conflicts(&taken, &[(lq.clone(), cq.clone())], &desired, &planned);
+        for class in &report.classes {
+            let n = &notes.classes[class];
+            assert!(
+                n[0].contains(&format!("ResourceFlavor {flavor}"))
+                    && n[0].contains("managed by terraform"),
+                "{n:?}"
+            );
+        }
+        let n = &notes.budgets[&budget];
+        assert!(
+            n.iter()
+                .any(|m| m.contains(&format!("ClusterQueue {}", cq.name))
+                    && m.contains("owned by Team x")),
+            "{n:?}"
+        );
+        assert!(
+            n.iter()
+                .any(|m| m.starts_with(&format!("{lq} is not written"))),
+            "{n:?}"
+        );
+
+        // Ready goes False, Conflict True; an earlier planner Conflict keeps its reason.
+        let ready = vec![crate::api::DesiredCondition::new(
+            crate::api::READY,
+            true,
+            "Planned",
+            "ok",
+        )];
+        let merged = with_name_conflicts(ready.clone(), Some(&vec!["X taken".into()]));
+        assert_eq!(merged[0].type_, crate::api::READY);
+        assert!(!merged[0].status && merged[0].reason == "NameTaken");
+        assert!(
+            merged
+                .iter()
+                .any(|c| c.type_ == crate::api::CONFLICT && c.status && c.message == "X taken")
+        );
+        assert_eq!(with_name_conflicts(ready.clone(), None), ready);
+        let pooled = vec![
+            crate::api::DesiredCondition::new(crate::api::READY, false, "PoolingConflict", "p"),
+            crate::api::DesiredCondition::new(crate::api::CONFLICT, true, "PoolingConflict", "p"),
+        ];
+        let merged = with_name_conflicts(pooled, Some(&vec!["X taken".into()]));
+        assert_eq!(merged[1].message, "p; X taken");
+        assert_eq!(merged[0].reason, "PoolingConflict");
+    }
+
+    #[test]
+    fn the_holder_of_a_foreign_object_is_named() {
+        let owned = json!({"metadata": {"ownerReferences": [{"kind": "Team", "name": "x"}]}});
+        assert_eq!(diff::holder_of(&owned), "owned by Team x");
+        let labelled =
+            json!({"metadata": {"labels": {"app.kubernetes.io/managed-by": "terraform"}}});
+        assert_eq!(diff::holder_of(&labelled), "managed by terraform");
+        let written = json!({"metadata": {"managedFields": [{"manager": "kubectl-create"}, {"manager": "kubectl-create"}]}});
+        assert_eq!(
+            diff::holder_of(&written),
+            "written by field manager kubectl-create"
+        );
+        assert!(diff::holder_of(&json!({})).contains("no owner recorded"));
+    }
+
+    #[tokio::test]
+    async fn a_refused_event_is_counted_by_reason() {
+        let client = forbidding_api_server().await;
+        let recorder = Recorder::new(
+            client,
+            Reporter {
+                controller: "kaccel".into(),
+                instance: None,
+            },
+        );
+        let metrics = Metrics::register(&mut Registry::default());
+        let event = Event {
+            type_: EventType::Normal,
+            reason: "FlavorCreated".into(),
+            note: None,
+            action: "Reconcile".into(),
+            secondary: None,
+        };
+        let reference = ObjectReference {
+            kind: Some("Node".into()),
+            name: Some("n1".into()),
+            ..Default::default()
+        };
+        publish_event(&recorder, &metrics, &event, &reference).await;
+        publish_event(&recorder, &metrics, &event, &reference).await;
+        let forbidden = ReasonLabel {
+            reason: "Forbidden".into(),
+        };
+        assert_eq!(
+            metrics.event_write_failures.get_or_create(&forbidden).get(),
+            2
+        );
+    }
 }

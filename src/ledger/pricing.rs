@@ -32,13 +32,20 @@ pub enum PricingError {
         "interval [{start}, {end}) with admission anchor {anchor} is not ordered (need anchor ≤ start ≤ end, unix seconds)"
     )]
     BadInterval { anchor: i64, start: i64, end: i64 },
-    #[error("{what} {value:?} is not a credit rate: {source}")]
+    #[error("{what} {value:?} is not a usable credit rate: {problem}")]
     BadRate {
+        /// The field, e.g. `spec.credits.modelOverrides[1].perDeviceHour`.
         what: String,
         value: String,
-        source: crate::api::CreditsParseError,
+        /// What is wrong and how to fix it.
+        problem: String,
     },
 }
+
+/// The largest rate, 999999999.999999 credits per device-hour: a year (366 days)
+/// of one device at this rate still fits the ledger's signed 64-bit micro-credit
+/// amounts. The CRD's CEL rule allows at most 9 integer digits for the same reason.
+pub const MAX_RATE: Rate = Rate(999_999_999_999_999);
 
 /// The cumulative price of `seconds` of `device_units` at `rate`, floored to the
 /// micro-credit. Also the price a quota view shows for a given horizon.
@@ -90,15 +97,44 @@ pub fn resolve_rate(credits: &CreditRate, model: &str) -> Result<Rate, PricingEr
     parse_rate("spec.credits.perDeviceHour", &credits.per_device_hour)
 }
 
+/// Every rate field of a class that cannot price: `(field, what is wrong and the
+/// fix)`. Empty when every rate parses and is at most [`MAX_RATE`]. The planner
+/// marks such a class Invalid with these, and the credit check rejects Workloads
+/// priced by it with them: a bad rate is never read as zero or skipped.
+pub fn rate_errors(credits: &CreditRate) -> Vec<(String, String)> {
+    let overrides = credits.model_overrides.iter().enumerate().map(|(i, o)| {
+        (
+            format!("spec.credits.modelOverrides[{i}].perDeviceHour"),
+            &o.per_device_hour,
+        )
+    });
+    std::iter::once((
+        "spec.credits.perDeviceHour".to_string(),
+        &credits.per_device_hour,
+    ))
+    .chain(overrides)
+    .filter_map(|(field, value)| read_rate(value).err().map(|problem| (field, problem)))
+    .collect()
+}
+
 fn parse_rate(what: &str, value: &str) -> Result<Rate, PricingError> {
-    value
-        .parse::<Credits>()
-        .map(|c| Rate(c.0))
-        .map_err(|source| PricingError::BadRate {
-            what: what.to_string(),
-            value: value.to_string(),
-            source,
-        })
+    read_rate(value).map_err(|problem| PricingError::BadRate {
+        what: what.to_string(),
+        value: value.to_string(),
+        problem,
+    })
+}
+
+/// A rate field's value, or what is wrong with it and how to fix it.
+fn read_rate(value: &str) -> Result<Rate, String> {
+    let credits = value.parse::<Credits>().map_err(|e| e.to_string())?;
+    if credits.0 > MAX_RATE.0 {
+        return Err(format!(
+            "{value:?} credits per device-hour is above the largest rate, {}: a year of one device must fit the ledger's amounts; use a smaller credit unit",
+            Credits(MAX_RATE.0)
+        ));
+    }
+    Ok(Rate(credits.0))
 }
 
 /// The rate-card version recorded on every entry: a stable 64-bit FNV-1a hash of
@@ -206,6 +242,41 @@ mod tests {
     }
 
     #[test]
+    fn rates_above_the_largest_are_errors_naming_the_field_and_fix() {
+        let spec = CreditRate {
+            per_device_hour: "999999999.999999".into(),
+            model_overrides: vec![
+                ModelRate {
+                    model: "*H100*".into(),
+                    per_device_hour: "1000000000".into(),
+                },
+                ModelRate {
+                    model: "*A100*".into(),
+                    per_device_hour: "two".into(),
+                },
+            ],
+        };
+        assert_eq!(resolve_rate(&spec, "MI300X").unwrap(), MAX_RATE);
+        let errors = rate_errors(&spec);
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        assert_eq!(errors[0].0, "spec.credits.modelOverrides[0].perDeviceHour");
+        assert!(
+            errors[0].1.contains("largest rate, 999999999.999999"),
+            "{errors:?}"
+        );
+        assert_eq!(errors[1].0, "spec.credits.modelOverrides[1].perDeviceHour");
+        assert!(errors[1].1.contains("e.g. \"2.5\""), "{errors:?}");
+        let e = resolve_rate(&spec, "NVIDIA-H100").unwrap_err().to_string();
+        assert!(
+            e.contains("spec.credits.modelOverrides[0].perDeviceHour") && e.contains("smaller"),
+            "{e}"
+        );
+        // The largest rate prices a year of one device within the ledger's i64.
+        let year = cumulative(MAX_RATE, 1, 366 * 24 * 3600).unwrap();
+        assert!(i64::try_from(year.0).is_ok());
+    }
+
+    #[test]
     fn rate_card_is_stable_and_sensitive() {
         let a = CreditRate {
             per_device_hour: "2.5".into(),
@@ -271,6 +342,23 @@ mod tests {
             prop_assert!(a <= b);
             let c = cumulative(Rate(rate), units + 1, s).unwrap();
             prop_assert!(a <= c);
+        }
+
+        #[test]
+        fn rate_errors_agree_with_resolve_rate(base in "[0-9]{1,12}(\\.[0-9]{1,7})?|[a-z-]{0,4}",
+                                                over in "[0-9]{1,12}(\\.[0-9]{1,6})?") {
+            let spec = CreditRate {
+                per_device_hour: base,
+                model_overrides: vec![ModelRate { model: "X*".into(), per_device_hour: over }],
+            };
+            let errors = rate_errors(&spec);
+            let fields: Vec<&str> = errors.iter().map(|(f, _)| f.as_str()).collect();
+            prop_assert_eq!(resolve_rate(&spec, "other").is_err(), fields.contains(&"spec.credits.perDeviceHour"));
+            prop_assert_eq!(resolve_rate(&spec, "X1").is_err(),
+                fields.contains(&"spec.credits.modelOverrides[0].perDeviceHour"));
+            if let Ok(rate) = resolve_rate(&spec, "other") {
+                prop_assert!(rate <= MAX_RATE);
+            }
         }
 
         #[test]

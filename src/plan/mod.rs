@@ -663,7 +663,7 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
             if !class_reports[&grant.name].valid {
                 continue;
             }
-            let cq_name = names::bounded(&[&bname, &grant.name], 253);
+            let cq_name = cluster_queue_name(&bname, &grant.name);
             let order = class_order.get(&grant.name).cloned().unwrap_or_default();
             let cq = build_cluster_queue(
                 &cq_name,
@@ -867,6 +867,11 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
     plan.budgets = budget_reports;
     plan.flavors = reports;
     plan
+}
+
+/// The ClusterQueue kaccel generates for a budget's grant of a class.
+pub fn cluster_queue_name(budget: &str, class: &str) -> String {
+    names::bounded(&[budget, class], 253)
 }
 
 fn invalid_condition(errors: &[FieldError]) -> DesiredCondition {

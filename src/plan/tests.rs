@@ -474,6 +474,37 @@ fn bad_references_become_conditions_not_panics() {
 }
 
 #[test]
+fn a_rate_the_ledger_cannot_price_makes_the_class_invalid() {
+    let (mut classes, budgets, nodes) = examples();
+    let target = classes[0].metadata.name.clone().unwrap();
+    // Passes the old CEL rule (12 integer digits) and parses as credits, but a year
+    // of one device would not fit the ledger: Invalid, never priced.
+    classes[0].spec.credits.per_device_hour = "999999999999".into();
+    let (plan, _) = run(&classes, &budgets, &nodes, &HealthSnapshot::default());
+    let report = &plan.classes[&target];
+    assert!(!report.valid);
+    let invalid = report
+        .conditions
+        .iter()
+        .find(|c| c.type_ == api::INVALID && c.status)
+        .expect("an Invalid condition");
+    assert!(
+        invalid.message.contains("spec.credits.perDeviceHour")
+            && invalid.message.contains("largest rate, 999999999.999999")
+            && invalid.message.contains("use a smaller credit unit"),
+        "{}",
+        invalid.message
+    );
+    assert!(
+        !plan
+            .cluster_queues
+            .iter()
+            .any(|q| { q.metadata.labels.as_ref().unwrap()[CLASS_LABEL] == target }),
+        "no ClusterQueue prices with an unusable rate"
+    );
+}
+
+#[test]
 fn classes_pooling_the_same_hardware_differently_conflict() {
     let (_, _, nodes) = examples();
     let sel = HardwareSelector {

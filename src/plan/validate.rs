@@ -123,16 +123,11 @@ pub fn validate_class(spec: &AcceleratorClassSpec) -> Vec<FieldError> {
             ));
         }
     }
-    if let Err(e) = spec.credits.per_device_hour.parse::<Credits>() {
-        errors.push(err("spec.credits.perDeviceHour", e.to_string()));
+    // The ledger's own rule, so a class the planner accepts always prices.
+    for (field, problem) in crate::ledger::pricing::rate_errors(&spec.credits) {
+        errors.push(err(field, problem));
     }
     for (i, o) in spec.credits.model_overrides.iter().enumerate() {
-        if let Err(e) = o.per_device_hour.parse::<Credits>() {
-            errors.push(err(
-                format!("spec.credits.modelOverrides[{i}].perDeviceHour"),
-                e.to_string(),
-            ));
-        }
         if o.model.is_empty() {
             errors.push(err(
                 format!("spec.credits.modelOverrides[{i}].model"),

@@ -738,3 +738,117 @@ async fn leader(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
     follower.kill();
     Ok(())
 }
+
+#[tokio::test]
+async fn a_planned_name_held_by_another_manager_is_a_conflict_and_left_alone() {
+    let _serial = support::serial().await;
+    let client = support::client().await;
+    let mut cleanup = Cleanup::default();
+    let result = name_taken(&client, &mut cleanup).await;
+    cleanup.run(&client).await;
+    result.unwrap();
+}
+
+async fn name_taken(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
+    ensure_example_nodes(client).await?;
+    let id = support::unique("nt");
+    let class = format!("lt-{id}");
+    let team = format!("team-{id}");
+    let cq_name = format!("{team}-{class}");
+    let cqs: Api<DynamicObject> = Api::all_with(client.clone(), &kueue("ClusterQueue"));
+    // Someone else's ClusterQueue under the name kaccel will plan, created first.
+    let foreign = support::object(json!({
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
+        "metadata": { "name": cq_name, "labels": { "app.kubernetes.io/managed-by": "terraform" } },
+        "spec": { "namespaceSelector": {} }
+    }));
+    let params = PostParams {
+        field_manager: Some("terraform".into()),
+        ..Default::default()
+    };
+    let before = serde_json::to_value(cqs.create(&params, &foreign).await?)?;
+    cleanup.add(None, kueue("ClusterQueue"), &cq_name);
+    let (ns, _) = class_with_budget(
+        client,
+        cleanup,
+        &id,
+        &class_from_example("large-training", &class),
+        0,
+    )
+    .await?;
+    let budgets: Api<CreditBudget> = Api::all(client.clone());
+    let lqs: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &kueue("LocalQueue"));
+
+    let root = format!("root-{id}");
+    let mut controller = Controller::start(&format!("ctl-{id}"), free_port(), &config(&root, None));
+    cleanup.add(None, kueue("Cohort"), &root);
+    cleanup.add(None, kueue("Cohort"), &format!("{root}-{team}"));
+    let result = async {
+        let conditions = wait_for("budget Conflict naming the ClusterQueue", WAIT, || async {
+            Ok(budgets
+                .get(&team)
+                .await?
+                .status
+                .map(|s| s.conditions)
+                .filter(|cs| {
+                    cs.iter()
+                        .any(|c| c.type_ == "Conflict" && c.status == "True")
+                }))
+        })
+        .await?;
+        let conflict = conditions.iter().find(|c| c.type_ == "Conflict").unwrap();
+        assert!(
+            conflict
+                .message
+                .contains(&format!("ClusterQueue {cq_name}"))
+                && conflict.message.contains("managed by terraform"),
+            "{}",
+            conflict.message
+        );
+        let ready = conditions.iter().find(|c| c.type_ == "Ready").unwrap();
+        assert_eq!(ready.status, "False", "{ready:?}");
+        // The other object is untouched, and no LocalQueue points the team at it.
+        // (Kueue writes its status, so the resourceVersion moves: compare what
+        // kaccel would write, and who wrote.)
+        let after = support::get_json(&cqs, &cq_name).await?;
+        assert_eq!(after["spec"], before["spec"]);
+        assert_eq!(after["metadata"]["labels"], before["metadata"]["labels"]);
+        let writers: Vec<&str> = after["metadata"]["managedFields"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|m| m["manager"].as_str())
+            .collect();
+        assert!(
+            !writers.contains(&"kaccel"),
+            "kaccel wrote the other ClusterQueue: {writers:?}"
+        );
+        assert!(
+            lqs.get_opt(&class).await?.is_none(),
+            "a LocalQueue was written onto the other ClusterQueue"
+        );
+
+        // Once the name is free, kaccel creates its own and the conflict clears.
+        cqs.delete(&cq_name, &DeleteParams::default()).await?;
+        wait_obj(&cqs, &cq_name, "kaccel's own", |o| {
+            o["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "kaccel"
+        })
+        .await?;
+        wait_for("Conflict cleared", WAIT, || async {
+            Ok(budgets.get(&team).await?.status.filter(|s| {
+                !s.conditions
+                    .iter()
+                    .any(|c| c.type_ == "Conflict" && c.status == "True")
+            }))
+        })
+        .await?;
+        wait_obj(&lqs, &class, "exists", |_| true).await?;
+        Ok(())
+    }
+    .await;
+    if result.is_err() {
+        eprintln!("kaccel log:\n{}", controller.log_tail());
+    }
+    controller.kill();
+    result
+}

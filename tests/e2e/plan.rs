@@ -243,6 +243,24 @@ async fn api_server_enforces_the_cel_rules_with_field_messages() {
     );
     assert!(text.contains("perDeviceHour"), "{text}");
 
+    // A rate that parses but that the ledger cannot price (a year of one device
+    // would overflow its amounts) is refused at apply time too.
+    let too_large: AcceleratorClass = serde_json::from_value(json!({
+        "apiVersion": "kaccel.io/v1alpha1", "kind": "AcceleratorClass",
+        "metadata": { "name": name },
+        "spec": { "sharing": "Whole", "credits": { "perDeviceHour": "999999999999" } }
+    }))
+    .unwrap();
+    let err = classes
+        .create(&PostParams::default(), &too_large)
+        .await
+        .expect_err("the API server accepted a rate above the largest the ledger prices");
+    assert!(
+        err.to_string()
+            .contains("spec.credits.perDeviceHour must be a non-negative decimal below 1000000000"),
+        "{err}"
+    );
+
     let budgets: Api<CreditBudget> = Api::all(client.clone());
     let bad: CreditBudget = serde_json::from_value(json!({
         "apiVersion": "kaccel.io/v1alpha1", "kind": "CreditBudget",
