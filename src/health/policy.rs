@@ -26,7 +26,8 @@ pub struct Policy {
     pub ignored_xids: Vec<u64>,
     /// XIDs that mean the device failed (double-bit ECC, fallen off the bus, ...).
     pub failed_xids: Vec<u64>,
-    /// A device must read healthy this long (seconds) before it counts again.
+    /// A device must read healthy this long (seconds) before it counts again; after
+    /// a silence, counted from the first fresh reading.
     pub hold_down_seconds: i64,
 }
 
@@ -522,6 +523,21 @@ pub(crate) mod testing {
             .collect()
     }
 
+    /// One poll that brings no fresh news about the GPUs in `bad`, by `kind`: 0 the
+    /// exporter is unreachable, 1 no poll at all (it goes stale), 2 it answers
+    /// about every other GPU (healthy) but not those, 3 its source is removed.
+    pub fn silent_poll(t: &mut Tracker, kind: u8, now: i64, bad: &[u32]) {
+        match kind {
+            0 => t.fail(SOURCE, "connection refused".into(), now),
+            1 => {}
+            2 => {
+                let quiet: Vec<u32> = (0..8).filter(|i| !bad.contains(i)).collect();
+                t.observe(SOURCE, gpus(&quiet, &[], &[]), now, &Policy::default());
+            }
+            _ => t.remove_source(SOURCE, now),
+        }
+    }
+
     /// What the planner sees of [`NODE`]'s GPUs at `now`.
     pub fn counts(t: &Tracker, inventory: &Inventory, now: i64) -> HealthCounts {
         let node = &inventory.nodes[NODE];
@@ -694,7 +710,9 @@ mod tests {
         }
     }
     mod last_known_bad {
-        use super::super::testing::{NODE, SOURCE, STALE_AFTER, counts, fleet, gpus, watched};
+        use super::super::testing::{
+            NODE, SOURCE, STALE_AFTER, counts, fleet, gpus, silent_poll, watched,
+        };
         use super::*;
 
         const ALL: [u32; 8] = [0, 1, 2, 3, 4, 5, 6, 7];
@@ -844,21 +862,10 @@ mod tests {
                 let out = |c: HealthCounts| c.failed + c.degraded;
                 let bad = out(counts(&t, inventory, 100));
                 let mut now = 100;
+                let silenced: Vec<u32> = failed.iter().chain(&degraded).copied().collect();
                 for (event, dt) in events {
                     now += dt;
-                    match event {
-                        0 => t.fail(SOURCE, "connection refused".into(), now),
-                        1 => {} // no poll at all: stale
-                        2 => {
-                            let quiet: Vec<u32> = ALL
-                                .iter()
-                                .copied()
-                                .filter(|i| !failed.contains(i) && !degraded.contains(i))
-                                .collect();
-                            t.observe(SOURCE, gpus(&quiet, &[], &[]), now, &p);
-                        }
-                        _ => t.remove_source(SOURCE, now),
-                    }
+                    silent_poll(&mut t, event, now, &silenced);
                     proptest::prop_assert!(out(counts(&t, inventory, now)) >= bad);
                 }
             }

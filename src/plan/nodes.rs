@@ -490,24 +490,15 @@ mod tests {
             apply_actions(&mut nodes, &first.actions);
             let mut now = 100;
             let mut restarted = false;
+            let silenced: Vec<u32> = failed.iter().chain(&degraded).copied().collect();
             for (event, dt) in events {
                 now += dt;
                 match event {
-                    0 => tracker.fail(SOURCE, "connection refused".into(), now),
-                    1 => {} // no poll at all: stale
-                    2 => {
-                        let quiet: Vec<u32> = all
-                            .iter()
-                            .copied()
-                            .filter(|i| !failed.contains(i) && !degraded.contains(i))
-                            .collect();
-                        tracker.observe(SOURCE, gpus(&quiet, &[], &[]), now, &policy);
-                    }
                     // The exporter pod goes away. Not after a restart: then nothing
                     // is left that says the node had a source (a known limit: the
                     // group falls back to the Node's own view).
-                    3 if !restarted => tracker.remove_source(SOURCE, now),
-                    3 => {}
+                    3 if restarted => {}
+                    0..=3 => testing::silent_poll(&mut tracker, event, now, &silenced),
                     _ => {
                         // Restart: only kaccel's annotations on the Node remember.
                         tracker = watched();
