@@ -102,7 +102,7 @@ pub struct InventoryReport {
 pub struct DeviceHealth {
     pub observed_at: i64,
     pub sources: Vec<crate::health::policy::SourceState>,
-    pub devices: Vec<crate::health::policy::TrackedDevice>,
+    pub devices: Vec<crate::health::policy::DeviceView>,
 }
 
 impl InventoryReport {
@@ -125,6 +125,7 @@ impl InventoryReport {
             tracker.sources.insert(s.name.clone(), s.clone());
         }
         for d in &health.devices {
+            let d = &d.device;
             tracker
                 .devices
                 .insert((d.node.clone(), d.device.clone()), d.clone());
@@ -658,20 +659,40 @@ pub fn render(report: &InventoryReport) -> String {
         .chain(report.notes.iter().cloned())
         .collect();
     if let Some(h) = &report.device_health {
+        // A silent source's devices read e.g. "Failed (last seen T, source stale
+        // since T')": the column is as wide as its longest entry.
+        let statuses: Vec<String> = h
+            .devices
+            .iter()
+            .map(|v| {
+                if v.status_text.is_empty() {
+                    format!("{:?}", v.device.status)
+                } else {
+                    v.status_text.clone()
+                }
+            })
+            .collect();
+        let width = statuses
+            .iter()
+            .map(|t| t.chars().count())
+            .max()
+            .unwrap_or(0)
+            .max(9);
         let _ = writeln!(s);
         let _ = writeln!(
             s,
-            "{:<20} {:<28} {:<7} {:<9} {:>6} {:<22} REASONS",
+            "{:<20} {:<28} {:<7} {:<width$} {:>6} {:<22} REASONS",
             "NODE", "DEVICE", "VENDOR", "STATUS", "TEMP", "SOURCE"
         );
-        for d in &h.devices {
+        for (view, status) in h.devices.iter().zip(&statuses) {
+            let d = &view.device;
             let _ = writeln!(
                 s,
-                "{:<20} {:<28} {:<7} {:<9} {:>6} {:<22} {}",
+                "{:<20} {:<28} {:<7} {:<width$} {:>6} {:<22} {}",
                 d.node,
                 d.reading.uuid.as_deref().unwrap_or(&d.device),
                 d.vendor.map(|v| v.as_str()).unwrap_or("-"),
-                format!("{:?}", d.status),
+                status,
                 d.reading
                     .temperature_c
                     .map(|t| format!("{t:.0}C"))

@@ -167,7 +167,7 @@ impl Poller {
                     .set(now);
             }
             Err(e) => {
-                tracing::warn!(source = %state, error = %e, "health source unusable: its devices are Unknown");
+                tracing::warn!(source = %state, error = %e, "health source unusable: its devices are Unknown (those last seen Failed or Degraded stay out)");
                 self.metrics.source_up.get_or_create(&label).set(0);
                 self.metrics.source_errors.get_or_create(&label).inc();
             }
@@ -227,7 +227,7 @@ impl Poller {
                 }
                 t.observe(&source.name, found, now, &self.policy);
             }
-            Err(e) => t.fail(&source.name, e),
+            Err(e) => t.fail(&source.name, e, now),
         })
     }
 
@@ -277,7 +277,7 @@ impl Poller {
                 for node in known.iter() {
                     self.node_state(t, node);
                     let state = node_state_name(&source.name, node);
-                    t.fail(&state, e.clone());
+                    t.fail(&state, e.clone(), now);
                     self.report(&state, Err(&e), now);
                 }
             }
@@ -300,14 +300,14 @@ impl Poller {
                     let e = format!(
                         "stale: the newest sample is {age}s old (staleAfterSeconds {window})"
                     );
-                    t.fail(&state, e.clone());
+                    t.fail(&state, e.clone(), now);
                     self.report(&state, Err(&e), now);
                     seen.insert(node);
                 }
                 for node in known.iter().filter(|n| !seen.contains(*n)) {
                     let state = node_state_name(&source.name, node);
                     let e = format!("no samples for this node in the last {window}s");
-                    t.fail(&state, e.clone());
+                    t.fail(&state, e.clone(), now);
                     self.report(&state, Err(&e), now);
                 }
                 known.extend(seen);
@@ -335,7 +335,7 @@ impl Poller {
                 return self.update(now, |t| {
                     for node in known.iter() {
                         let state = node_state_name(&source.name, node);
-                        t.fail(&state, e.clone());
+                        t.fail(&state, e.clone(), now);
                         self.report(&state, Err(&e), now);
                     }
                 });
@@ -373,11 +373,11 @@ impl Poller {
         );
         let current: BTreeSet<String> = endpoints.iter().map(|e| e.node.clone()).collect();
         let awake = self.update(now, |t| {
-            // A node whose exporter pod went away: its state and devices go too.
+            // A node whose exporter pod went away: its state and devices go too,
+            // except devices it last reported Failed or Degraded (they stay out).
             for node in known.iter().filter(|n| !current.contains(*n)) {
                 let state = node_state_name(&source.name, node);
-                t.sources.remove(&state);
-                t.devices.retain(|_, d| d.source != state);
+                t.remove_source(&state, now);
                 self.forget_metrics(&state);
                 tracing::info!(source = %state, "exporter pod gone: dropped its health state");
             }
@@ -391,7 +391,7 @@ impl Poller {
                 );
                 match result {
                     Ok(found) => t.observe(&state, found, now, &self.policy),
-                    Err(e) => t.fail(&state, format!("{}: {e}", ep.pod)),
+                    Err(e) => t.fail(&state, format!("{}: {e}", ep.pod), now),
                 }
             }
         });

@@ -79,8 +79,7 @@ async fn devices(State(state): State<HttpState>) -> impl IntoResponse {
                 v
             })
             .collect();
-        let devices: Vec<&crate::health::policy::TrackedDevice> =
-            tracker.devices.values().collect();
+        let devices = tracker.device_views(now);
         serde_json::json!({ "observedAt": now, "sources": sources, "devices": devices })
     };
     (

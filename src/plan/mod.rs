@@ -817,7 +817,7 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
                 true,
                 "NoFreshHealthData",
                 format!(
-                    "{} of {} devices have no fresh health data (a stale, unreachable or unparseable source, or a NotReady node); they still count as capacity and trigger no action",
+                    "{} of {} devices have no fresh health data (a stale, unreachable or unparseable source, or a NotReady node); they still count as capacity and trigger no action, and undo none (devices last seen failed or degraded are counted as such until fresh readings show them healthy for the hold-down)",
                     devices.unknown,
                     devices.total()
                 ),

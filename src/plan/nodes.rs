@@ -117,9 +117,13 @@ pub fn node_actions(
         }
         let mut all_out = true;
         let mut failed = false;
+        // Devices nothing fresh speaks for (a silent source, a NotReady node, or
+        // kaccel just restarted and has not heard from the source yet).
+        let mut silent = false;
         let mut reasons = Vec::new();
         for g in &node.groups {
             let c = health.counts_for(node, g);
+            silent |= c.unknown > 0;
             if c.degraded + c.failed < g.capacity || g.capacity == 0 {
                 all_out = false;
             }
@@ -137,8 +141,11 @@ pub fn node_actions(
         let has_taint = node.taints.iter().any(|t| t.key == UNHEALTHY_TAINT);
         let ours_tainted = has_taint && annotated(TAINTED_ANNOTATION);
         let ours_cordoned = node.unschedulable && annotated(CORDONED_ANNOTATION);
-        let want_taint = policy.taint && all_out;
-        let want_cordon = policy.cordon_on_failed && failed;
+        // Unknown never undoes an action (invariant 6): kaccel's own annotation is
+        // the evidence it acted for a bad device; only fresh readings that show the
+        // node's devices healthy (held for the hold-down) may take it back.
+        let want_taint = policy.taint && (all_out || (silent && ours_tainted));
+        let want_cordon = policy.cordon_on_failed && (failed || (silent && ours_cordoned));
         let reason = reasons.join(", ");
 
         if ours_tainted && !want_taint {
@@ -377,5 +384,135 @@ mod tests {
                 }
             ]
         );
+    }
+
+    /// What the controller's node actions do to the Node objects.
+    fn apply_actions(nodes: &mut [Node], actions: &[NodeAction]) {
+        for action in actions {
+            let node = nodes
+                .iter_mut()
+                .find(|n| n.metadata.name.as_deref() == Some(action.node()))
+                .expect("the acted-on node");
+            let spec = node.spec.get_or_insert_with(Default::default);
+            let ann = node
+                .metadata
+                .annotations
+                .get_or_insert_with(Default::default);
+            let taints = spec.taints.get_or_insert_with(Vec::new);
+            match action {
+                NodeAction::Taint { .. } => {
+                    taints.push(Taint {
+                        key: UNHEALTHY_TAINT.into(),
+                        effect: "NoSchedule".into(),
+                        ..Default::default()
+                    });
+                    ann.insert(TAINTED_ANNOTATION.into(), "true".into());
+                }
+                NodeAction::Untaint { .. } => {
+                    taints.retain(|t| t.key != UNHEALTHY_TAINT);
+                    ann.remove(TAINTED_ANNOTATION);
+                }
+                NodeAction::Cordon { .. } => {
+                    spec.unschedulable = Some(true);
+                    ann.insert(CORDONED_ANNOTATION.into(), "true".into());
+                }
+                NodeAction::Uncordon { .. } => {
+                    spec.unschedulable = Some(false);
+                    ann.remove(CORDONED_ANNOTATION);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_silent_source_never_undoes_a_cordon_or_taint_even_after_a_restart() {
+        let (mut nodes, classes) = fleet();
+        let h100 = h100_nodes(&nodes);
+        let mut failed = HealthSnapshot::default();
+        failed.set(
+            &h100[0],
+            "nvidia.com/gpu",
+            HealthCounts {
+                failed: 8,
+                ..Default::default()
+            },
+        );
+        let acted = decide(&nodes, &classes, &failed).actions;
+        assert_eq!(acted.len(), 2, "cordon and taint: {acted:?}");
+        apply_actions(&mut nodes, &acted);
+        // kaccel restarts and its exporter is down: nothing fresh about the node.
+        let mut silent = HealthSnapshot::default();
+        silent.set(
+            &h100[0],
+            "nvidia.com/gpu",
+            HealthCounts {
+                unknown: 8,
+                ..Default::default()
+            },
+        );
+        assert_eq!(decide(&nodes, &classes, &silent), NodeActions::default());
+        // Fresh healthy readings (after the hold-down) take both back.
+        let d = decide(&nodes, &classes, &HealthSnapshot::default());
+        assert_eq!(
+            d.actions,
+            vec![
+                NodeAction::Untaint {
+                    node: h100[0].clone()
+                },
+                NodeAction::Uncordon {
+                    node: h100[0].clone()
+                }
+            ]
+        );
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+        /// No sequence of silent polls (unreachable, stale, an answer without the bad
+        /// devices, the source removed, kaccel restarted) starts or undoes a node
+        /// action: whatever fresh readings made kaccel do stays done.
+        #[test]
+        fn silence_never_uncordons_or_untaints(
+            failed in proptest::collection::btree_set(0u32..8, 0..3),
+            degraded in proptest::collection::btree_set(0u32..8, 0..9),
+            events in proptest::collection::vec((0u8..5, 1i64..100), 1..10),
+        ) {
+            use crate::health::policy::Policy;
+            use crate::health::policy::testing::{self, NODE, SOURCE, gpus, watched};
+            let (mut nodes, classes) = fleet();
+            let policy = Policy::default();
+            let all: Vec<u32> = (0..8).collect();
+            let failed: Vec<u32> = failed.into_iter().collect();
+            let degraded: Vec<u32> = degraded.into_iter().collect();
+            let mut tracker = watched();
+            tracker.observe(SOURCE, gpus(&all, &failed, &degraded), 100, &policy);
+            let first = decide(&nodes, &classes, &tracker.snapshot(testing::fleet(), 100));
+            apply_actions(&mut nodes, &first.actions);
+            let mut now = 100;
+            let mut restarted = false;
+            let silenced: Vec<u32> = failed.iter().chain(&degraded).copied().collect();
+            for (event, dt) in events {
+                now += dt;
+                match event {
+                    // The exporter pod goes away. Not after a restart: then nothing
+                    // is left that says the node had a source (a known limit: the
+                    // group falls back to the Node's own view).
+                    3 if restarted => {}
+                    0..=3 => testing::silent_poll(&mut tracker, event, now, &silenced),
+                    _ => {
+                        // Restart: only kaccel's annotations on the Node remember.
+                        tracker = watched();
+                        restarted = true;
+                    }
+                }
+                let d = decide(&nodes, &classes, &tracker.snapshot(testing::fleet(), now));
+                proptest::prop_assert!(
+                    d.actions.iter().all(|a| a.node() != NODE),
+                    "after event {event} at {now}: {:?} (first: {:?})",
+                    d.actions,
+                    first.actions
+                );
+            }
+        }
     }
 }

@@ -116,13 +116,16 @@ fn h100_nodes() -> Vec<(String, u32)> {
         .collect()
 }
 
+/// The fixture sources' staleAfterSeconds.
+const STALE_AFTER_SECONDS: u64 = 3;
+
 fn health_config(root: &str, sources: &[(String, u16)], hold_down: u32) -> String {
     let mut s = format!(
         "rootCohort: {root}\ndebounceMs: 50\nmaxDelayMs: 300\nwatchResourceSlices: false\nleaderElection:\n  enabled: false\nhealth:\n  actions:\n    evictWorkloadsOnFailed: true\n  policy:\n    holdDownSeconds: {hold_down}\n  sources:\n"
     );
     for (node, port) in sources {
         s.push_str(&format!(
-            "    - {{name: dcgm-{node}, kind: dcgm-exporter, url: \"http://127.0.0.1:{port}/metrics\", node: {node}, intervalSeconds: 1, staleAfterSeconds: 3, timeoutSeconds: 1}}\n"
+            "    - {{name: dcgm-{node}, kind: dcgm-exporter, url: \"http://127.0.0.1:{port}/metrics\", node: {node}, intervalSeconds: 1, staleAfterSeconds: {STALE_AFTER_SECONDS}, timeoutSeconds: 1}}\n"
         ));
     }
     s
@@ -249,44 +252,58 @@ async fn class_devices(
 
 #[tokio::test]
 async fn faults_shrink_quota_and_cordon_within_the_share_and_recover() {
+    with_health_controller(2, faults).await;
+}
+
+/// Run `body` against a kaccel scraping one fake exporter per H100 node (see
+/// [`setup`]); print kaccel's log if it fails, and whatever happened, leave no
+/// node cordoned or tainted and no object behind.
+async fn with_health_controller(
+    hold_down: u32,
+    body: impl AsyncFnOnce(&Client, &Setup) -> Result<()>,
+) {
     let _serial = support::serial().await;
     let client = support::client().await;
     let mut cleanup = Cleanup::default();
     let result = async {
-        let s = setup(&client, &mut cleanup, 2).await?;
-        let r = faults(&client, &s).await;
+        let s = setup(&client, &mut cleanup, hold_down).await?;
+        let r = body(&client, &s).await;
         if r.is_err() {
             eprintln!("--- kaccel log:\n{}", s.controller.log_tail());
         }
         r
     }
     .await;
-    // Whatever happened, leave no node cordoned or tainted by this test.
     uncordon_all(&client).await;
     cleanup.run(&client).await;
     result.unwrap();
 }
 
-async fn faults(client: &Client, s: &Setup) -> Result<()> {
+/// Every source answers and every device is healthy (one example node has a GPU
+/// its plugin withdrew: Degraded); returns the H100 quota then.
+async fn settled(client: &Client, s: &Setup) -> Result<u64> {
     let classes: Api<AcceleratorClass> = Api::all(client.clone());
-    let nodes: Api<Node> = Api::all(client.clone());
     let total: u32 = h100_nodes().iter().map(|(_, c)| c).sum();
     let wait = Duration::from_secs(30);
-
-    // All sources answer, all devices healthy (one example node has a GPU its plugin
-    // withdrew: Degraded).
     let healthy = wait_for("healthy devices reported", wait, || async {
         let d = class_devices(&classes, &s.class).await?;
         Ok((d.healthy + d.degraded == total && d.unknown == 0).then_some(d))
     })
     .await?;
-    let spare_before = wait_for("root cohort quota", wait, || async {
+    let spare = wait_for("root cohort quota", wait, || async {
         spare_h100(client, &s.root).await
     })
     .await?;
-    eprintln!("healthy: {healthy:?}, total H100 quota {spare_before}");
+    eprintln!("healthy: {healthy:?}, total H100 quota {spare}");
+    Ok(spare)
+}
 
-    // 1. Uncorrectable ECC on one GPU of node 0: Failed, quota shrinks, node cordoned.
+/// Uncorrectable ECC on GPU 3 of the first H100 node; waits until kaccel cordoned
+/// the node and took its GPUs out of the quota (`spare_before`), and returns the
+/// new quota.
+async fn fail_gpu_on_node_0(client: &Client, s: &Setup, spare_before: u64) -> Result<u64> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let wait = Duration::from_secs(30);
     let (n0, e0) = &s.exporters[0];
     let gpus0 = h100_nodes()[0].1;
     let injected = Instant::now();
@@ -295,20 +312,23 @@ async fn faults(client: &Client, s: &Setup) -> Result<()> {
         Ok(node_state(&nodes, n0).await?.0.then_some(()))
     })
     .await?;
-    let spare_after = wait_for("quota reduced", wait, || async {
+    // The failed GPU leaves first, then the rest of the cordoned node.
+    let spare_after = wait_for("quota reduced by the node's GPUs", wait, || async {
         Ok(spare_h100(client, &s.root)
             .await?
-            .filter(|q| *q < spare_before))
+            .filter(|q| *q + u64::from(gpus0) <= spare_before))
     })
     .await?;
     eprintln!(
         "MEASURE ECC fault -> cordon + quota {spare_before}->{spare_after} in {} ms (scrape interval 1 s)",
         injected.elapsed().as_millis()
     );
-    let d = class_devices(&classes, &s.class).await?;
-    assert!(d.failed >= 1, "{d:?}");
-    // Per-device health, as an operator reads it: kaccel inventory --health-from.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kaccel"))
+    Ok(spare_after)
+}
+
+/// `kaccel inventory --health-from <the controller> -o json`.
+async fn inventory_with_health(s: &Setup) -> Result<serde_json::Value> {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_kaccel"))
         .args([
             "inventory",
             "--health-from",
@@ -316,13 +336,31 @@ async fn faults(client: &Client, s: &Setup) -> Result<()> {
             "-o",
             "json",
         ])
-        .output()?;
+        .output()
+        .await?;
     anyhow::ensure!(
         out.status.success(),
         "kaccel inventory: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let inv: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    Ok(serde_json::from_slice(&out.stdout)?)
+}
+
+async fn faults(client: &Client, s: &Setup) -> Result<()> {
+    let classes: Api<AcceleratorClass> = Api::all(client.clone());
+    let nodes: Api<Node> = Api::all(client.clone());
+    let wait = Duration::from_secs(30);
+
+    let spare_before = settled(client, s).await?;
+
+    // 1. Uncorrectable ECC on one GPU of node 0: Failed, quota shrinks, node cordoned.
+    let (n0, e0) = &s.exporters[0];
+    let gpus0 = h100_nodes()[0].1;
+    fail_gpu_on_node_0(client, s, spare_before).await?;
+    let d = class_devices(&classes, &s.class).await?;
+    assert!(d.failed >= 1, "{d:?}");
+    // Per-device health, as an operator reads it: kaccel inventory --health-from.
+    let inv = inventory_with_health(s).await?;
     let failed: Vec<&serde_json::Value> = inv["deviceHealth"]["devices"]
         .as_array()
         .into_iter()
@@ -450,6 +488,115 @@ async fn faults(client: &Client, s: &Setup) -> Result<()> {
             .filter(|q| *q == spare_before))
     })
     .await?;
+    Ok(())
+}
+
+/// Issue 14, defect 2: an exporter that dies on a node with a broken GPU must not
+/// put the GPU back into quota or the node back into service. The GPU stays Failed
+/// (last seen, source stale since) through the silence; only fresh healthy
+/// readings held for the hold-down bring it back.
+#[tokio::test]
+async fn a_silent_exporter_never_returns_a_failed_gpu_to_service() {
+    with_health_controller(SILENCE_HOLD_DOWN_SECONDS, silence).await;
+}
+
+/// Long enough to tell "held for the hold-down" from "released at once".
+const SILENCE_HOLD_DOWN_SECONDS: u32 = 4;
+
+async fn silence(client: &Client, s: &Setup) -> Result<()> {
+    let classes: Api<AcceleratorClass> = Api::all(client.clone());
+    let nodes: Api<Node> = Api::all(client.clone());
+    let wait = Duration::from_secs(30);
+    let spare_before = settled(client, s).await?;
+    let spare_failed = fail_gpu_on_node_0(client, s, spare_before).await?;
+    let (n0, e0) = &s.exporters[0];
+    let gpus0 = h100_nodes()[0].1;
+
+    // The exporter dies: its seven healthy GPUs go Unknown, the failed one stays out.
+    e0.set(Answer::Dead);
+    let stopped = Instant::now();
+    wait_for("node 0's healthy GPUs Unknown", wait, || async {
+        Ok((class_devices(&classes, &s.class).await?.unknown >= gpus0 - 1).then_some(()))
+    })
+    .await?;
+    tokio::time::sleep(
+        Duration::from_secs(2 * STALE_AFTER_SECONDS).saturating_sub(stopped.elapsed()),
+    )
+    .await;
+    let (cordoned, _) = node_state(&nodes, n0).await?;
+    anyhow::ensure!(
+        cordoned,
+        "node uncordoned while its exporter was silent ({} ms after it stopped)",
+        stopped.elapsed().as_millis()
+    );
+    let node = nodes.get(n0).await?;
+    anyhow::ensure!(
+        node.annotations()
+            .get("kaccel.io/cordoned")
+            .map(String::as_str)
+            == Some("true"),
+        "kaccel's cordon annotation gone: {:?}",
+        node.annotations()
+    );
+    let spare_silent = spare_h100(client, &s.root).await?;
+    anyhow::ensure!(
+        spare_silent == Some(spare_failed),
+        "quota changed while the exporter was silent: {spare_failed} -> {spare_silent:?}"
+    );
+    let d = class_devices(&classes, &s.class).await?;
+    anyhow::ensure!(
+        d.failed >= 1,
+        "the failed GPU is no longer counted out: {d:?}"
+    );
+    let inv = inventory_with_health(s).await?;
+    let gpu3 = inv["deviceHealth"]["devices"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|d| d["device"] == format!("GPU-{n0}-0003").as_str())
+        .cloned()
+        .unwrap_or_default();
+    let text = gpu3["statusText"].as_str().unwrap_or_default();
+    anyhow::ensure!(
+        gpu3["effectiveStatus"] == "Failed"
+            && text.starts_with("Failed (last seen ")
+            && text.contains(", source stale since "),
+        "/devices does not show the GPU held Failed: {gpu3}"
+    );
+    anyhow::ensure!(
+        inv["health"][n0.as_str()]["nvidia.com/gpu"]["failed"] == 1,
+        "inventory counts: {}",
+        inv["health"][n0.as_str()]
+    );
+    eprintln!(
+        "MEASURE exporter silent {} ms (staleAfterSeconds {STALE_AFTER_SECONDS}): node still cordoned, H100 quota {spare_failed} (healthy {spare_before}); GPU 3: {text}",
+        stopped.elapsed().as_millis()
+    );
+
+    // Back and healthy: out for the hold-down from the first fresh reading, then in.
+    e0.set(Answer::Metrics(dcgm(n0, gpus0, &[])));
+    let back = Instant::now();
+    wait_for("node 0 uncordoned", wait, || async {
+        Ok((!node_state(&nodes, n0).await?.0).then_some(()))
+    })
+    .await?;
+    let uncordoned_ms = back.elapsed().as_millis();
+    // The first fresh reading comes within one scrape interval (1 s) of the answer
+    // changing; the hold-down counts from it.
+    anyhow::ensure!(
+        uncordoned_ms >= u128::from(SILENCE_HOLD_DOWN_SECONDS - 1) * 1000,
+        "uncordoned {uncordoned_ms} ms after the exporter came back: before the {SILENCE_HOLD_DOWN_SECONDS} s hold-down"
+    );
+    wait_for("quota back", wait, || async {
+        Ok(spare_h100(client, &s.root)
+            .await?
+            .filter(|q| *q == spare_before))
+    })
+    .await?;
+    eprintln!(
+        "MEASURE exporter back -> uncordon in {uncordoned_ms} ms, quota {spare_before} in {} ms (hold-down {SILENCE_HOLD_DOWN_SECONDS} s)",
+        back.elapsed().as_millis()
+    );
     Ok(())
 }
 
