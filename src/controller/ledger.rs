@@ -776,15 +776,7 @@ impl LedgerRuntime {
             action: "StopWorkload".into(),
             secondary: None,
         };
-        if let Err(e) = self.recorder.publish(&event, &reference).await {
-            tracing::warn!(error = %e, "could not publish the CreditsExhausted event");
-            self.metrics
-                .ledger_errors
-                .get_or_create(&ReasonLabel {
-                    reason: "event".into(),
-                })
-                .inc();
-        }
+        super::publish_event(&self.recorder, &self.metrics, &event, &reference).await;
         Ok(())
     }
 

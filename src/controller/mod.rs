@@ -1321,7 +1321,7 @@ fn priced_queues(planned: &Plan, budgets: &[CreditBudget]) -> BTreeMap<String, (
 
 /// Writes an Event. A failure does not fail the reconcile (Events are advisory),
 /// but it is logged at warn and counted, so a missing RBAC verb does not go unseen.
-async fn publish_event(
+pub(super) async fn publish_event(
     recorder: &Recorder,
     metrics: &Metrics,
     event: &Event,
