@@ -12,6 +12,7 @@ pub const INVALID: &str = "Invalid";
 pub const CONFLICT: &str = "Conflict";
 pub const QUOTA_SHORTFALL: &str = "QuotaShortfall";
 pub const EXHAUSTED: &str = "Exhausted";
+pub const OVERDRAWN: &str = "Overdrawn";
 pub const HEALTH_UNKNOWN: &str = "HealthUnknown";
 
 /// A condition as the planner wants it, without timestamps.

@@ -465,7 +465,8 @@ impl LedgerRuntime {
                             .pointer("/spec/active")
                             .and_then(Value::as_bool)
                             .unwrap_or(true);
-                        if active && now >= charge.renewal_due_at(state.terms) {
+                        let renews = active && !is_bounded(&v);
+                        if renews && now >= charge.renewal_due_at(state.terms) {
                             self.renew(&v, &charge, &mut state, &pricing, now).await?;
                         }
                         let (posts, next_post) =
@@ -473,7 +474,7 @@ impl LedgerRuntime {
                         self.append(&posts).await?;
                         state.apply(&charge, &posts);
                         let next_renewal = charge.renewal_due_at(state.terms);
-                        requeue = Some(if active && next_renewal > now {
+                        requeue = Some(if renews && next_renewal > now {
                             next_post.min(next_renewal)
                         } else {
                             next_post
@@ -503,7 +504,7 @@ impl LedgerRuntime {
             match (&record, &recorded) {
                 (Some(rec), Some((charge, _))) if rec.admission == admission => {
                     // Reserved before a crash (or the cache lags the check write).
-                    self.set_check(&v, "Ready", &ready_note(rec, charge), None)
+                    self.set_check(&v, "Ready", &ready_note(rec, charge, &v), None)
                         .await?;
                 }
                 _ => {
@@ -642,6 +643,7 @@ impl LedgerRuntime {
                     Some(record) => ready_note(
                         record,
                         &record.charge(&workload.namespace, &workload.name, uid),
+                        v,
                     ),
                     None => "no accelerator devices to charge".to_string(),
                 };
@@ -1211,18 +1213,34 @@ fn namespace_and_name(v: &Value) -> (&str, &str) {
 
 /// The check's message once credits are reserved (the same words whichever path
 /// sets it, so a replay writes nothing).
-fn ready_note(record: &ReservationRecord, charge: &Charge) -> String {
+fn ready_note(record: &ReservationRecord, charge: &Charge, workload: &Value) -> String {
     let mut cards: Vec<&str> = record.lines.iter().map(|l| l.rate_card.as_str()).collect();
     cards.sort_unstable();
     cards.dedup();
+    let span = if is_bounded(workload) {
+        format!("for up to {}s", record.horizon_seconds)
+    } else {
+        format!(
+            "for the first {}s, renewed every {}s while it runs",
+            record.horizon_seconds, record.horizon_seconds
+        )
+    };
     format!(
-        "reserved {} credits of budget {} for the first {}s, renewed every {}s while it runs (rate card {})",
+        "reserved {} credits of budget {} {span} (rate card {})",
         format_micros(i128::try_from(charge.term_price(0)).unwrap_or(i128::MAX)),
         record.budget,
-        record.horizon_seconds,
-        record.horizon_seconds,
         cards.join(", ")
     )
+}
+
+/// A Workload with `spec.maximumExecutionTimeSeconds`: Kueue stops it at its
+/// horizon, so its reservation is never renewed (the eviction's lag is charged
+/// as overrun).
+fn is_bounded(workload: &Value) -> bool {
+    workload
+        .pointer("/spec/maximumExecutionTimeSeconds")
+        .and_then(Value::as_u64)
+        .is_some_and(|s| s > 0)
 }
 
 /// A budget's rule for renewals it cannot cover (an unparsable limit allows no

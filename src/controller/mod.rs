@@ -1137,6 +1137,7 @@ impl Reconciler {
             let view = ledger_views.get(&name);
             if self.ledger.is_some() {
                 desired.push(ledger_condition(view));
+                desired.push(overdraft_condition(view));
             }
             let figure = |f: fn(&ledger::BudgetLedgerView) -> i128| {
                 view.map(|v| crate::ledger::entry::format_micros(f(v)))
@@ -1377,6 +1378,29 @@ fn ledger_condition(view: Option<&ledger::BudgetLedgerView>) -> crate::api::Desi
             true,
             "InSync",
             "open reservations match the Workloads holding quota, and charged devices match Kueue's usage",
+        ),
+    }
+}
+
+/// `Overdrawn` on a budget: running work renewed its reservations into the
+/// overdraft the budget allows (`remaining` below zero). Visible, never silent.
+fn overdraft_condition(view: Option<&ledger::BudgetLedgerView>) -> crate::api::DesiredCondition {
+    use crate::api::{DesiredCondition, OVERDRAWN};
+    match view.map(|v| v.balances.remaining()) {
+        Some(remaining) if remaining < 0 => DesiredCondition::new(
+            OVERDRAWN,
+            true,
+            "Overdraft",
+            format!(
+                "remaining credits are {}: running work renewed its reservations into the overdraft spec.admission.overdraftLimit allows; new work waits until credits return",
+                crate::ledger::entry::format_micros(remaining)
+            ),
+        ),
+        _ => DesiredCondition::new(
+            OVERDRAWN,
+            false,
+            "NotOverdrawn",
+            "remaining credits are not below zero",
         ),
     }
 }

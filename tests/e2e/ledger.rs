@@ -1040,3 +1040,272 @@ async fn unreachable_postgres(env: &mut Env, pg: &Postgres) -> Result<()> {
     assert_eq!(balances(&entries)?, figures(&b));
     Ok(())
 }
+
+// ---------------------------------------------------------------------------
+// 4. Every admitted second is charged: reservations renew term by term, and a
+//    renewal the budget cannot cover stops the Workload or overdraws, per policy.
+
+/// `budget`'s `spec.admission` set to `admission` (a merge patch).
+async fn set_admission(env: &Env, budget: &str, admission: Value) -> Result<()> {
+    env.budgets
+        .patch(
+            budget,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"admission": admission}})),
+        )
+        .await
+        .with_context(|| format!("setting spec.admission of {budget}"))?;
+    Ok(())
+}
+
+impl Env {
+    /// A Workload with no `maximumExecutionTimeSeconds`: its reservation is
+    /// renewed every horizon of its budget while it runs.
+    async fn open_ended_workload(&mut self, ns: &str, name: &str, queue: &str) -> Result<Value> {
+        let mut w = workload(ns, name, queue, 1);
+        w["spec"]
+            .as_object_mut()
+            .context("workload spec")?
+            .remove("maximumExecutionTimeSeconds");
+        let created = support::create(&self.workloads(ns), w).await?;
+        self.workloads.push((ns.to_string(), name.to_string()));
+        Ok(serde_json::to_value(created)?)
+    }
+}
+
+/// The Workload's uid and its entries of `kind` (from the JSON export).
+fn entries_of<'a>(entries: &'a [Value], uid: &str, kind: &str) -> Vec<&'a Value> {
+    entries
+        .iter()
+        .filter(|e| e["workloadUid"] == uid && e["kind"] == kind)
+        .collect()
+}
+
+fn sum_credits(entries: &[&Value]) -> i64 {
+    entries
+        .iter()
+        .map(|e| e["credits"].as_i64().unwrap_or(0))
+        .sum()
+}
+
+fn uid_of(w: &Value) -> String {
+    w["metadata"]["uid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[tokio::test]
+async fn a_workload_held_for_three_and_a_half_horizons_is_charged_in_full() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("ledger.db").display());
+    with_env!("lrn", |env| renewal_charges_in_full(&mut env, &store).await);
+}
+
+async fn renewal_charges_in_full(env: &mut Env, store: &str) -> Result<()> {
+    const HORIZON: i64 = 4;
+    let id = env.id.clone();
+    let class = format!("h100-{id}");
+    let (budget, ns) = (format!("renew-{id}"), format!("renew-{id}"));
+    env.class(&class).await?;
+    env.budget(&budget, &format!("renew-team-{id}"), &ns, &class, "1000")
+        .await?;
+    set_admission(env, &budget, json!({"defaultHorizonSeconds": HORIZON})).await?;
+    env.start(store);
+    wait_figures(&env.budgets, &budget, expect(1000, 0, 0)).await?;
+
+    let wl = env.workloads(&ns);
+    env.open_ended_workload(&ns, "long", &class).await?;
+    let w = support::wait_until(&wl, "long", "admitted", WAIT, admitted).await?;
+    let note = check_message(&w);
+    assert!(
+        note.starts_with(&format!(
+            "reserved 4 credits of budget {budget} for the first 4s, renewed every 4s"
+        )),
+        "{note}"
+    );
+    let admitted_at = transition(&w, "QuotaReserved")?;
+    // Hold it for 3.5 horizons (14 s), then finish.
+    let hold_until = admitted_at + 7 * HORIZON / 2;
+    while jiff::Timestamp::now().as_second() < hold_until {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let finished_at = finish(&wl, "long").await?;
+    support::wait_until(&wl, "long", "settled (finalizer removed)", WAIT, |o| {
+        !has_finalizer(o)
+    })
+    .await?;
+    let held = finished_at - admitted_at;
+    assert!(held >= 7 * HORIZON / 2, "held {held}s");
+
+    let entries = export(store, Some(&budget))?;
+    let uid = uid_of(&w);
+    let reserves = entries_of(&entries, &uid, "Reserve");
+    let posts = entries_of(&entries, &uid, "Post");
+    let voids = entries_of(&entries, &uid, "Void");
+    // Rate x units x admitted seconds, no clip at the horizon.
+    assert_eq!(
+        sum_credits(&posts),
+        held * MICROS,
+        "posted for {held}s: {posts:#?}"
+    );
+    let terms = reserves.len() as i64;
+    assert!(
+        terms >= (held + HORIZON - 1) / HORIZON,
+        "{terms} terms for {held}s: {reserves:#?}"
+    );
+    assert!(
+        reserves.iter().skip(1).all(|r| r["reason"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("renewal") || s.starts_with("overrun"))),
+        "{reserves:#?}"
+    );
+    assert!(
+        reserves.iter().any(|r| r["reason"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("renewal"))),
+        "no renewal before the term ran out: {reserves:#?}"
+    );
+    assert_eq!(voids.len(), 1, "{voids:#?}");
+    assert_eq!(
+        sum_credits(&reserves),
+        sum_credits(&posts) + sum_credits(&voids)
+    );
+    let b = wait_figures(&env.budgets, &budget, expect(1000, 0, held)).await?;
+    assert_eq!(balances(&entries)?, figures(&b));
+    let (ok, report) = verify(store)?;
+    assert!(ok, "{report}");
+    eprintln!(
+        "renewal: held {held}s over {terms} terms of {HORIZON}s, charged {} credits",
+        sum_credits(&posts) / MICROS
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_renewal_the_budget_cannot_cover_stops_or_overdraws_per_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("ledger.db").display());
+    with_env!("lst", |env| renewal_short(&mut env, &store).await);
+}
+
+/// Kueue's eviction time of a deactivated Workload (the end of its charge).
+fn evicted_at(w: &Value) -> Result<i64> {
+    transition(w, "Evicted")
+}
+
+async fn renewal_short(env: &mut Env, store: &str) -> Result<()> {
+    const HORIZON: i64 = 4;
+    let id = env.id.clone();
+    let class = format!("h100-{id}");
+    env.class(&class).await?;
+    // Two teams with 10 credits and 4 s terms (4 credits each): the first term
+    // and one renewal fit (8), the next does not.
+    let (stop, stop_ns) = (format!("stop-{id}"), format!("stop-{id}"));
+    let (over, over_ns) = (format!("over-{id}"), format!("over-{id}"));
+    env.budget(&stop, &format!("stop-team-{id}"), &stop_ns, &class, "10")
+        .await?;
+    env.budget(&over, &format!("over-team-{id}"), &over_ns, &class, "10")
+        .await?;
+    set_admission(env, &stop, json!({"defaultHorizonSeconds": HORIZON})).await?;
+    // Overdraft down to 3 below zero: one more renewal (-2), not two (-6).
+    set_admission(
+        env,
+        &over,
+        json!({"defaultHorizonSeconds": HORIZON, "whenRenewalShort": "Overdraft", "overdraftLimit": "3"}),
+    )
+    .await?;
+    env.start(store);
+    wait_figures(&env.budgets, &stop, expect(10, 0, 0)).await?;
+    wait_figures(&env.budgets, &over, expect(10, 0, 0)).await?;
+    env.open_ended_workload(&stop_ns, "w", &class).await?;
+    env.open_ended_workload(&over_ns, "w", &class).await?;
+
+    // The overdrawn team: status shows it below zero, with a condition.
+    let b = support::wait_until(&env.budgets, &over, "Overdrawn=True", WAIT, |b| {
+        support::is_true(b, "Overdrawn")
+    })
+    .await?;
+    let overdrawn = support::condition(&b, "Overdrawn").unwrap();
+    assert!(
+        overdrawn["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("remaining credits are -")),
+        "{overdrawn}"
+    );
+
+    for (budget, ns, short_by) in [
+        (&stop, &stop_ns, "short by 2"),
+        (&over, &over_ns, "short by 3"),
+    ] {
+        let wl = env.workloads(ns);
+        // Stopped through Kueue, saying why.
+        let w = support::wait_until(&wl, "w", "deactivated for want of credits", WAIT, |o| {
+            o["spec"]["active"] == false
+        })
+        .await?;
+        let why = w["metadata"]["annotations"]["kaccel.io/stopped-for-credits"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        assert!(
+            why.contains(&format!("budget {budget}")) && why.contains(short_by),
+            "{budget}: {why}"
+        );
+        let events: Api<k8s_openapi::api::core::v1::Event> =
+            Api::namespaced(env.client.clone(), ns);
+        let found = wait_for("a CreditsExhausted Event", WAIT, || async {
+            let list = events
+                .list(&kube::api::ListParams::default().fields("involvedObject.name=w"))
+                .await?;
+            Ok(list
+                .items
+                .into_iter()
+                .find(|e| e.reason.as_deref() == Some("CreditsExhausted")))
+        })
+        .await?;
+        assert!(
+            found
+                .message
+                .as_deref()
+                .is_some_and(|m| m.contains(short_by)),
+            "{found:?}"
+        );
+        // Kueue evicts it; the ledger settles at the eviction, every second charged.
+        let w = support::wait_until(&wl, "w", "evicted", WAIT, |o| {
+            support::is_true(o, "Evicted")
+        })
+        .await?;
+        let uid = uid_of(&w);
+        let entries = wait_for("the settlement", WAIT, || async {
+            let entries = export(store, Some(budget))?;
+            Ok((!entries_of(&entries, &uid, "Void").is_empty()).then_some(entries))
+        })
+        .await?;
+        let held = evicted_at(&w)? - transition(&w, "QuotaReserved")?;
+        let posts = entries_of(&entries, &uid, "Post");
+        assert_eq!(sum_credits(&posts), held * MICROS, "{budget}: held {held}s");
+        let reserves = entries_of(&entries, &uid, "Reserve");
+        let overdrafts = reserves
+            .iter()
+            .filter(|r| {
+                r["reason"]
+                    .as_str()
+                    .is_some_and(|s| s.contains("overdraft"))
+            })
+            .count();
+        assert_eq!(
+            overdrafts,
+            usize::from(budget == &over),
+            "{budget}: {reserves:#?}"
+        );
+        eprintln!(
+            "{budget}: stopped after {held}s, {} terms, {} credits charged",
+            reserves.len(),
+            sum_credits(&posts) / MICROS
+        );
+    }
+    let (ok, report) = verify(store)?;
+    assert!(ok, "{report}");
+    Ok(())
+}
