@@ -354,18 +354,23 @@ impl Charge {
             };
         }
         let o = &self.owner;
-        let limit_note = if rule.allow_overdraft {
-            format!(" (overdraft limit {})", rule.overdraft_limit)
+        let (limit_note, other_fix) = if rule.allow_overdraft {
+            (
+                format!(" (overdraft limit {})", rule.overdraft_limit),
+                "raise spec.admission.overdraftLimit",
+            )
         } else {
-            String::new()
+            (
+                String::new(),
+                "allow an overdraft (spec.admission.whenRenewalShort: Overdraft)",
+            )
         };
         Renewal::Stop {
             message: format!(
                 "budget {} of team {} cannot renew the credit reservation of Workload {}/{}: \
                  the next {} need {} credits ({}) and {} are left{limit_note}, short by {}; \
                  kaccel stopped it through Kueue (spec.active=false). Add credits \
-                 (spec.credits.topUps) and set spec.active=true to resume, or allow an \
-                 overdraft (spec.admission.whenRenewalShort: Overdraft)",
+                 (spec.credits.topUps) and set spec.active=true to resume, or {other_fix}",
                 o.budget,
                 o.team,
                 o.namespace,
@@ -631,6 +636,7 @@ mod tests {
                 assert!(message.contains("120 are left"), "{message}");
                 assert!(message.contains("short by 280"), "{message}");
                 assert!(message.contains("spec.active=false"), "{message}");
+                assert!(message.contains("whenRenewalShort: Overdraft"), "{message}");
             }
             r => panic!("{r:?}"),
         }
@@ -656,6 +662,10 @@ mod tests {
             Renewal::Stop { message } => {
                 assert!(message.contains("overdraft limit 300"), "{message}");
                 assert!(message.contains("short by 50"), "{message}");
+                assert!(
+                    message.contains("raise spec.admission.overdraftLimit"),
+                    "{message}"
+                );
             }
             r => panic!("{r:?}"),
         }

@@ -247,6 +247,10 @@ async fn crash(client: &Client, cleanup: &mut Cleanup, id: &str) -> Result<()> {
             .to_string();
         t.finished = time_of(&obj, "Finished");
         let finished = t.finished.context("a driven Workload without Finished")?;
+        let deactivated_at = (obj["spec"]["active"] == false && is_true(&obj, "Evicted"))
+            .then(|| time_of(&obj, "Evicted"))
+            .flatten()
+            .filter(|e| t.admissions.last().is_some_and(|a| *e >= a.start));
         let n = t.admissions.len();
         let mut prices = Vec::new();
         for (i, a) in t.admissions.iter().enumerate() {
@@ -255,6 +259,12 @@ async fn crash(client: &Client, cleanup: &mut Cleanup, id: &str) -> Result<()> {
             let end = match (a.evicted, a.released) {
                 (Some(e), _) => e,
                 (None, Some(r)) => r,
+                // Kueue deactivated it at its maximumExecutionTimeSeconds while it
+                // still held quota (no job integration releases it here): Kueue
+                // stopped counting it at that eviction.
+                (None, None) if i + 1 == n && deactivated_at.is_some() => {
+                    deactivated_at.unwrap_or(finished).min(finished)
+                }
                 (None, None) if i + 1 == n => finished,
                 (None, None) => bail!("{}: admission {} has no end", t.name, i + 1),
             };
