@@ -1,0 +1,886 @@
+//! What Kueue does with the objects kaccel writes, end to end: `kaccel run` with
+//! the ledger on (SQLite) against the real kube-apiserver + Kueue, short
+//! intervals. Cohort borrowing and reclaim, fair sharing by team weight, drift
+//! between the ledger and Kueue, partition / time-share / whole-card flavors with
+//! their own rates, and `HoldAndDrain` at exhaustion.
+//!
+//! Workloads are created directly; the test does what a job integration would:
+//! it finishes them (`Finished`) and releases the quota of evicted ones
+//! (`support::release_quota`). Figures are asserted per Workload and per flavor
+//! through `kaccel ledger export`/`verify`, and against Kueue's status.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, ensure};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use serde_json::{Value, json};
+
+use crate::controller::{cq_flavors, metric_sum, wait_for};
+use crate::ledger::{
+    Env, MICROS, WAIT, admitted, balances, check_message, device_workload, expect, export, figures,
+    finish, kind_sums, sqlite, transition, verify, verify_cluster, wait_figures, with_env,
+    workload_entries,
+};
+use crate::support::{self, condition, is_true};
+
+/// kaccel's budget pass interval in these tests (`ledger_config`).
+const BUDGET_INTERVAL: Duration = Duration::from_secs(2);
+
+fn sqlite_store(dir: &tempfile::TempDir) -> String {
+    format!("sqlite:{}", dir.path().join("ledger.db").display())
+}
+
+/// A CreditBudget: `classes` as (name, guaranteed devices), `extra` merged into
+/// the spec (weights, exhaustion and admission policies).
+fn budget(name: &str, ns: &str, classes: &[(&str, u32)], per_period: &str, extra: Value) -> Value {
+    let mut b = json!({
+        "apiVersion": "kaccel.io/v1alpha1", "kind": "CreditBudget",
+        "metadata": { "name": name },
+        "spec": {
+            "team": "e2e", "namespaces": [ns],
+            "classes": classes.iter().map(|(c, g)| json!({"name": c, "guaranteedDevices": g})).collect::<Vec<_>>(),
+            "credits": { "perPeriod": per_period, "period": { "start": "2026-12-01T00:00:00Z", "days": 30 } }
+        }
+    });
+    if let (Some(spec), Some(more)) = (b["spec"].as_object_mut(), extra.as_object()) {
+        spec.extend(more.clone());
+    }
+    b
+}
+
+fn class(name: &str, sharing: &str, selector: Value, per_device_hour: &str) -> Value {
+    json!({
+        "apiVersion": "kaccel.io/v1alpha1", "kind": "AcceleratorClass",
+        "metadata": { "name": name },
+        "spec": { "sharing": sharing, "selector": selector,
+                  "credits": { "perDeviceHour": per_device_hour } }
+    })
+}
+
+fn uid(wl: &Value) -> String {
+    wl["metadata"]["uid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// The flavor Kueue admitted the Workload's device `resource` onto.
+fn admitted_flavor(wl: &Value, resource: &str) -> String {
+    wl.pointer("/status/admission/podSetAssignments/0/flavors")
+        .and_then(|f| f.get(resource))
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Nominal quota of `resource` for `flavor` in a ClusterQueue spec (0 if absent).
+fn nominal(cq: &Value, flavor: &str, resource: &str) -> u64 {
+    cq["spec"]["resourceGroups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|g| g["flavors"].as_array().into_iter().flatten())
+        .filter(|f| f["name"] == flavor)
+        .flat_map(|f| f["resources"].as_array().into_iter().flatten())
+        .filter(|r| r["name"] == resource)
+        .filter_map(|r| r["nominalQuota"].as_str()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// Device units Kueue holds for a ClusterQueue (`status.flavorsReservation`), per flavor.
+fn reserved_units(cq: &Value, resource: &str) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    for f in cq["status"]["flavorsReservation"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        for r in f["resources"].as_array().into_iter().flatten() {
+            if r["name"] == resource
+                && let Some(n) = r["total"].as_str().and_then(|t| t.parse::<u64>().ok())
+                && n > 0
+            {
+                *out.entry(f["name"].as_str().unwrap_or_default().to_string())
+                    .or_default() += n;
+            }
+        }
+    }
+    out
+}
+
+/// Whether Kueue holds quota for the Workload right now.
+fn holds_quota(wl: &Value) -> bool {
+    is_true(wl, "QuotaReserved")
+}
+
+/// Micro-credits of `kind` entries per flavor, from an export.
+fn per_flavor(entries: &[Value], kind: &str) -> BTreeMap<String, i64> {
+    let mut out = BTreeMap::new();
+    for e in entries.iter().filter(|e| e["kind"] == kind) {
+        *out.entry(e["flavor"].as_str().unwrap_or_default().to_string())
+            .or_default() += e["credits"].as_i64().unwrap_or_default();
+    }
+    out
+}
+
+/// The budget's status figures equal what its entries add up to.
+async fn figures_match_entries(env: &Env, store: &str, name: &str) -> Result<()> {
+    let entries: Vec<Value> = export(store, Some(name))?;
+    let b = env.budgets.get(name).await?.data;
+    ensure!(
+        balances(&entries)? == figures(&b),
+        "budget {name}: status {:?}, entries {:?}",
+        figures(&b),
+        kind_sums(&entries)
+    );
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Drift: the ledger loses an entry behind kaccel's back.
+
+#[tokio::test]
+async fn drift_between_ledger_and_kueue_is_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = sqlite_store(&dir);
+    with_env!("kdrift", |env| drift(&mut env, &store, &dir).await);
+}
+
+async fn drift(env: &mut Env, store: &str, dir: &tempfile::TempDir) -> Result<()> {
+    let id = env.id.clone();
+    let class = format!("h100-{id}");
+    let (name, ns) = (format!("drift-{id}"), format!("drift-{id}"));
+    env.class(&class).await?;
+    env.create_budget(budget(&name, &ns, &[(&class, 8)], "1000", json!({})))
+        .await?;
+    env.start(store);
+    let wls = env.workloads(&ns);
+    env.workload(&ns, "w1", &class, 60).await?;
+    let w1 = support::wait_until(&wls, "w1", "admitted", WAIT, admitted).await?;
+    wait_figures(&env.budgets, &name, expect(1000, 60, 0)).await?;
+    let in_sync = |b: &Value| condition(b, "LedgerInSync").is_some_and(|c| c["status"] == "True");
+    support::wait_until(&env.budgets, &name, "LedgerInSync=True", WAIT, in_sync).await?;
+    let (ok, report) = verify_cluster(store, true).await?;
+    ensure!(ok, "verify --cluster before the drift:\n{report}");
+
+    // The Reserve entry of W1 disappears from the store (kept aside to put back).
+    let db = dir.path().join("ledger.db");
+    let aside = dir.path().join("aside.db");
+    let row = sqlite(
+        &db,
+        &format!(
+            "SELECT id FROM entries WHERE kind = 'Reserve' AND workload_uid = '{}'",
+            uid(&w1)
+        ),
+    )?;
+    ensure!(
+        !row.is_empty() && !row.contains('\n'),
+        "Reserve rows of W1: {row:?}"
+    );
+    sqlite(
+        &db,
+        &format!(
+            "ATTACH '{}' AS aside; CREATE TABLE aside.saved AS SELECT * FROM entries WHERE id = {row}; \
+             DELETE FROM entries WHERE id = {row};",
+            aside.display()
+        ),
+    )?;
+    let removed = Instant::now();
+    let b = support::wait_until(&env.budgets, &name, "LedgerInSync=False", WAIT, |b| {
+        condition(b, "LedgerInSync").is_some_and(|c| c["status"] == "False")
+    })
+    .await?;
+    let detected = removed.elapsed();
+    let c = condition(&b, "LedgerInSync").unwrap();
+    let message = c["message"].as_str().unwrap_or_default();
+    eprintln!(
+        "MEASURE drift (Reserve entry removed) -> LedgerInSync=False in {} ms (budget pass every {} s): {message}",
+        detected.as_millis(),
+        BUDGET_INTERVAL.as_secs()
+    );
+    ensure!(c["reason"] == "Drift", "{c}");
+    ensure!(message.contains(&format!("Workload {ns}/w1")), "{message}");
+    // A finding must persist over two passes before kaccel reports it (Kueue's
+    // status can lag a pass), so detection takes up to two intervals, plus the write.
+    ensure!(
+        detected <= BUDGET_INTERVAL * 2 + Duration::from_secs(3),
+        "drift reported after {detected:?}"
+    );
+    let controller = env.controller();
+    let drift_metric = wait_for("kaccel_ledger_drift > 0", WAIT, || async {
+        let text = controller.metrics().unwrap_or_default();
+        let mine: String = text
+            .lines()
+            .filter(|l| l.contains(&format!("budget=\"{name}\"")))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let n = metric_sum(&mine, "kaccel_ledger_drift");
+        Ok((n > 0).then_some(n))
+    })
+    .await?;
+    eprintln!("kaccel_ledger_drift{{budget={name}}} = {drift_metric}");
+    let (ok, report) = verify_cluster(store, false).await?;
+    ensure!(
+        !ok,
+        "ledger verify --cluster passed on a drifted ledger:\n{report}"
+    );
+    ensure!(report.contains(&format!("Workload {ns}/w1")), "{report}");
+    // The store alone is consistent: only the comparison with Kueue finds it.
+    let (ok, report) = verify(store)?;
+    ensure!(ok, "{report}");
+
+    // Put back, the ledger is in sync again.
+    sqlite(
+        &db,
+        &format!(
+            "ATTACH '{}' AS aside; INSERT INTO entries SELECT * FROM aside.saved;",
+            aside.display()
+        ),
+    )?;
+    support::wait_until(
+        &env.budgets,
+        &name,
+        "LedgerInSync=True again",
+        WAIT,
+        in_sync,
+    )
+    .await?;
+    let (ok, report) = verify_cluster(store, true).await?;
+    ensure!(ok, "{report}");
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Partition, time-share and whole-card Workloads on their own flavors and rates.
+
+#[tokio::test]
+async fn partition_timeshare_and_whole_cards_have_their_own_flavors_and_rates() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = sqlite_store(&dir);
+    with_env!("kshare", |env| sharing_modes(&mut env, &store).await);
+}
+
+async fn sharing_modes(env: &mut Env, store: &str) -> Result<()> {
+    let id = env.id.clone();
+    let (whole, part, ts) = (
+        format!("whole-{id}"),
+        format!("mig-{id}"),
+        format!("ts-{id}"),
+    );
+    // Rates per device-hour: 1, 0.1 and 0.01 credit per device-second.
+    env.class(&whole).await?;
+    env.create_class(class(
+        &part,
+        "Partition",
+        json!({"vendors": ["nvidia"], "partitionProfile": "1g.10gb"}),
+        "360",
+    ))
+    .await?;
+    env.create_class(class(
+        &ts,
+        "TimeShare",
+        json!({"vendors": ["nvidia"]}),
+        "36",
+    ))
+    .await?;
+    let (name, ns) = (format!("share-{id}"), format!("share-{id}"));
+    env.create_budget(budget(
+        &name,
+        &ns,
+        &[(&whole, 2), (&part, 4), (&ts, 4)],
+        "100000",
+        json!({}),
+    ))
+    .await?;
+    env.start(store);
+    wait_figures(&env.budgets, &name, expect(100_000, 0, 0)).await?;
+    let cq_of = |class: &str| format!("{name}-{class}");
+    let mut flavors = BTreeMap::new();
+    for c in [&whole, &part, &ts] {
+        let cq = support::wait_until(&env.cqs, &cq_of(c), "Active", WAIT, |q| {
+            is_true(q, "Active")
+        })
+        .await?;
+        flavors.insert(
+            c.clone(),
+            cq_flavors(&cq).into_iter().collect::<BTreeSet<_>>(),
+        );
+    }
+    eprintln!("flavors per class: {flavors:?}");
+    ensure!(
+        flavors[&whole].is_disjoint(&flavors[&part])
+            && flavors[&whole].is_disjoint(&flavors[&ts])
+            && flavors[&part].is_disjoint(&flavors[&ts]),
+        "classes share a flavor: {flavors:?}"
+    );
+
+    // (Workload, class, resource, units, credits reserved for 60 s)
+    let mig = "nvidia.com/mig-1g.10gb";
+    let gpu = "nvidia.com/gpu";
+    let cases = [
+        ("p", &part, mig, 2u32, 12 * MICROS),
+        ("t", &ts, gpu, 1, 600_000),
+        ("w", &whole, gpu, 1, 60 * MICROS),
+    ];
+    let wls = env.workloads(&ns);
+    for (w, c, resource, units, _) in &cases {
+        env.create_workload(device_workload(&ns, w, c, resource, *units, Some(60)))
+            .await?;
+    }
+    // A partition asked for on the whole-card queue: nothing there can hold it.
+    env.create_workload(device_workload(&ns, "p-on-whole", &whole, mig, 1, Some(60)))
+        .await?;
+    let mut admitted_at = BTreeMap::new();
+    let mut uids = BTreeMap::new();
+    for (w, c, resource, units, reserve) in &cases {
+        let wl = support::wait_until(&wls, w, "admitted", WAIT, admitted).await?;
+        let flavor = admitted_flavor(&wl, resource);
+        ensure!(
+            flavors[*c].contains(&flavor),
+            "{w} admitted on {flavor}, not a flavor of {c}: {flavors:?}"
+        );
+        let msg = check_message(&wl);
+        ensure!(
+            msg.starts_with(&format!(
+                "reserved {} credits of budget {name}",
+                kaccel::ledger::entry::format_micros(i128::from(*reserve))
+            )),
+            "{w}: {msg}"
+        );
+        let entries = export(store, Some(&name))?;
+        let mine: Vec<Value> = entries
+            .iter()
+            .filter(|e| e["workloadUid"] == uid(&wl).as_str())
+            .cloned()
+            .collect();
+        ensure!(
+            per_flavor(&mine, "Reserve") == BTreeMap::from([(flavor.clone(), *reserve)]),
+            "{w} ({units} x {resource} on {flavor}): {mine:?}"
+        );
+        admitted_at.insert(*w, transition(&wl, "QuotaReserved")?);
+        uids.insert(*w, uid(&wl));
+    }
+    // Kueue counts each on its own queue and flavor, in its own units.
+    for (w, c, resource, units, _) in &cases {
+        let cq = support::get_json(&env.cqs, &cq_of(c)).await?;
+        let wl = support::get_json(&wls, w).await?;
+        ensure!(
+            reserved_units(&cq, resource)
+                == BTreeMap::from([(admitted_flavor(&wl, resource), u64::from(*units))]),
+            "{}: {}",
+            cq_of(c),
+            cq["status"]
+        );
+    }
+    let stray = support::get_json(&wls, "p-on-whole").await?;
+    ensure!(
+        !holds_quota(&stray),
+        "a partition request got whole-card quota: {}",
+        stray["status"]
+    );
+    ensure!(workload_entries(&export(store, Some(&name))?, &uid(&stray)).is_empty());
+    let whole_cq = support::get_json(&env.cqs, &cq_of(&whole)).await?;
+    ensure!(
+        reserved_units(&whole_cq, mig).is_empty(),
+        "{}",
+        whole_cq["status"]
+    );
+
+    // Each is charged its run time at its own rate (micro-credits per second:
+    // 2 partitions x 0.1, 1 replica x 0.01, 1 card x 1).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let per_second = BTreeMap::from([("p", 200_000i64), ("t", 10_000), ("w", MICROS)]);
+    let mut expected_spent = 0;
+    for (w, ..) in &cases {
+        let ran = finish(&wls, w).await? - admitted_at[w];
+        let want = per_second[w] * ran;
+        expected_spent += want;
+        let posted = wait_for(&format!("{w} settled"), WAIT, || async {
+            let sums = workload_entries(&export(store, None)?, &uids[w]);
+            Ok(sums
+                .contains_key("Void")
+                .then(|| sums.get("Post").copied().unwrap_or(0)))
+        })
+        .await?;
+        ensure!(
+            posted == want,
+            "{w} ran {ran} s: posted {posted}, want {want}"
+        );
+    }
+    eprintln!(
+        "MEASURE sharing modes: spent {} credits over 3 flavors",
+        kaccel::ledger::entry::format_micros(i128::from(expected_spent))
+    );
+    let (ok, report) = verify_cluster(store, true).await?;
+    ensure!(ok, "{report}");
+    figures_match_entries(env, store, &name).await
+}
+
+// ---------------------------------------------------------------------------
+// HoldAndDrain at exhaustion, and back with a top-up.
+
+#[tokio::test]
+async fn hold_and_drain_stops_running_work_until_a_top_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = sqlite_store(&dir);
+    with_env!("kdrain", |env| drain(&mut env, &store).await);
+}
+
+async fn drain(env: &mut Env, store: &str) -> Result<()> {
+    let id = env.id.clone();
+    let class = format!("h100-{id}");
+    let (name, ns) = (format!("drain-{id}"), format!("drain-{id}"));
+    env.class(&class).await?;
+    // 20 credits; Workloads without a maximum run time are priced over 10 s.
+    env.create_budget(budget(
+        &name,
+        &ns,
+        &[(&class, 8)],
+        "20",
+        json!({"onExhaustion": "HoldAndDrain", "admission": {"defaultHorizonSeconds": 10}}),
+    ))
+    .await?;
+    let cq = format!("{name}-{class}");
+    env.start(store);
+    wait_figures(&env.budgets, &name, expect(20, 0, 0)).await?;
+    let wls = env.workloads(&ns);
+    for w in ["w1", "w2"] {
+        env.create_workload(device_workload(&ns, w, &class, "nvidia.com/gpu", 1, None))
+            .await?;
+    }
+    for w in ["w1", "w2"] {
+        support::wait_until(&wls, w, "admitted", WAIT, admitted).await?;
+    }
+    wait_figures(&env.budgets, &name, expect(20, 20, 0)).await?;
+    // Reservations alone do not drain: the queue runs on, W3 waits for credits.
+    env.create_workload(device_workload(
+        &ns,
+        "w3",
+        &class,
+        "nvidia.com/gpu",
+        1,
+        None,
+    ))
+    .await?;
+    support::wait_until(&wls, "w3", "waiting for credits", WAIT, |o| {
+        check_message(o).contains("credits left")
+    })
+    .await?;
+    let q = support::get_json(&env.cqs, &cq).await?;
+    ensure!(q["spec"]["stopPolicy"] == "None", "{}", q["spec"]);
+
+    // At the 10 s horizon both are charged in full: spent = granted, drained.
+    let b = wait_figures(&env.budgets, &name, expect(20, 0, 20)).await?;
+    let drained_at = Instant::now();
+    support::wait_until(&env.cqs, &cq, "stopPolicy HoldAndDrain", WAIT, |q| {
+        q["spec"]["stopPolicy"] == "HoldAndDrain"
+    })
+    .await
+    .with_context(|| format!("budget: {}", b["status"]))?;
+    for w in ["w1", "w2"] {
+        let evicted = support::wait_until(&wls, w, "evicted by Kueue", WAIT, |o| {
+            condition(o, "Evicted").is_some_and(|c| c["status"] == "True")
+        })
+        .await?;
+        let c = condition(&evicted, "Evicted").unwrap();
+        ensure!(c["reason"] == "ClusterQueueStopped", "{w}: {c}");
+        // The job stops (there is none here: the test releases the quota).
+        support::release_quota(&wls, w, &evicted).await?;
+    }
+    eprintln!(
+        "MEASURE spent = granted -> HoldAndDrain and both running Workloads evicted in {} ms",
+        drained_at.elapsed().as_millis()
+    );
+    let w3 = support::wait_until(&wls, "w3", "quota released by the stop", WAIT, |o| {
+        !holds_quota(o)
+    })
+    .await?;
+    ensure!(!is_true(&w3, "Admitted"), "{}", w3["status"]);
+    env.create_workload(device_workload(
+        &ns,
+        "w4",
+        &class,
+        "nvidia.com/gpu",
+        1,
+        None,
+    ))
+    .await?;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    for w in ["w1", "w2", "w3", "w4"] {
+        let o = support::get_json(&wls, w).await?;
+        ensure!(
+            !holds_quota(&o),
+            "{w} holds quota on a drained queue: {}",
+            o["status"]
+        );
+    }
+    // Nothing was charged past the drain: W1 and W2 paid their 10 s, no more.
+    let entries = export(store, Some(&name))?;
+    for w in ["w1", "w2"] {
+        let o = support::get_json(&wls, w).await?;
+        let sums = workload_entries(&entries, &uid(&o));
+        ensure!(
+            sums.get("Post") == Some(&(10 * MICROS)) && sums.get("Reserve") == Some(&(10 * MICROS)),
+            "{w}: {sums:?}"
+        );
+    }
+
+    // A top-up: the queue starts again, all four are admitted.
+    let topped = Instant::now();
+    env.budgets
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"credits": {"topUps": [
+                {"name": "more", "credits": "100", "reason": "e2e top-up"}]}}})),
+        )
+        .await?;
+    support::wait_until(&env.cqs, &cq, "stopPolicy None", WAIT, |q| {
+        q["spec"]["stopPolicy"] == "None"
+    })
+    .await?;
+    for w in ["w1", "w2", "w3", "w4"] {
+        support::wait_until(&wls, w, "admitted after the top-up", WAIT, admitted).await?;
+    }
+    eprintln!(
+        "MEASURE top-up -> 4 Workloads admitted in {} ms",
+        topped.elapsed().as_millis()
+    );
+    wait_figures(&env.budgets, &name, expect(120, 40, 20)).await?;
+    let (ok, report) = verify_cluster(store, true).await?;
+    ensure!(ok, "{report}");
+    ensure!(report.contains("(4 open)"), "{report}");
+    figures_match_entries(env, store, &name).await
+}
+
+// ---------------------------------------------------------------------------
+// Cohort borrowing: a busy team uses an idle team's guarantee.
+
+/// Two teams on one class, 8-GPU Workloads (so only the 8-GPU H100 nodes fit).
+struct Teams {
+    class: String,
+    busy: (String, String),
+    idle: (String, String),
+}
+
+async fn two_teams(env: &mut Env, store: &str, busy_extra: Value) -> Result<Teams> {
+    let id = env.id.clone();
+    let class = format!("h100-{id}");
+    env.class(&class).await?;
+    let busy = (format!("busy-{id}"), format!("busy-{id}"));
+    let idle = (format!("idle-{id}"), format!("idle-{id}"));
+    env.create_budget(budget(
+        &busy.0,
+        &busy.1,
+        &[(&class, 8)],
+        "1000000",
+        busy_extra,
+    ))
+    .await?;
+    env.create_budget(budget(
+        &idle.0,
+        &idle.1,
+        &[(&class, 8)],
+        "1000000",
+        json!({}),
+    ))
+    .await?;
+    env.start(store);
+    for (b, _) in [&busy, &idle] {
+        wait_figures(&env.budgets, b, expect(1_000_000, 0, 0)).await?;
+    }
+    Ok(Teams { class, busy, idle })
+}
+
+/// The busy team fills the H100 flavor with 8-GPU Workloads; returns (flavor,
+/// its units held by the busy team, the idle team's nominal quota there).
+async fn fill(env: &mut Env, t: &Teams) -> Result<(String, u64, u64)> {
+    let gpu = "nvidia.com/gpu";
+    let (busy, busy_ns) = &t.busy;
+    let wls = env.workloads(busy_ns);
+    let mut n = 0;
+    let mut flavor = String::new();
+    // Until one waits: the cohort is full.
+    loop {
+        let w = format!("b{n}");
+        env.create_workload(device_workload(busy_ns, &w, &t.class, gpu, 8, Some(600)))
+            .await?;
+        n += 1;
+        let o = support::wait_until(&wls, &w, "admitted or waiting", WAIT, |o| {
+            admitted(o) || condition(o, "QuotaReserved").is_some_and(|c| c["status"] == "False")
+        })
+        .await?;
+        if !admitted(&o) {
+            break;
+        }
+        flavor = admitted_flavor(&o, gpu);
+        ensure!(n < 10, "the cohort never filled");
+    }
+    let cq = support::get_json(&env.cqs, &format!("{busy}-{}", t.class)).await?;
+    let held = reserved_units(&cq, gpu).get(&flavor).copied().unwrap_or(0);
+    let idle_cq = support::get_json(&env.cqs, &format!("{}-{}", t.idle.0, t.class)).await?;
+    let idle_nominal = nominal(&idle_cq, &flavor, gpu);
+    let busy_nominal = nominal(&cq, &flavor, gpu);
+    eprintln!(
+        "MEASURE cohort: busy team holds {held} x {flavor} (nominal {busy_nominal}), idle team's nominal {idle_nominal}; {} Workloads admitted",
+        n - 1
+    );
+    Ok((flavor, held, idle_nominal))
+}
+
+#[tokio::test]
+async fn busy_team_borrows_the_idle_teams_quota() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = sqlite_store(&dir);
+    with_env!("kborrow", |env| borrow(&mut env, &store).await);
+}
+
+async fn borrow(env: &mut Env, store: &str) -> Result<()> {
+    let t = two_teams(env, store, json!({})).await?;
+    let (flavor, held, idle_nominal) = fill(env, &t).await?;
+    let busy_cq = support::get_json(&env.cqs, &format!("{}-{}", t.busy.0, t.class)).await?;
+    let busy_nominal = nominal(&busy_cq, &flavor, "nvidia.com/gpu");
+    ensure!(idle_nominal > 0, "the idle team has no quota on {flavor}");
+    // The flavor's quota is the busy team's nominal, the idle team's and the
+    // root's spare (kaccel splits healthy capacity among them): holding more than
+    // nominal + spare means the busy team uses the idle team's guarantee.
+    let root = support::get_json(
+        &Api::<DynamicObject>::all_with(env.client.clone(), &support::kueue("Cohort")),
+        &env.root,
+    )
+    .await?;
+    let spare = nominal(&root, &flavor, "nvidia.com/gpu");
+    ensure!(
+        held > busy_nominal + spare,
+        "the busy team holds {held} x {flavor}: no more than its nominal {busy_nominal} + the spare {spare}"
+    );
+    eprintln!(
+        "MEASURE borrowing: busy team uses {} of the idle team's {idle_nominal} guaranteed {flavor}",
+        held - busy_nominal - spare
+    );
+    // Borrowed devices are priced like the team's own: 8 x 600 s each.
+    let entries = export(store, Some(&t.busy.0))?;
+    let reserved = per_flavor(&entries, "Reserve");
+    ensure!(
+        reserved.get(&flavor).copied() == Some(i64::try_from(held)? * 600 * MICROS),
+        "{reserved:?}"
+    );
+    ensure!(
+        export(store, Some(&t.idle.0))?
+            .iter()
+            .all(|e| e["kind"] == "Grant"),
+        "the idle team was charged"
+    );
+    let (ok, report) = verify_cluster(store, true).await?;
+    ensure!(ok, "{report}");
+    for b in [&t.busy.0, &t.idle.0] {
+        figures_match_entries(env, store, b).await?;
+    }
+    Ok(())
+}
+
+/// When the idle team submits within its guarantee, Kueue takes the lent devices
+/// back by preempting the borrower, and the ledger refunds the preempted
+/// Workload (`refundPreemption: true`).
+#[tokio::test]
+#[ignore = "kaccel writes no `preemption` on its ClusterQueues, so Kueue's default \
+            reclaimWithinCohort: Never applies and a lent guarantee is never taken back \
+            (the idle team waits until the borrower finishes)"]
+async fn idle_team_reclaims_its_guarantee_and_the_preempted_work_is_refunded() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = sqlite_store(&dir);
+    with_env!("kreclaim", |env| reclaim(&mut env, &store).await);
+}
+
+async fn reclaim(env: &mut Env, store: &str) -> Result<()> {
+    let t = two_teams(env, store, json!({"admission": {"refundPreemption": true}})).await?;
+    let (flavor, _, idle_nominal) = fill(env, &t).await?;
+    let units = u32::try_from(idle_nominal.min(8))?;
+    ensure!(units > 0, "the idle team has no quota on {flavor}");
+    let (_, idle_ns) = &t.idle;
+    let idle_wls = env.workloads(idle_ns);
+    env.create_workload(device_workload(
+        idle_ns,
+        "i0",
+        &t.class,
+        "nvidia.com/gpu",
+        units,
+        Some(600),
+    ))
+    .await?;
+    let submitted = Instant::now();
+    let busy_wls = env.workloads(&t.busy.1);
+    // Kueue preempts a borrower; its job stops (the test releases the quota).
+    let preempted = wait_for(
+        "a busy Workload preempted",
+        Duration::from_secs(30),
+        || async {
+            for o in busy_wls.list(&Default::default()).await?.items {
+                let v = serde_json::to_value(&o)?;
+                if condition(&v, "Evicted")
+                    .is_some_and(|c| c["status"] == "True" && c["reason"] == "Preempted")
+                {
+                    return Ok(Some(v));
+                }
+            }
+            Ok(None)
+        },
+    )
+    .await?;
+    let victim = preempted["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let reserved_at = transition(&preempted, "QuotaReserved")?;
+    support::release_quota(&busy_wls, &victim, &preempted).await?;
+    support::wait_until(
+        &idle_wls,
+        "i0",
+        "admitted on the reclaimed quota",
+        WAIT,
+        admitted,
+    )
+    .await?;
+    eprintln!(
+        "MEASURE idle team submits -> borrower preempted and its Workload admitted in {} ms",
+        submitted.elapsed().as_millis()
+    );
+    let released = support::get_json(&busy_wls, &victim).await?;
+    let ran = transition(&released, "QuotaReserved")? - reserved_at;
+    let sums = wait_for("the preempted Workload settled", WAIT, || async {
+        let sums = workload_entries(&export(store, Some(&t.busy.0))?, &uid(&released));
+        Ok(sums.contains_key("Void").then_some(sums))
+    })
+    .await?;
+    ensure!(
+        sums.get("Post") == Some(&(8 * ran * MICROS))
+            && sums.get("Correction") == Some(&(-8 * ran * MICROS)),
+        "{victim} ran {ran} s: {sums:?}"
+    );
+    let (ok, report) = verify_cluster(store, true).await?;
+    ensure!(ok, "{report}");
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Fair sharing: weights 1 and 3 on one flavor.
+
+#[tokio::test]
+async fn fair_sharing_converges_to_the_team_weights() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = sqlite_store(&dir);
+    with_env!("kfair", |env| fair(&mut env, &store).await);
+}
+
+async fn fair(env: &mut Env, store: &str) -> Result<()> {
+    let id = env.id.clone();
+    let class = format!("h100-{id}");
+    env.class(&class).await?;
+    // Nothing guaranteed: both borrow everything from the root Cohort, and the
+    // team weights alone decide who gets a freed slot.
+    let teams = [(format!("light-{id}"), 1u64), (format!("heavy-{id}"), 3)];
+    for (t, weight) in &teams {
+        env.create_budget(budget(
+            t,
+            t,
+            &[(&class, 0)],
+            "1000000",
+            json!({"fairShareWeight": weight.to_string()}),
+        ))
+        .await?;
+    }
+    env.start(store);
+    for (t, _) in &teams {
+        wait_figures(&env.budgets, t, expect(1_000_000, 0, 0)).await?;
+    }
+    let gpu = "nvidia.com/gpu";
+    let mut next = [0u32; 2];
+    let mut submit = async |env: &mut Env, team: usize| -> Result<()> {
+        let name = format!("w{:02}", next[team]);
+        next[team] += 1;
+        let ns = &teams[team].0;
+        env.create_workload(device_workload(ns, &name, &class, gpu, 8, Some(600)))
+            .await
+            .map(|_| ())
+    };
+    for _ in 0..3 {
+        for team in 0..2 {
+            submit(env, team).await?;
+        }
+    }
+    // (team, name, QuotaReserved time) of every admitted, unfinished Workload.
+    let running = |env: &Env| {
+        let apis: Vec<Api<DynamicObject>> = teams.iter().map(|(t, _)| env.workloads(t)).collect();
+        async move {
+            let mut out = Vec::new();
+            for (team, api) in apis.iter().enumerate() {
+                for o in api.list(&Default::default()).await?.items {
+                    let v = serde_json::to_value(&o)?;
+                    // Evicted (a fair-sharing preemption, where Kueue may
+                    // preempt): the job stops, the quota goes.
+                    if is_true(&v, "Evicted") && holds_quota(&v) {
+                        support::release_quota(
+                            api,
+                            &o.metadata.name.clone().unwrap_or_default(),
+                            &v,
+                        )
+                        .await?;
+                        continue;
+                    }
+                    if admitted(&v) && !is_true(&v, "Evicted") && !is_true(&v, "Finished") {
+                        out.push((
+                            team,
+                            o.metadata.name.clone().unwrap_or_default(),
+                            transition(&v, "QuotaReserved")?,
+                        ));
+                    }
+                }
+            }
+            out.sort_by_key(|(team, name, at)| (*at, *team, name.clone()));
+            anyhow::Ok(out)
+        }
+    };
+    // The flavor is full once admissions stop.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let slots = running(env).await?.len();
+    ensure!(slots >= 4, "only {slots} 8-GPU Workloads fit");
+    let mut shares = Vec::new();
+    let started = Instant::now();
+    for round in 0..10 {
+        let now = running(env).await?;
+        let count = |team| now.iter().filter(|(t, ..)| *t == team).count() * 8;
+        shares.push((count(0), count(1)));
+        eprintln!(
+            "round {round}: light {} devices, heavy {} devices",
+            count(0),
+            count(1)
+        );
+        // The oldest ends; its team submits another, and Kueue gives the slot
+        // to the team furthest below its weighted share.
+        let (team, name, _) = now.first().cloned().context("nothing running")?;
+        finish(&env.workloads(&teams[team].0), &name).await?;
+        submit(env, team).await?;
+        wait_for("the freed slot taken", WAIT, || async {
+            Ok((running(env).await?.len() == slots).then_some(()))
+        })
+        .await?;
+    }
+    let (light, heavy) = *shares.last().unwrap();
+    eprintln!(
+        "MEASURE fair sharing weights 1:3 on {slots} slots -> admitted devices {light}:{heavy} (ratio {:.2}) after {} rounds in {} ms; history {shares:?}",
+        heavy as f64 / light.max(1) as f64,
+        shares.len(),
+        started.elapsed().as_millis()
+    );
+    // Converged: the last rounds all hold the 1:3 split.
+    let tail = &shares[shares.len() - 3..];
+    ensure!(
+        tail.iter().all(|(l, h)| l * 3 == *h),
+        "not 1:3 after {} rounds: {shares:?}",
+        shares.len()
+    );
+    let (ok, report) = verify_cluster(store, true).await?;
+    ensure!(ok, "{report}");
+    Ok(())
+}
