@@ -373,30 +373,25 @@ pub fn kind_sums(entries: &[Value]) -> BTreeMap<String, i64> {
     sums
 }
 
-/// (granted, reserved, spent) in whole credits from the entries' sums; fails on
-/// kinds these tests never cause (expiry, corrections).
+/// (granted, reserved, spent, remaining) from the entries' sums, as the status
+/// writes them (exact decimals); fails on kinds these tests never cause (expiry,
+/// corrections).
 pub fn balances(entries: &[Value]) -> Result<[String; 4]> {
     let s = kind_sums(entries);
-    let get = |k: &str| s.get(k).copied().unwrap_or(0);
+    let get = |k: &str| i128::from(s.get(k).copied().unwrap_or(0));
     for k in s.keys() {
         ensure!(
             ["Grant", "Reserve", "Post", "Void"].contains(&k.as_str()),
             "unexpected entry kind {k}: {s:?}"
         );
     }
-    let micros = [
+    let (granted, reserved, spent) = (
         get("Grant"),
         get("Reserve") - get("Post") - get("Void"),
         get("Post"),
-    ];
-    for m in micros {
-        ensure!(m % MICROS == 0, "fractional credits in {s:?}");
-    }
-    Ok(expect(
-        micros[0] / MICROS,
-        micros[1] / MICROS,
-        micros[2] / MICROS,
-    ))
+    );
+    Ok([granted, reserved, spent, granted - reserved - spent]
+        .map(kaccel::ledger::entry::format_micros))
 }
 
 /// The entries of one Workload (by uid): kind -> micro-credits, one entry per kind.
