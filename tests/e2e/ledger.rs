@@ -270,6 +270,25 @@ pub async fn finish(api: &Api<DynamicObject>, name: &str) -> Result<i64> {
     Ok(ts.as_second())
 }
 
+/// Adds the top-up `name` of `credits` to a budget.
+pub async fn top_up(
+    budgets: &Api<DynamicObject>,
+    budget: &str,
+    name: &str,
+    credits: &str,
+) -> Result<()> {
+    budgets
+        .patch(
+            budget,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"credits": {"topUps": [
+                {"name": name, "credits": credits, "reason": "e2e top-up"}]}}})),
+        )
+        .await
+        .with_context(|| format!("topping up budget {budget}"))?;
+    Ok(())
+}
+
 /// A budget's status figure (decimal string), "" when absent.
 pub fn figure(b: &Value, field: &str) -> String {
     b["status"][field].as_str().unwrap_or_default().to_string()
@@ -769,14 +788,7 @@ async fn small_budget_flow(env: &mut Env, store: &str) -> Result<()> {
         .to_string();
     assert!(workload_entries(&export(store, Some(&ex))?, &w4_uid).is_empty());
 
-    env.budgets
-        .patch(
-            &ex,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"credits": {"topUps": [
-                {"name": "more", "credits": "200", "reason": "e2e top-up"}]}}})),
-        )
-        .await?;
+    top_up(&env.budgets, &ex, "more", "200").await?;
     support::wait_until(&env.cqs, &ex_cq, "Hold lifted", WAIT, |cq| {
         cq["spec"]["stopPolicy"].is_null() || cq["spec"]["stopPolicy"] == "None"
     })
