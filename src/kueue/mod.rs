@@ -67,6 +67,8 @@ pub struct ClusterQueueSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub flavor_fungibility: Option<FlavorFungibility>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preemption: Option<ClusterQueuePreemption>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop_policy: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fair_sharing: Option<FairSharing>,
@@ -113,6 +115,16 @@ pub struct FlavorFungibility {
     pub when_can_borrow: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub when_can_preempt: Option<String>,
+}
+
+/// When Kueue may preempt admitted Workloads to admit one of this queue's.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterQueuePreemption {
+    /// `Never` (Kueue's default), `LowerPriority` or `Any`: whether a Workload
+    /// that fits the queue's nominal quota may take back quota lent to the cohort.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reclaim_within_cohort: Option<String>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]

@@ -38,9 +38,9 @@ use crate::api::{
 use crate::health::HealthSnapshot;
 use crate::inventory::{DeviceGroup, DeviceVariant, Inventory, NodeInventory};
 use crate::kueue::{
-    AdmissionCheckStrategyRule, AdmissionChecksStrategy, ClusterQueue, ClusterQueueSpec, Cohort,
-    CohortSpec, FairSharing, FlavorFungibility, FlavorQuotas, LocalQueue, LocalQueueSpec,
-    ResourceFlavor, ResourceFlavorSpec, ResourceGroup, ResourceQuota,
+    AdmissionCheckStrategyRule, AdmissionChecksStrategy, ClusterQueue, ClusterQueuePreemption,
+    ClusterQueueSpec, Cohort, CohortSpec, FairSharing, FlavorFungibility, FlavorQuotas, LocalQueue,
+    LocalQueueSpec, ResourceFlavor, ResourceFlavorSpec, ResourceGroup, ResourceQuota,
 };
 pub use quota::{Demand, allocate};
 pub use validate::{FieldError, validate_budget, validate_class};
@@ -1344,6 +1344,12 @@ fn build_cluster_queue(
             flavor_fungibility: Some(FlavorFungibility {
                 when_can_borrow: Some("TryNextFlavor".into()),
                 when_can_preempt: Some("TryNextFlavor".into()),
+            }),
+            // A guarantee is nominal quota that others may borrow while it is
+            // idle; Kueue's default (`Never`) would never give it back, so the
+            // owner reclaims it by preempting borrowers.
+            preemption: Some(ClusterQueuePreemption {
+                reclaim_within_cohort: Some("Any".into()),
             }),
             stop_policy: Some(held.map(|p| p.as_str()).unwrap_or("None").to_string()),
             fair_sharing: None,

@@ -256,6 +256,11 @@ fn queues_are_wired_to_cohorts_namespaces_and_flavors() {
         .unwrap();
     assert_eq!(team.spec.parent_name.as_deref(), Some("kaccel"));
     assert!(team.spec.fair_sharing.as_ref().unwrap().weight.is_some());
+    // A lent guarantee comes back: every queue may reclaim within its cohort.
+    for q in &plan.cluster_queues {
+        let preemption = q.spec.preemption.as_ref().expect("preemption set");
+        assert_eq!(preemption.reclaim_within_cohort.as_deref(), Some("Any"));
+    }
     let lq = plan
         .local_queues
         .iter()

@@ -97,7 +97,7 @@ fn http_get(port: u16, path: &str) -> Option<String> {
     body.starts_with("HTTP/1.1 200").then_some(body)
 }
 
-fn metric_sum(text: &str, name: &str) -> u64 {
+pub fn metric_sum(text: &str, name: &str) -> u64 {
     text.lines()
         .filter(|l| l.starts_with(name) && !l.starts_with('#'))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
@@ -224,7 +224,7 @@ async fn wait_obj(
     .await
 }
 
-fn cq_flavors(cq: &Value) -> Vec<String> {
+pub fn cq_flavors(cq: &Value) -> Vec<String> {
     cq["spec"]["resourceGroups"][0]["flavors"]
         .as_array()
         .map(|fs| {

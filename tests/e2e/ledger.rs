@@ -22,10 +22,10 @@ use serde_json::{Value, json};
 use crate::controller::{Controller, ensure_example_nodes, free_port, wait_for};
 use crate::support::{self, Cleanup, kueue};
 
-const WAIT: Duration = Duration::from_secs(60);
+pub const WAIT: Duration = Duration::from_secs(60);
 pub const CHECK: &str = "kaccel-credits";
 pub const FINALIZER: &str = "kaccel.io/credits";
-const MICROS: i64 = 1_000_000;
+pub const MICROS: i64 = 1_000_000;
 const KACCEL: &str = env!("CARGO_BIN_EXE_kaccel");
 
 // ---------------------------------------------------------------------------
@@ -104,11 +104,11 @@ pub fn ledger_config(root: &str, store: &str) -> String {
     )
 }
 
-fn class_ar() -> ApiResource {
+pub fn class_ar() -> ApiResource {
     ApiResource::erase::<AcceleratorClass>(&())
 }
 
-fn budget_ar() -> ApiResource {
+pub fn budget_ar() -> ApiResource {
     ApiResource::erase::<CreditBudget>(&())
 }
 
@@ -135,16 +135,33 @@ pub fn budget(name: &str, team: &str, ns: &str, class: &str, per_period: &str) -
 
 /// One pod, one GPU, at most `secs` seconds.
 pub fn workload(ns: &str, name: &str, queue: &str, secs: u32) -> Value {
-    json!({
+    device_workload(ns, name, queue, "nvidia.com/gpu", 1, Some(secs))
+}
+
+/// One pod asking for `units` of the device `resource` (one CPU and 1 GiB each),
+/// at most `secs` seconds (none: the budget's default horizon prices it).
+pub fn device_workload(
+    ns: &str,
+    name: &str,
+    queue: &str,
+    resource: &str,
+    units: u32,
+    secs: Option<u32>,
+) -> Value {
+    let mut w = json!({
         "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
         "metadata": { "name": name, "namespace": ns },
-        "spec": { "queueName": queue, "maximumExecutionTimeSeconds": secs,
+        "spec": { "queueName": queue,
             "podSets": [{ "name": "main", "count": 1,
             "template": { "spec": { "restartPolicy": "Never", "containers": [{
                 "name": "main", "image": "registry.k8s.io/pause:3.10",
-                "resources": { "requests": { "cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1" },
-                               "limits": { "nvidia.com/gpu": "1" } } }] } } }] }
-    })
+                "resources": { "requests": { "cpu": units.to_string(), "memory": format!("{units}Gi"), resource: units.to_string() },
+                               "limits": { resource: units.to_string() } } }] } } }] }
+    });
+    if let Some(secs) = secs {
+        w["spec"]["maximumExecutionTimeSeconds"] = json!(secs);
+    }
+    w
 }
 
 /// A team of its own for one test: a namespace, an H100 class at one credit per
@@ -199,38 +216,38 @@ pub async fn h100_team(
 }
 
 /// kaccel's entry in `status.admissionChecks`.
-fn credit_check(wl: &Value) -> Option<&Value> {
+pub fn credit_check(wl: &Value) -> Option<&Value> {
     wl.pointer("/status/admissionChecks")?
         .as_array()?
         .iter()
         .find(|c| c["name"] == CHECK)
 }
 
-fn check_message(wl: &Value) -> String {
+pub fn check_message(wl: &Value) -> String {
     credit_check(wl)
         .and_then(|c| c["message"].as_str())
         .unwrap_or_default()
         .to_string()
 }
 
-fn admitted(wl: &Value) -> bool {
+pub fn admitted(wl: &Value) -> bool {
     support::is_true(wl, "Admitted") && credit_check(wl).is_some_and(|c| c["state"] == "Ready")
 }
 
-fn has_finalizer(wl: &Value) -> bool {
+pub fn has_finalizer(wl: &Value) -> bool {
     wl.pointer("/metadata/finalizers")
         .and_then(Value::as_array)
         .is_some_and(|f| f.iter().any(|f| f == FINALIZER))
 }
 
-fn seconds(t: &str) -> Result<i64> {
+pub fn seconds(t: &str) -> Result<i64> {
     Ok(t.parse::<jiff::Timestamp>()
         .with_context(|| format!("timestamp {t:?}"))?
         .as_second())
 }
 
 /// `lastTransitionTime` of a condition, in Unix seconds.
-fn transition(wl: &Value, type_: &str) -> Result<i64> {
+pub fn transition(wl: &Value, type_: &str) -> Result<i64> {
     let c = support::condition(wl, type_).with_context(|| format!("no {type_} condition"))?;
     seconds(c["lastTransitionTime"].as_str().unwrap_or_default())
 }
@@ -253,20 +270,39 @@ pub async fn finish(api: &Api<DynamicObject>, name: &str) -> Result<i64> {
     Ok(ts.as_second())
 }
 
+/// Adds the top-up `name` of `credits` to a budget.
+pub async fn top_up(
+    budgets: &Api<DynamicObject>,
+    budget: &str,
+    name: &str,
+    credits: &str,
+) -> Result<()> {
+    budgets
+        .patch(
+            budget,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"credits": {"topUps": [
+                {"name": name, "credits": credits, "reason": "e2e top-up"}]}}})),
+        )
+        .await
+        .with_context(|| format!("topping up budget {budget}"))?;
+    Ok(())
+}
+
 /// A budget's status figure (decimal string), "" when absent.
-fn figure(b: &Value, field: &str) -> String {
+pub fn figure(b: &Value, field: &str) -> String {
     b["status"][field].as_str().unwrap_or_default().to_string()
 }
 
-fn figures(b: &Value) -> [String; 4] {
+pub fn figures(b: &Value) -> [String; 4] {
     ["granted", "reserved", "spent", "remaining"].map(|f| figure(b, f))
 }
 
-fn expect(granted: i64, reserved: i64, spent: i64) -> [String; 4] {
+pub fn expect(granted: i64, reserved: i64, spent: i64) -> [String; 4] {
     [granted, reserved, spent, granted - reserved - spent].map(|v| v.to_string())
 }
 
-async fn wait_figures(
+pub async fn wait_figures(
     budgets: &Api<DynamicObject>,
     name: &str,
     want: [String; 4],
@@ -284,7 +320,7 @@ async fn wait_figures(
 // ---------------------------------------------------------------------------
 // The ledger through the binary.
 
-fn kaccel(args: &[&str]) -> Result<Output> {
+pub fn kaccel(args: &[&str]) -> Result<Output> {
     Command::new(KACCEL)
         .args(args)
         .env_remove("KACCEL_LEDGER_STORE")
@@ -293,7 +329,7 @@ fn kaccel(args: &[&str]) -> Result<Output> {
 }
 
 /// Every entry of `budget` (all budgets when None), via `kaccel ledger export --format json`.
-fn export(store: &str, budget: Option<&str>) -> Result<Vec<Value>> {
+pub fn export(store: &str, budget: Option<&str>) -> Result<Vec<Value>> {
     let out = kaccel(&[
         "ledger",
         "export",
@@ -322,7 +358,7 @@ fn export(store: &str, budget: Option<&str>) -> Result<Vec<Value>> {
 }
 
 /// `kaccel ledger verify`: (success, stderr).
-fn verify(store: &str) -> Result<(bool, String)> {
+pub fn verify(store: &str) -> Result<(bool, String)> {
     let out = kaccel(&["ledger", "verify", "--store", store])?;
     Ok((
         out.status.success(),
@@ -330,8 +366,23 @@ fn verify(store: &str) -> Result<(bool, String)> {
     ))
 }
 
+/// `kaccel ledger verify --cluster` (KUBECONFIG): (success, stderr), asked again
+/// for up to 20 s until it gives `want`. Kueue writes ClusterQueue usage a moment
+/// after it admits, so one snapshot can lag either way.
+pub async fn verify_cluster(store: &str, want: bool) -> Result<(bool, String)> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let out = kaccel(&["ledger", "verify", "--store", store, "--cluster"])?;
+        let report = String::from_utf8_lossy(&out.stderr).into_owned();
+        if out.status.success() == want || Instant::now() > deadline {
+            return Ok((out.status.success(), report));
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
 /// Sum of micro-credits per kind.
-fn kind_sums(entries: &[Value]) -> BTreeMap<String, i64> {
+pub fn kind_sums(entries: &[Value]) -> BTreeMap<String, i64> {
     let mut sums = BTreeMap::new();
     for e in entries {
         *sums
@@ -341,34 +392,29 @@ fn kind_sums(entries: &[Value]) -> BTreeMap<String, i64> {
     sums
 }
 
-/// (granted, reserved, spent) in whole credits from the entries' sums; fails on
-/// kinds these tests never cause (expiry, corrections).
-fn balances(entries: &[Value]) -> Result<[String; 4]> {
+/// (granted, reserved, spent, remaining) from the entries' sums, as the status
+/// writes them (exact decimals); fails on kinds these tests never cause (expiry,
+/// corrections).
+pub fn balances(entries: &[Value]) -> Result<[String; 4]> {
     let s = kind_sums(entries);
-    let get = |k: &str| s.get(k).copied().unwrap_or(0);
+    let get = |k: &str| i128::from(s.get(k).copied().unwrap_or(0));
     for k in s.keys() {
         ensure!(
             ["Grant", "Reserve", "Post", "Void"].contains(&k.as_str()),
             "unexpected entry kind {k}: {s:?}"
         );
     }
-    let micros = [
+    let (granted, reserved, spent) = (
         get("Grant"),
         get("Reserve") - get("Post") - get("Void"),
         get("Post"),
-    ];
-    for m in micros {
-        ensure!(m % MICROS == 0, "fractional credits in {s:?}");
-    }
-    Ok(expect(
-        micros[0] / MICROS,
-        micros[1] / MICROS,
-        micros[2] / MICROS,
-    ))
+    );
+    Ok([granted, reserved, spent, granted - reserved - spent]
+        .map(kaccel::ledger::entry::format_micros))
 }
 
 /// The entries of one Workload (by uid): kind -> micro-credits, one entry per kind.
-fn workload_entries(entries: &[Value], uid: &str) -> BTreeMap<String, i64> {
+pub fn workload_entries(entries: &[Value], uid: &str) -> BTreeMap<String, i64> {
     kind_sums(
         &entries
             .iter()
@@ -381,19 +427,19 @@ fn workload_entries(entries: &[Value], uid: &str) -> BTreeMap<String, i64> {
 // ---------------------------------------------------------------------------
 // One test's cluster objects and controller.
 
-struct Env {
-    client: Client,
-    id: String,
-    root: String,
-    cleanup: Cleanup,
+pub struct Env {
+    pub client: Client,
+    pub id: String,
+    pub root: String,
+    pub cleanup: Cleanup,
     workloads: Vec<(String, String)>,
     controller: Option<Controller>,
-    budgets: Api<DynamicObject>,
-    cqs: Api<DynamicObject>,
+    pub budgets: Api<DynamicObject>,
+    pub cqs: Api<DynamicObject>,
 }
 
 impl Env {
-    async fn new(prefix: &str) -> Result<Env> {
+    pub async fn new(prefix: &str) -> Result<Env> {
         let client = support::client().await;
         ensure_example_nodes(&client).await?;
         let id = support::unique(prefix);
@@ -414,7 +460,7 @@ impl Env {
         })
     }
 
-    fn start(&mut self, store: &str) {
+    pub fn start(&mut self, store: &str) {
         self.controller = Some(Controller::start(
             &format!("ledger-{}", self.id),
             free_port(),
@@ -422,20 +468,26 @@ impl Env {
         ));
     }
 
-    fn controller(&mut self) -> &mut Controller {
+    pub fn controller(&mut self) -> &mut Controller {
         self.controller.as_mut().expect("controller started")
     }
 
-    async fn class(&mut self, name: &str) -> Result<()> {
+    pub async fn class(&mut self, name: &str) -> Result<()> {
+        self.create_class(h100_class(name)).await
+    }
+
+    /// Any AcceleratorClass (JSON), deleted by the cleanup.
+    pub async fn create_class(&mut self, class: Value) -> Result<()> {
         let api = Api::all_with(self.client.clone(), &class_ar());
-        support::create(&api, h100_class(name)).await?;
-        self.cleanup.add(None, class_ar(), name);
+        let created = support::create(&api, class).await?;
+        self.cleanup
+            .add(None, class_ar(), &created.metadata.name.unwrap_or_default());
         Ok(())
     }
 
     /// A namespace and a budget for `class` there; the Kueue objects kaccel
     /// writes for it are deleted by the cleanup too.
-    async fn budget(
+    pub async fn budget(
         &mut self,
         name: &str,
         team: &str,
@@ -443,35 +495,78 @@ impl Env {
         class: &str,
         per_period: &str,
     ) -> Result<()> {
-        support::namespace(&self.client, ns).await?;
-        self.cleanup.add_namespace(ns);
-        support::create(&self.budgets, budget(name, team, ns, class, per_period)).await?;
-        self.cleanup.add(None, budget_ar(), name);
+        self.create_budget(budget(name, team, ns, class, per_period))
+            .await
+    }
+
+    /// Any CreditBudget (JSON) with its namespaces; the budget, the namespaces and
+    /// the Kueue objects kaccel writes for it are deleted by the cleanup.
+    pub async fn create_budget(&mut self, budget: Value) -> Result<()> {
+        let name = budget["metadata"]["name"]
+            .as_str()
+            .context("budget without a name")?
+            .to_string();
+        let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+        let namespaces: Vec<String> = budget["spec"]["namespaces"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(text)
+            .collect();
+        let classes: Vec<String> = budget["spec"]["classes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| text(&c["name"]))
+            .collect();
+        for ns in &namespaces {
+            support::namespace(&self.client, ns).await?;
+            self.cleanup.add_namespace(ns);
+        }
+        support::create(&self.budgets, budget).await?;
+        self.cleanup.add(None, budget_ar(), &name);
         self.cleanup
             .add(None, kueue("Cohort"), &format!("{}-{name}", self.root));
         // A class that does not exist (the tests name those missing-*) gets no queues.
-        if !class.starts_with("missing-") {
+        for class in classes.iter().filter(|c| !c.starts_with("missing-")) {
             self.cleanup
                 .add(None, kueue("ClusterQueue"), &format!("{name}-{class}"));
-            self.cleanup.add(Some(ns), kueue("LocalQueue"), class);
+            for ns in &namespaces {
+                self.cleanup.add(Some(ns), kueue("LocalQueue"), class);
+            }
         }
         Ok(())
     }
 
-    fn workloads(&self, ns: &str) -> Api<DynamicObject> {
+    pub fn workloads(&self, ns: &str) -> Api<DynamicObject> {
         Api::namespaced_with(self.client.clone(), ns, &kueue("Workload"))
     }
 
-    async fn workload(&mut self, ns: &str, name: &str, queue: &str, secs: u32) -> Result<Value> {
-        let api = self.workloads(ns);
-        let created = support::create(&api, workload(ns, name, queue, secs)).await?;
-        self.workloads.push((ns.to_string(), name.to_string()));
+    pub async fn workload(
+        &mut self,
+        ns: &str,
+        name: &str,
+        queue: &str,
+        secs: u32,
+    ) -> Result<Value> {
+        self.create_workload(workload(ns, name, queue, secs)).await
+    }
+
+    /// Any Workload (JSON), deleted (and settled) by the teardown.
+    pub async fn create_workload(&mut self, wl: Value) -> Result<Value> {
+        let ns = wl["metadata"]["namespace"]
+            .as_str()
+            .context("Workload without a namespace")?
+            .to_string();
+        let created = support::create(&self.workloads(&ns), wl).await?;
+        self.workloads
+            .push((ns, created.metadata.name.clone().unwrap_or_default()));
         Ok(serde_json::to_value(created)?)
     }
 
     /// Deletes the Workloads while kaccel still runs (it settles them and drops
     /// its finalizer), stops kaccel, then deletes everything else.
-    async fn teardown(mut self) {
+    pub async fn teardown(mut self) {
         let dp = DeleteParams::background();
         for (ns, name) in &self.workloads {
             let _ = self.workloads(ns).delete(name, &dp).await;
@@ -508,11 +603,11 @@ impl Env {
 /// Runs `body` with a fresh `Env`, always tearing it down.
 macro_rules! with_env {
     ($prefix:expr, |$env:ident| $body:expr) => {{
-        let _guard = support::serial().await;
-        let mut $env = Env::new($prefix).await.unwrap();
+        let _guard = $crate::support::serial().await;
+        let mut $env = $crate::ledger::Env::new($prefix).await.unwrap();
         // A failed assertion must not skip the teardown: later tests share the cluster.
         let result = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(async {
-            let r: Result<()> = $body;
+            let r: anyhow::Result<()> = $body;
             r
         }))
         .await;
@@ -523,6 +618,7 @@ macro_rules! with_env {
         }
     }};
 }
+pub(crate) use with_env;
 
 // ---------------------------------------------------------------------------
 // 1. A small budget, start to end, on both stores.
@@ -692,14 +788,7 @@ async fn small_budget_flow(env: &mut Env, store: &str) -> Result<()> {
         .to_string();
     assert!(workload_entries(&export(store, Some(&ex))?, &w4_uid).is_empty());
 
-    env.budgets
-        .patch(
-            &ex,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"credits": {"topUps": [
-                {"name": "more", "credits": "200", "reason": "e2e top-up"}]}}})),
-        )
-        .await?;
+    top_up(&env.budgets, &ex, "more", "200").await?;
     support::wait_until(&env.cqs, &ex_cq, "Hold lifted", WAIT, |cq| {
         cq["spec"]["stopPolicy"].is_null() || cq["spec"]["stopPolicy"] == "None"
     })
@@ -711,21 +800,8 @@ async fn small_budget_flow(env: &mut Env, store: &str) -> Result<()> {
     // The ledger agrees with itself, with Kueue (open reservations of W2, W3, W4
     // against the Workloads holding quota and the ClusterQueues' usage) and with
     // every status figure, exactly.
-    // Kueue writes ClusterQueue usage a moment after it admits: a snapshot can
-    // lag, so look again for a while before calling it drift.
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    let (out, report) = loop {
-        let out = kaccel(&["ledger", "verify", "--store", store, "--cluster"])?;
-        let report = String::from_utf8_lossy(&out.stderr).into_owned();
-        if out.status.success() || std::time::Instant::now() > deadline {
-            break (out, report);
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    };
-    assert!(
-        out.status.success(),
-        "ledger verify --cluster failed:\n{report}"
-    );
+    let (ok, report) = verify_cluster(store, true).await?;
+    assert!(ok, "ledger verify --cluster failed:\n{report}");
     assert!(report.contains("(3 open)"), "{report}");
     assert!(report.contains("ledger verify: OK"), "{report}");
     let all = export(store, None)?;
@@ -765,7 +841,7 @@ async fn bad_input_changes_nothing() {
     with_env!("lbad", |env| bad_input(&mut env, &store, &path).await);
 }
 
-fn sqlite(path: &std::path::Path, sql: &str) -> Result<String> {
+pub fn sqlite(path: &std::path::Path, sql: &str) -> Result<String> {
     let out = Command::new("sqlite3")
         .arg(path)
         .arg(sql)

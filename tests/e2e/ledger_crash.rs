@@ -402,52 +402,6 @@ async fn crash(client: &Client, cleanup: &mut Cleanup, id: &str) -> Result<()> {
     Ok(())
 }
 
-/// What Kueue's job reconciler does once the job of an Evicted Workload has
-/// stopped: QuotaReserved=False, Admitted=False, admission cleared, Requeued=False
-/// with the eviction's reason. A replace with the object's resourceVersion, so a
-/// concurrent write makes it fail; the caller tries again at its next look.
-async fn release_quota(wls: &Api<DynamicObject>, name: &str, obj: &Value) -> Result<()> {
-    let now = k8s_openapi::jiff::Timestamp::now()
-        .strftime("%Y-%m-%dT%H:%M:%SZ")
-        .to_string();
-    let evicted = condition(obj, "Evicted").cloned().unwrap_or_default();
-    let mut v = obj.clone();
-    let conditions = v["status"]["conditions"]
-        .as_array_mut()
-        .context("conditions")?;
-    conditions.retain(|c| c["type"] != "Requeued");
-    for c in conditions.iter_mut() {
-        let (status, reason, message) = match c["type"].as_str() {
-            Some("QuotaReserved") => ("False", "Pending", evicted["message"].clone()),
-            Some("Admitted") => (
-                "False",
-                "NoReservation",
-                json!("The workload has no reservation"),
-            ),
-            _ => continue,
-        };
-        c["status"] = json!(status);
-        c["reason"] = json!(reason);
-        c["message"] = message;
-        c["lastTransitionTime"] = json!(now);
-    }
-    conditions.push(json!({
-        "type": "Requeued", "status": "False", "reason": evicted["reason"].clone(),
-        "message": evicted["message"].clone(), "lastTransitionTime": now,
-    }));
-    if let Some(status) = v["status"].as_object_mut() {
-        status.remove("admission");
-    }
-    match wls
-        .replace_status(name, &PostParams::default(), &support::object(v))
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
-        Err(e) => Err(e).with_context(|| format!("releasing the quota of {name}")),
-    }
-}
-
 /// Creates the Workloads in batches and drives each through its life; returns
 /// once every one is Finished and at least `min_kills` kills happened.
 #[allow(clippy::too_many_arguments)]
@@ -550,7 +504,7 @@ async fn drive(
                     if is_true(obj, "Evicted") && is_true(obj, "QuotaReserved") {
                         // There is no job controller here: do its part of an
                         // eviction (the job stopped, so the quota is released).
-                        release_quota(wls, &t.name, obj).await?;
+                        support::release_quota(wls, &t.name, obj).await?;
                     } else if is_false(obj, "QuotaReserved") {
                         let a = t.admissions.last_mut().unwrap();
                         a.released = time_of(obj, "QuotaReserved");

@@ -10,6 +10,7 @@ mod health;
 mod health_sources;
 mod health_vendors;
 mod inventory;
+mod kueue_scenarios;
 mod ledger;
 mod ledger_bench;
 mod ledger_crash;

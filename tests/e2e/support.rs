@@ -10,7 +10,7 @@ use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::{Client, Config};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 pub const KUEUE_GROUP: &str = "kueue.x-k8s.io";
 pub const KUEUE_VERSION: &str = "v1beta2";
@@ -128,6 +128,58 @@ pub async fn wait_until(
             );
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// What Kueue's job reconciler does once the job of an Evicted Workload has
+/// stopped (there is no job here, so the test does it): QuotaReserved=False,
+/// Admitted=False, admission cleared, and Requeued with the eviction's reason —
+/// True only after a preemption or a node failure, as Kueue v0.17 sets it; other
+/// evictions (a stopped ClusterQueue, a deactivation) wait for Kueue to requeue
+/// them. A replace with the object's resourceVersion, so a concurrent write makes
+/// it fail (409, not an error); the caller tries again at its next look.
+pub async fn release_quota(wls: &Api<DynamicObject>, name: &str, obj: &Value) -> Result<()> {
+    let now = jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    let evicted = condition(obj, "Evicted").cloned().unwrap_or_default();
+    let requeued =
+        ["Preempted", "NodeFailures"].contains(&evicted["reason"].as_str().unwrap_or_default());
+    let mut v = obj.clone();
+    let conditions = v["status"]["conditions"]
+        .as_array_mut()
+        .context("conditions")?;
+    conditions.retain(|c| c["type"] != "Requeued");
+    for c in conditions.iter_mut() {
+        let (status, reason, message) = match c["type"].as_str() {
+            Some("QuotaReserved") => ("False", "Pending", evicted["message"].clone()),
+            Some("Admitted") => (
+                "False",
+                "NoReservation",
+                json!("The workload has no reservation"),
+            ),
+            _ => continue,
+        };
+        c["status"] = json!(status);
+        c["reason"] = json!(reason);
+        c["message"] = message;
+        c["lastTransitionTime"] = json!(now);
+    }
+    conditions.push(json!({
+        "type": "Requeued", "status": if requeued { "True" } else { "False" },
+        "reason": evicted["reason"].clone(), "message": evicted["message"].clone(),
+        "lastTransitionTime": now,
+    }));
+    if let Some(status) = v["status"].as_object_mut() {
+        status.remove("admission");
+    }
+    match wls
+        .replace_status(name, &PostParams::default(), &object(v))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("releasing the quota of {name}")),
     }
 }
 
