@@ -42,7 +42,8 @@ use super::config::Ledger as LedgerConfig;
 use super::health::{EVICTED_FOR_ANNOTATION, now_seconds};
 use super::metrics::{BudgetLabel, DecisionLabel, KindLabel, Metrics, ReasonLabel};
 use crate::api::{
-    AcceleratorClassSpec, CreditBudgetSpec, Credits, RenewalShortPolicy, ShortPolicy,
+    AcceleratorClassSpec, CreditBudgetSpec, Credits, ExhaustionPolicy, RenewalShortPolicy,
+    ShortPolicy,
 };
 use crate::ledger::admission::{
     AdmissionError, BudgetView, Decision, FlavorUsage, WorkloadView, admission_number, decide,
@@ -735,8 +736,20 @@ impl LedgerRuntime {
             }
             Renewal::Stop { message } => {
                 drop(guard);
-                self.count_decision("stop");
-                self.stop_workload(v, &message).await?;
+                let drains = pricing
+                    .budgets
+                    .get(&charge.owner.budget)
+                    .is_some_and(|b| b.on_exhaustion == ExhaustionPolicy::HoldAndDrain);
+                if drains {
+                    // HoldAndDrain: the Workload runs on, charged as used (overrun),
+                    // until its spending uses up the grant and the queue drains
+                    // (Kueue evicts and requeues it; a top-up brings it back).
+                    self.count_decision("await_drain");
+                    tracing::info!(workload = %charge.owner.workload, %message, "renewal not covered; HoldAndDrain will stop it when the grant is spent");
+                } else {
+                    self.count_decision("stop");
+                    self.stop_workload(v, &message).await?;
+                }
             }
         }
         Ok(())

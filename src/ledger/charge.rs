@@ -254,11 +254,24 @@ impl Charge {
         )
     }
 
-    /// The periodic posts due at `now`: one per whole interval `[admitted_at +
-    /// j*interval, admitted_at + (j+1)*interval)` that ends by `now` and starts at
-    /// or after `posted_until` (the boundaries depend only on the admission, so a
-    /// replay finds the same keys), preceded by overrun reserves if they run past
-    /// the reserved terms. Also returns when the next post falls due.
+    /// The next post boundary after `t`: the next multiple of the post interval
+    /// or of the term from the admission, whichever comes first (a term is fully
+    /// posted when it ends, so a budget's spending follows its reservations).
+    fn next_boundary(&self, t: i64, interval: i64) -> i64 {
+        let elapsed = t.saturating_sub(self.admitted_at).max(0);
+        let next = |step: i64| {
+            self.admitted_at
+                .saturating_add((elapsed / step).saturating_add(1).saturating_mul(step))
+        };
+        next(interval).min(next(self.term()))
+    }
+
+    /// The periodic posts due at `now`: one per span between consecutive
+    /// boundaries ([`Self::next_boundary`]: multiples of the interval and of the
+    /// term from the admission) that ends by `now` and starts at or after
+    /// `posted_until` (the boundaries depend only on the admission, so a replay
+    /// finds the same keys), preceded by overrun reserves if they run past the
+    /// reserved terms. Also returns when the next post falls due.
     pub fn due_posts(
         &self,
         state: &ChargeState,
@@ -267,16 +280,13 @@ impl Charge {
     ) -> (Vec<Entry>, i64) {
         let interval = i64::try_from(interval_seconds.max(1)).unwrap_or(i64::MAX);
         let start = state.posted_until.max(self.admitted_at);
-        let elapsed = start - self.admitted_at;
-        let mut end = self
-            .admitted_at
-            .saturating_add((elapsed / interval + 1).saturating_mul(interval));
+        let mut end = self.next_boundary(start, interval);
         let mut posts = Vec::new();
         let mut from = start;
         while end <= now {
             posts.extend(self.posts(from, end, "usage"));
             from = end;
-            end = end.saturating_add(interval);
+            end = self.next_boundary(end, interval);
         }
         let mut out = if from > start {
             self.overrun(state, from, now)
@@ -588,8 +598,10 @@ mod tests {
         // Periodic posts past the reservation reserve the overrun first, too.
         let (posts, _) = c.due_posts(&state, 1250, 100);
         assert_eq!(posts[0].kind, EntryKind::Reserve);
+        // Boundaries every 100 s and at every 60 s term end: posted to 1240.
         assert_eq!(sum(&posts, EntryKind::Reserve), 180_000_000);
-        assert_eq!(sum(&posts, EntryKind::Post), 200_000_000);
+        assert_eq!(sum(&posts, EntryKind::Post), 240_000_000);
+        assert_eq!(posts.last().unwrap().end, 1240);
     }
 
     #[test]

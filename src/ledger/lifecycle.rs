@@ -490,7 +490,8 @@ mod tests {
         );
         assert_eq!(next, 1_200);
         state.posted_until = 1_100;
-        // Past the reserved 250 s: the posts go on (the overrun is reserved first).
+        // Past the reserved 250 s: the posts go on (the overrun is reserved
+        // first), with a boundary at the end of each term.
         let (posts, next) = c.due_posts(&state, 1_400, 100);
         let spans: Vec<_> = posts.iter().map(|p| (p.kind, p.start, p.end)).collect();
         assert_eq!(
@@ -498,7 +499,8 @@ mod tests {
             vec![
                 (EntryKind::Reserve, 1_250, 1_500),
                 (EntryKind::Post, 1_100, 1_200),
-                (EntryKind::Post, 1_200, 1_300),
+                (EntryKind::Post, 1_200, 1_250),
+                (EntryKind::Post, 1_250, 1_300),
                 (EntryKind::Post, 1_300, 1_400),
             ]
         );
