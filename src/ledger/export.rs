@@ -639,6 +639,71 @@ impl<W: Write> Exporter<W> {
     }
 }
 
+// Reading an export back, for checks (tests, the e2e suite, finance scripts).
+
+/// Parses RFC 4180 CSV as written here: an empty unquoted field is NULL (None).
+pub fn read_csv(csv: &str) -> Vec<Vec<Option<String>>> {
+    let mut rows = Vec::new();
+    let (mut row, mut cur, mut quoted, mut was_quoted) = (Vec::new(), String::new(), false, false);
+    let mut chars = csv.chars().peekable();
+    while let Some(c) = chars.next() {
+        match (quoted, c) {
+            (true, '"') if chars.peek() == Some(&'"') => {
+                chars.next();
+                cur.push('"');
+            }
+            (true, '"') => quoted = false,
+            (true, c) => cur.push(c),
+            (false, '"') => (quoted, was_quoted) = (true, true),
+            (false, ',' | '\n') => {
+                let v = std::mem::take(&mut cur);
+                row.push((was_quoted || !v.is_empty()).then_some(v));
+                was_quoted = false;
+                if c == '\n' {
+                    rows.push(std::mem::take(&mut row));
+                }
+            }
+            (false, '\r') => {}
+            (false, c) => cur.push(c),
+        }
+    }
+    rows
+}
+
+/// The rows of a CSV export as column name -> value (None: NULL); None when a
+/// row is not as wide as the header.
+pub fn read_csv_table(
+    csv: &str,
+) -> Option<Vec<std::collections::BTreeMap<String, Option<String>>>> {
+    let mut rows = read_csv(csv).into_iter();
+    let header: Vec<String> = rows
+        .next()?
+        .into_iter()
+        .map(Option::unwrap_or_default)
+        .collect();
+    rows.map(|r| (r.len() == header.len()).then(|| header.iter().cloned().zip(r).collect()))
+        .collect()
+}
+
+/// An exported number (NumericFormat: optional `-`, digits, optional fraction)
+/// as the exact `(units, scale)` of `units / 10^scale`.
+pub fn parse_decimal(s: &str) -> Option<(i128, u32)> {
+    let (int, frac) = s.split_once('.').unwrap_or((s, ""));
+    let (neg, int) = match int.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, int),
+    };
+    let digits = format!("{int}{frac}");
+    if int.is_empty()
+        || (s.contains('.') && frac.is_empty())
+        || !digits.bytes().all(|b| b.is_ascii_digit())
+    {
+        return None;
+    }
+    let v: i128 = digits.parse().ok()?;
+    Some((if neg { -v } else { v }, u32::try_from(frac.len()).ok()?))
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -683,67 +748,16 @@ mod tests {
         post
     }
 
-    /// Parses RFC 4180 CSV; an empty unquoted field is NULL (None).
-    fn parse_csv(s: &str) -> Vec<Vec<Option<String>>> {
-        let mut rows = Vec::new();
-        let (mut row, mut cur, mut quoted, mut was_quoted) =
-            (Vec::new(), String::new(), false, false);
-        let mut chars = s.chars().peekable();
-        while let Some(c) = chars.next() {
-            match (quoted, c) {
-                (true, '"') if chars.peek() == Some(&'"') => {
-                    chars.next();
-                    cur.push('"');
-                }
-                (true, '"') => quoted = false,
-                (true, c) => cur.push(c),
-                (false, '"') => (quoted, was_quoted) = (true, true),
-                (false, ',' | '\n') => {
-                    let v = std::mem::take(&mut cur);
-                    row.push((was_quoted || !v.is_empty()).then_some(v));
-                    was_quoted = false;
-                    if c == '\n' {
-                        rows.push(std::mem::take(&mut row));
-                    }
-                }
-                (false, '\r') => {}
-                (false, c) => cur.push(c),
-            }
-        }
-        rows
-    }
-
-    /// Rows as column name -> value maps.
     fn table(csv: &str) -> Vec<BTreeMap<String, Option<String>>> {
-        let mut rows = parse_csv(csv).into_iter();
-        let header: Vec<String> = rows
-            .next()
-            .expect("a header")
-            .into_iter()
-            .map(Option::unwrap_or_default)
-            .collect();
-        rows.map(|r| {
-            assert_eq!(r.len(), header.len(), "{r:?}");
-            header.iter().cloned().zip(r).collect()
-        })
-        .collect()
+        read_csv_table(csv).expect("a header and rows as wide as it")
     }
 
-    /// An exact decimal as (units, scale).
+    fn parse_csv(csv: &str) -> Vec<Vec<Option<String>>> {
+        read_csv(csv)
+    }
+
     fn dec(s: &str) -> (i128, u32) {
-        let (int, frac) = s.split_once('.').unwrap_or((s, ""));
-        assert!(
-            !s.starts_with('+') && !int.is_empty(),
-            "not a FOCUS number: {s:?}"
-        );
-        let neg = int.starts_with('-');
-        let digits = format!("{}{frac}", int.trim_start_matches('-'));
-        assert!(
-            digits.bytes().all(|b| b.is_ascii_digit()),
-            "not a FOCUS number: {s:?}"
-        );
-        let v: i128 = digits.parse().unwrap();
-        (if neg { -v } else { v }, frac.len() as u32)
+        parse_decimal(s).unwrap_or_else(|| panic!("not a FOCUS number: {s:?}"))
     }
 
     fn dec_eq(a: (i128, u32), b: (i128, u32)) -> bool {
@@ -1366,6 +1380,10 @@ mod tests {
         assert_eq!(micro_device_hours(1, 0, 1), 278);
         assert_eq!(micro_device_hours(1, 0, 9), 2500);
         assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(parse_decimal("-0.150"), Some((-150, 3)));
+        for bad in ["", "+1", "1.", ".5", "1e5", "1,5", "-"] {
+            assert_eq!(parse_decimal(bad), None, "{bad:?}");
+        }
     }
 
     proptest! {
