@@ -8,7 +8,7 @@ use clap::{Subcommand, ValueEnum};
 use super::Rate;
 use super::conformance::{admission, grant_like};
 use super::entry::{Entry, EntryKind};
-use super::export::{Exporter, Format, Pricing};
+use super::export::{DEFAULT_PROVIDER, Exporter, Format, Parties, Pricing};
 use super::store::{EntryFilter, LedgerStore, Store, for_each_entry, verify};
 
 #[derive(clap::Args, Debug)]
@@ -21,7 +21,7 @@ pub struct LedgerArgs {
 pub enum ExportFormat {
     /// One row per ledger entry.
     Csv,
-    /// FOCUS 1.2-shaped cost and usage CSV (charges only: posts and corrections).
+    /// FOCUS 1.2 cost and usage CSV (charges only: posts and corrections).
     Focus,
     /// One JSON object per entry per line.
     Json,
@@ -51,6 +51,15 @@ pub enum LedgerCommand {
         /// Price of one credit in the billing currency.
         #[arg(long, default_value = "1")]
         credit_price: String,
+        /// FOCUS ProviderName: who makes the devices available (the platform).
+        #[arg(long, env = "KACCEL_FOCUS_PROVIDER", default_value = DEFAULT_PROVIDER)]
+        provider: String,
+        /// FOCUS PublisherName (default: the provider).
+        #[arg(long, env = "KACCEL_FOCUS_PUBLISHER")]
+        publisher: Option<String>,
+        /// FOCUS InvoiceIssuerName: who issues the chargeback (default: the provider).
+        #[arg(long, env = "KACCEL_FOCUS_INVOICE_ISSUER")]
+        invoice_issuer: Option<String>,
     },
     /// Recompute every balance from the entries and check every reservation; exits
     /// non-zero on any mismatch (the report goes to stderr).
@@ -97,8 +106,13 @@ async fn run_async(args: &LedgerArgs) -> Result<(), String> {
             format,
             currency,
             credit_price,
+            provider,
+            publisher,
+            invoice_issuer,
         } => {
             let pricing = Pricing::new(currency, credit_price).map_err(|e| e.to_string())?;
+            let parties = Parties::new(provider, publisher.as_deref(), invoice_issuer.as_deref())
+                .map_err(|e| e.to_string())?;
             if from >= to {
                 return Err(format!("--from {from} must be before --to {to}"));
             }
@@ -114,6 +128,7 @@ async fn run_async(args: &LedgerArgs) -> Result<(), String> {
                 &filter,
                 *format,
                 pricing,
+                parties,
                 std::io::BufWriter::new(stdout),
             )
             .await
@@ -229,6 +244,7 @@ pub async fn export<S: LedgerStore, W: Write>(
     filter: &EntryFilter,
     format: ExportFormat,
     pricing: Pricing,
+    parties: Parties,
     out: W,
 ) -> Result<u64, String> {
     let format = match format {
@@ -236,12 +252,10 @@ pub async fn export<S: LedgerStore, W: Write>(
         ExportFormat::Focus => Format::Focus,
         ExportFormat::Json => Format::Json,
     };
-    let mut ex = Exporter::new(out, format, pricing).map_err(|e| e.to_string())?;
-    for_each_entry(store, filter, |e| {
-        ex.write(e).map_err(super::export::ExportError::from)
-    })
-    .await
-    .map_err(|e| e.to_string())?;
+    let mut ex = Exporter::new(out, format, pricing, parties).map_err(|e| e.to_string())?;
+    for_each_entry(store, filter, |e| ex.write(e))
+        .await
+        .map_err(|e| e.to_string())?;
     let rows = ex.rows();
     ex.finish().map_err(|e| e.to_string())?;
     Ok(rows)
@@ -342,6 +356,7 @@ async fn bench(url: &str, entries: usize, batch: usize) -> Result<(), String> {
         &EntryFilter::default(),
         ExportFormat::Focus,
         Pricing::new("EUR", "0.5").map_err(|e| e.to_string())?,
+        Parties::default(),
         std::io::BufWriter::new(std::io::sink()),
     )
     .await?;

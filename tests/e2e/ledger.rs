@@ -357,6 +357,191 @@ pub fn export(store: &str, budget: Option<&str>) -> Result<Vec<Value>> {
     Ok(entries)
 }
 
+type Table = Vec<BTreeMap<String, Option<String>>>;
+
+/// `kaccel ledger export --format FORMAT` of the whole store, read back as rows.
+fn export_table(store: &str, format: &str, extra: &[&str]) -> Result<Table> {
+    let mut args = vec![
+        "ledger",
+        "export",
+        "--store",
+        store,
+        "--from",
+        "2026-01-01T00:00:00Z",
+        "--to",
+        "2030-01-01T00:00:00Z",
+        "--format",
+        format,
+    ];
+    args.extend(extra);
+    let out = kaccel(&args)?;
+    ensure!(
+        out.status.success(),
+        "ledger export --format {format} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    kaccel::ledger::export::read_csv_table(&String::from_utf8(out.stdout)?)
+        .context("a row of the export is not as wide as its header")
+}
+
+/// A cell as an exact decimal scaled to `scale` places (0 for NULL).
+fn scaled(row: &BTreeMap<String, Option<String>>, col: &str, scale: u32) -> Result<i128> {
+    let Some(v) = row.get(col).with_context(|| format!("no column {col}"))? else {
+        return Ok(0);
+    };
+    let (units, s) = kaccel::ledger::export::parse_decimal(v)
+        .with_context(|| format!("{col} {v:?} is not a decimal"))?;
+    ensure!(s <= scale, "{col} {v:?} has more than {scale} places");
+    Ok(units * 10i128.pow(scale - s))
+}
+
+/// The finance exports of a run against the ledger: per team and flavor, the FOCUS
+/// BilledCost (at 0.25 USD a credit) sums to exactly the posted credits, the
+/// plain CSV's signed deltas to the budget's balances, every usage row's ListCost
+/// is ListUnitPrice x PricingQuantity, and W1's consumed device-seconds are the
+/// seconds Kueue admitted it for.
+fn finance_matches_ledger(
+    store: &str,
+    teams: &[(&str, &str)],
+    w1_uid: &str,
+    w1_seconds: i64,
+) -> Result<()> {
+    // The JSON export first: its newest id bounds the others, so posts the
+    // controller appends meanwhile are left out of the comparison.
+    let entries = export(store, None)?;
+    let last = entries
+        .iter()
+        .filter_map(|e| e["id"].as_i64())
+        .max()
+        .unwrap_or(0);
+    let price_args = ["--currency", "USD", "--credit-price", "0.25"];
+    let mut focus_args = price_args.to_vec();
+    focus_args.extend(["--provider", "e2e platform"]);
+    let seen = |col: &'static str| {
+        move |r: &BTreeMap<String, Option<String>>| {
+            r.get(col)
+                .cloned()
+                .flatten()
+                .and_then(|v| v.parse::<i64>().ok())
+                .is_some_and(|id| id <= last)
+        }
+    };
+    let focus: Table = export_table(store, "focus", &focus_args)?
+        .into_iter()
+        .filter(seen("x_LedgerEntryId"))
+        .collect();
+    let csv: Table = export_table(store, "csv", &price_args)?
+        .into_iter()
+        .filter(seen("id"))
+        .collect();
+    let cell = |r: &BTreeMap<String, Option<String>>, c: &str| r.get(c).cloned().flatten();
+    for (team, budget) in teams {
+        let mine: Vec<&Value> = entries.iter().filter(|e| e["budget"] == *budget).collect();
+        let mut posted = BTreeMap::<String, i128>::new();
+        for e in mine.iter().filter(|e| e["kind"] == "Post") {
+            *posted
+                .entry(e["flavor"].as_str().unwrap_or_default().into())
+                .or_default() += i128::from(e["credits"].as_i64().unwrap_or_default());
+        }
+        let rows: Vec<_> = focus
+            .iter()
+            .filter(|r| cell(r, "SubAccountId").as_deref() == Some(*budget))
+            .collect();
+        ensure!(
+            rows.len() == mine.iter().filter(|e| e["kind"] == "Post").count(),
+            "budget {budget}: {} FOCUS rows for its posts",
+            rows.len()
+        );
+        let mut billed = BTreeMap::<String, i128>::new();
+        for r in &rows {
+            ensure!(
+                cell(r, "BillingAccountId").as_deref() == Some(*team),
+                "{r:?}"
+            );
+            ensure!(
+                cell(r, "ProviderName").as_deref() == Some("e2e platform"),
+                "{r:?}"
+            );
+            ensure!(
+                cell(r, "ChargeCategory").as_deref() == Some("Usage"),
+                "{r:?}"
+            );
+            ensure!(
+                cell(r, "PricingCurrencyListUnitPrice").as_deref() == Some("3600"),
+                "{r:?}"
+            );
+            // Prices at scale 12, quantities at 6: the product at 18.
+            let product = scaled(r, "ListUnitPrice", 12)? * scaled(r, "PricingQuantity", 6)?;
+            ensure!(product == scaled(r, "ListCost", 18)?, "ListCost: {r:?}");
+            ensure!(
+                product == scaled(r, "ContractedCost", 18)?,
+                "ContractedCost: {r:?}"
+            );
+            *billed
+                .entry(cell(r, "x_Flavor").unwrap_or_default())
+                .or_default() += scaled(r, "BilledCost", 12)?;
+        }
+        let posted_cost: BTreeMap<String, i128> = posted
+            .iter()
+            .map(|(f, micros)| (f.clone(), micros * 250_000))
+            .collect();
+        ensure!(
+            billed == posted_cost,
+            "budget {budget}: FOCUS BilledCost per flavor {billed:?} is not the posted credits x 0.25 {posted_cost:?}"
+        );
+        // Plain CSV: the signed deltas sum to the balances of the same entries.
+        let sums = kind_sums(&mine.iter().map(|e| (*e).clone()).collect::<Vec<_>>());
+        let k = |kind: &str| i128::from(sums.get(kind).copied().unwrap_or(0));
+        let want = [
+            ("grantedDelta", k("Grant") - k("Expiry")),
+            ("reservedDelta", k("Reserve") - k("Post") - k("Void")),
+            ("spentDelta", k("Post") + k("Correction")),
+        ];
+        for (col, want) in want {
+            let mut got = 0;
+            for r in csv
+                .iter()
+                .filter(|r| cell(r, "budget").as_deref() == Some(*budget))
+            {
+                got += scaled(r, col, 6)?;
+            }
+            ensure!(
+                got == want,
+                "budget {budget}: CSV {col} sums to {got}, the ledger to {want}"
+            );
+        }
+    }
+    // W1 ran on one device for exactly the seconds Kueue admitted it.
+    let w1: Vec<_> = focus
+        .iter()
+        .filter(|r| cell(r, "ResourceId").as_deref() == Some(w1_uid))
+        .collect();
+    let mut consumed = 0;
+    let mut billed = 0;
+    for r in &w1 {
+        ensure!(
+            cell(r, "ConsumedUnit").as_deref() == Some("Device-Seconds"),
+            "{r:?}"
+        );
+        consumed += scaled(r, "ConsumedQuantity", 0)?;
+        billed += scaled(r, "BilledCost", 12)?;
+    }
+    ensure!(
+        consumed == i128::from(w1_seconds),
+        "W1 consumed {consumed} device-seconds in FOCUS, Kueue admitted it for {w1_seconds} s"
+    );
+    ensure!(
+        billed == i128::from(w1_seconds) * 250_000_000_000,
+        "W1 billed {billed}"
+    );
+    eprintln!(
+        "finance: {} FOCUS rows, {} CSV rows match the ledger per team and flavor",
+        focus.len(),
+        csv.len()
+    );
+    Ok(())
+}
+
 /// `kaccel ledger verify`: (success, stderr).
 pub fn verify(store: &str) -> Result<(bool, String)> {
     let out = kaccel(&["ledger", "verify", "--store", store])?;
@@ -826,6 +1011,7 @@ async fn small_budget_flow(env: &mut Env, store: &str) -> Result<()> {
         .collect();
     assert_eq!(ex_grants.iter().sum::<i64>(), 260, "{ex_grants:?}");
     assert!(ex_grants.contains(&200), "top-up grant: {ex_grants:?}");
+    finance_matches_ledger(store, &[(&team, &budget), (&ex_team, &ex)], &w1_uid, spent)?;
     eprintln!("small budget flow on {store}: {:?}", started.elapsed());
     Ok(())
 }
