@@ -55,7 +55,7 @@ fn read_gaudi(view: &NodeView<'_>, warnings: &mut Vec<String>) -> Option<DeviceG
     let pinned = |key: &str, value: &str| BTreeMap::from([(key.to_string(), value.to_string())]);
     let from_type = view.label(HABANA_DEVICE_TYPE).map(|t| {
         (
-            gaudi_generation(t).map(|(arch, _)| generation_model(arch)),
+            gaudi_generation_by_type(t).map(generation_model),
             HABANA_DEVICE_TYPE,
             t,
         )
@@ -130,6 +130,19 @@ fn generation_model(architecture: &str) -> &'static str {
         "gaudi3" => "Gaudi3",
         "gaudi2" => "Gaudi2",
         _ => "Gaudi",
+    }
+}
+
+/// Gaudi generation for a `habana.ai/device.type` value, matched whole (`GAUDI2`,
+/// `Gaudi 3`, `HL-225`): an unknown name such as `GAUDI9` is not a Gaudi we know.
+fn gaudi_generation_by_type(value: &str) -> Option<&'static str> {
+    let v = value.to_ascii_lowercase().replace([' ', '-', '_'], "");
+    let v = v.trim_start_matches("intel").trim_start_matches("habana");
+    match v {
+        "gaudi" | "gaudi1" | "hl205" => Some("gaudi"),
+        "gaudi2" | "hl225" => Some("gaudi2"),
+        "gaudi3" | "hl325" => Some("gaudi3"),
+        _ => None,
     }
 }
 

@@ -1247,3 +1247,91 @@ proptest! {
         }
     }
 }
+
+/// Habana feature discovery labels (HabanaAI habanalabs-feature-discovery README:
+/// `habana.ai/device.count`, `habana.ai/machine.type`, `habana.ai/driver.version`;
+/// the issue's `habana.ai/device.type` and `habana.ai/device.id`). PCI IDs from the
+/// habanalabs kernel driver (`PCI_IDS_GAUDI2 0x1020`, `PCI_IDS_GAUDI3 0x1060`,
+/// HabanaAI/drivers.accel.habanalabs.kernel `habanalabs_drv.c`). A value kaccel does
+/// not know is unclassified, never guessed.
+#[test]
+fn habana_feature_discovery_schemes() {
+    let read = |labels: &str| {
+        read_node(&node(&format!(
+            r#"
+metadata:
+  name: gaudi-01
+  labels: {{habana.ai/device.count: "8", habana.ai/driver.version: 1.18.0-524, {labels}}}
+status:
+  capacity: {{habana.ai/gaudi: "8"}}
+  allocatable: {{habana.ai/gaudi: "8"}}
+"#
+        )))
+    };
+    let by_type = read("habana.ai/device.type: GAUDI3");
+    let g = group(&by_type, "habana.ai/gaudi");
+    assert_eq!(g.variant.model, "Gaudi3");
+    assert_eq!(g.memory_mib, Some(128 * 1024));
+    assert_eq!(g.pin_labels, pins(&[("habana.ai/device.type", "GAUDI3")]));
+
+    let by_id = read("habana.ai/device.id: \"1020\"");
+    let g = group(&by_id, "habana.ai/gaudi");
+    assert_eq!(g.variant.model, "Gaudi2");
+    assert_eq!(g.pin_labels, pins(&[("habana.ai/device.id", "1020")]));
+
+    let unknown = read("habana.ai/device.type: GAUDI9");
+    assert!(unknown.groups.is_empty(), "{:#?}", unknown.groups);
+    assert_eq!(unknown.unclassified.len(), 1);
+    assert_eq!(unknown.unclassified[0].count, 8);
+    assert!(unknown.warnings.iter().any(|w| w.contains("GAUDI9")));
+}
+
+/// Ascend schemes beyond first-generation 910 (MindCluster "创建节点标签" table:
+/// `accelerator-type` `module-a3-16` for A200T A3 Box8, `module-a3-16-super-pod` for
+/// Atlas 900 A3 SuperPoD; Ascend 950 nodes through `huawei.com/npu` with
+/// `350-Atlas-*` / `850-*` / `950-SuperPod-*` form factors, mind-cluster
+/// `ASCEND_950_NPU_NUM`). An A3 node is never the first-generation 910 variant, nor
+/// selected by its flavor; an unknown form factor is unclassified.
+#[test]
+fn ascend_a3_npu_and_unknown_form_factors() {
+    let read = |accel_type: &str, resource: &str| {
+        read_node(&node(&format!(
+            r#"
+metadata:
+  name: npu-01
+  labels: {{accelerator: huawei-Ascend910, accelerator-type: {accel_type}}}
+status:
+  capacity: {{"{resource}": "16"}}
+  allocatable: {{"{resource}": "16"}}
+"#
+        )))
+    };
+    let first_gen = read("module", "huawei.com/Ascend910");
+    let a3 = read("module-a3-16-super-pod", "huawei.com/Ascend910");
+    let g1 = group(&first_gen, "huawei.com/Ascend910");
+    let g3 = group(&a3, "huawei.com/Ascend910");
+    assert_eq!(g1.variant.model, "Ascend910");
+    assert_eq!(g3.variant.model, "Ascend910A3");
+    assert_ne!(g1.variant, g3.variant);
+    // Pure: each flavor's pins are not all carried by the other node.
+    assert!(
+        g1.pin_labels
+            .iter()
+            .any(|(k, v)| a3.labels.get(k) != Some(v))
+    );
+    assert!(
+        g3.pin_labels
+            .iter()
+            .any(|(k, v)| first_gen.labels.get(k) != Some(v))
+    );
+
+    let a5 = read("950-SuperPod-Atlas-8", "huawei.com/npu");
+    let g5 = group(&a5, "huawei.com/npu");
+    assert_eq!(g5.variant.model, "Ascend950");
+    assert_eq!(g5.variant.sharing, SharingMode::Whole);
+
+    let unknown = read("module-z9-64", "huawei.com/Ascend910");
+    assert!(unknown.groups.is_empty(), "{:#?}", unknown.groups);
+    assert_eq!(unknown.unclassified[0].source, "huawei.com/Ascend910");
+    assert!(unknown.has_accelerators());
+}
