@@ -33,7 +33,7 @@ use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::Store as Cache;
-use kube::runtime::{Controller, watcher};
+use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use tokio::sync::{Mutex, Notify, OnceCell, mpsc::UnboundedSender};
@@ -57,8 +57,8 @@ use crate::ledger::entry::{Balances, Entry, EntryKind, format_micros, void_key};
 use crate::ledger::export::rfc3339;
 use crate::ledger::lifecycle::{
     FINALIZER, RESERVATION_ANNOTATION, RESERVATION_ANNOTATION_POINTER, ReservationRecord,
-    STOPPED_ANNOTATION, check_state, condition, deletion_time, ended_at, evicted_since_admission,
-    holds_quota, is_finished, record_of,
+    STOPPED_ANNOTATION, check_state, condition, counted_by_kueue, deletion_time, ended_at,
+    evicted_since_admission, holds_quota, is_finished, record_of,
 };
 use crate::ledger::pricing::rate_errors;
 use crate::ledger::store::{LedgerStore, OpenReservation, Store, StoreError};
@@ -293,9 +293,19 @@ impl LedgerRuntime {
 
         let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &workload_resource());
         let (trigger_tx, trigger_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
-        let controller = Controller::new_with(api, watcher::Config::default(), workload_resource())
-            .reconcile_all_on(super::receiver_stream(trigger_rx));
-        let workloads = controller.store();
+        // The cache holds each Workload slimmed to what the check reads: a
+        // cluster keeps tens of thousands of finished Workloads, whose pod
+        // templates and managed fields would otherwise all stay in memory.
+        let writer =
+            kube::runtime::reflector::store::Writer::<DynamicObject>::new(workload_resource());
+        let workloads = writer.as_reader();
+        let stream = watcher(api, watcher::Config::default())
+            .modify(slim_workload)
+            .reflect(writer)
+            .applied_objects();
+        let controller =
+            Controller::for_stream_with(stream, workloads.clone(), workload_resource())
+                .reconcile_all_on(super::receiver_stream(trigger_rx));
         let ctx = self.clone();
         let workload_task = controller
             .run(
@@ -1125,17 +1135,23 @@ impl LedgerRuntime {
         cluster_queues: &Cache<DynamicObject>,
     ) -> Result<BTreeMap<String, Vec<String>>, LedgerError> {
         let open = self.store().open_reservations().await?;
-        let to_values = |cache: &Cache<DynamicObject>| -> Vec<Value> {
-            cache
-                .state()
-                .iter()
-                .map(|o| serde_json::to_value(o.as_ref()).expect("objects serialise"))
-                .collect()
-        };
+        let check = &self.config.admission_check_name;
+        let to_values =
+            |cache: &Cache<DynamicObject>, keep: &dyn Fn(&DynamicObject) -> bool| -> Vec<Value> {
+                cache
+                    .state()
+                    .iter()
+                    .filter(|o| keep(o))
+                    .map(|o| serde_json::to_value(o.as_ref()).expect("objects serialise"))
+                    .collect()
+            };
+        // Only Workloads the comparison can count (a charged one carries the
+        // finalizer; one waiting on the check holds quota): finished history,
+        // which a cluster keeps by the ten thousand, is skipped without copying.
         let found = crate::ledger::reconcile::compare(
             &open,
-            &to_values(workloads),
-            &to_values(cluster_queues),
+            &to_values(workloads, &|o| ledger_relevant(o, check)),
+            &to_values(cluster_queues, &|_| true),
             &pricing
                 .queues
                 .iter()
@@ -1217,6 +1233,36 @@ impl LedgerRuntime {
         tracing::warn!(key = %e.key, "closing an orphaned reservation");
         self.append(&[void]).await
     }
+}
+
+/// Drops what kaccel never reads of a Workload before it is cached: managed
+/// fields, the pod sets' templates, Kueue's per-pod resource requests and
+/// annotations that are not kaccel's.
+fn slim_workload(w: &mut DynamicObject) {
+    w.metadata.managed_fields = None;
+    if let Some(annotations) = w.metadata.annotations.as_mut() {
+        annotations.retain(|k, _| k.starts_with("kaccel.io/"));
+    }
+    if let Some(spec) = w.data.get_mut("spec").and_then(Value::as_object_mut) {
+        spec.remove("podSets");
+    }
+    if let Some(status) = w.data.get_mut("status").and_then(Value::as_object_mut) {
+        status.remove("resourceRequests");
+    }
+}
+
+/// Whether the reconciliation against Kueue must look at a cached Workload:
+/// charged (kaccel's finalizer) or counted by Kueue with kaccel's check on it.
+fn ledger_relevant(w: &DynamicObject, check: &str) -> bool {
+    if w.finalizers().iter().any(|f| f == FINALIZER) {
+        return true;
+    }
+    let has_check = w
+        .data
+        .pointer("/status/admissionChecks")
+        .and_then(Value::as_array)
+        .is_some_and(|c| c.iter().any(|c| c["name"] == check));
+    has_check && counted_by_kueue(&w.data)
 }
 
 fn namespace_and_name(v: &Value) -> (&str, &str) {
@@ -1320,5 +1366,60 @@ mod tests {
             None
         );
         assert_eq!(bad.rate_problem("no-such-class"), None);
+    }
+
+    fn cached(v: Value) -> DynamicObject {
+        serde_json::from_value(v).expect("a Workload")
+    }
+
+    fn workload(conditions: Value, checks: Value, finalizers: Value) -> DynamicObject {
+        cached(json!({
+            "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+            "metadata": {
+                "name": "w", "namespace": "ns", "uid": "u", "finalizers": finalizers,
+                "annotations": {"kaccel.io/credit-reservation": "{}", "kubectl.kubernetes.io/last-applied-configuration": "{...}"},
+                "managedFields": [{"manager": "kueue", "operation": "Update"}],
+            },
+            "spec": {"queueName": "q", "active": true, "podSets": [{"name": "main", "count": 1, "template": {"spec": {"containers": []}}}]},
+            "status": {"conditions": conditions, "admissionChecks": checks, "resourceRequests": [{"name": "main"}]},
+        }))
+    }
+
+    #[test]
+    fn the_cache_keeps_only_what_the_check_reads() {
+        let mut w = workload(json!([]), json!([]), json!([FINALIZER]));
+        slim_workload(&mut w);
+        assert!(w.metadata.managed_fields.is_none());
+        let annotations = w.metadata.annotations.as_ref().unwrap();
+        assert_eq!(
+            annotations.keys().collect::<Vec<_>>(),
+            ["kaccel.io/credit-reservation"]
+        );
+        assert!(w.data["spec"].get("podSets").is_none());
+        assert_eq!(w.data["spec"]["queueName"], "q");
+        assert!(w.data["status"].get("resourceRequests").is_none());
+        assert!(w.data["status"].get("conditions").is_some());
+        assert_eq!(w.finalizers(), [FINALIZER]);
+    }
+
+    #[test]
+    fn the_reconciliation_skips_finished_history() {
+        let check = json!([{"name": "kaccel-credits", "state": "Ready"}]);
+        let reserved = json!({"type": "QuotaReserved", "status": "True", "lastTransitionTime": "2026-12-01T00:00:00Z"});
+        let finished = json!({"type": "Finished", "status": "True", "lastTransitionTime": "2026-12-01T00:10:00Z"});
+        // Charged: the finalizer makes it relevant whatever its state.
+        let charged = workload(
+            json!([reserved, finished]),
+            check.clone(),
+            json!([FINALIZER]),
+        );
+        assert!(ledger_relevant(&charged, "kaccel-credits"));
+        // Waiting on the check while holding quota: counted.
+        let waiting = workload(json!([reserved]), check.clone(), json!([]));
+        assert!(ledger_relevant(&waiting, "kaccel-credits"));
+        assert!(!ledger_relevant(&waiting, "another-check"));
+        // Finished and settled: skipped.
+        let history = workload(json!([reserved, finished]), check, json!([]));
+        assert!(!ledger_relevant(&history, "kaccel-credits"));
     }
 }
