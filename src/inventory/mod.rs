@@ -16,6 +16,8 @@ mod quantity;
 pub mod synthetic;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+pub(crate) mod vendor_fleet_nvidia_amd;
 
 use std::collections::BTreeMap;
 

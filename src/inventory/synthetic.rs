@@ -214,16 +214,16 @@ fn build(
                 .label("amd.com/gpu.device-id", "74a1")
                 .label("amd.com/gpu.cu-count", "304")
                 .label("amd.com/gpu.driver-version", "6.10.5")
-                .label("amd.com/compute-partitioning-supported", "true")
-                .label("amd.com/memory-partitioning-supported", "true")
+                .label("amd.com/gpu.compute-partitioning-supported", "true")
+                .label("amd.com/gpu.memory-partitioning-supported", "true")
                 .taint("amd.com/gpu", "present");
             if matches!(shape, Shape::Mi300x) {
                 b.label("amd.com/gpu.vram", "192G")
-                    .label("amd.com/compute-memory-partition", "spx_nps1");
+                    .label("amd.com/gpu.compute-memory-partition", "spx_nps1");
                 b.resource("amd.com/gpu", n, withdrawn);
             } else {
                 b.label("amd.com/gpu.vram", "24G")
-                    .label("amd.com/compute-memory-partition", "cpx_nps4");
+                    .label("amd.com/gpu.compute-memory-partition", "cpx_nps4");
                 b.resource("amd.com/cpx_nps4", n * 8, withdrawn * 8);
             }
         }

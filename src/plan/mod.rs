@@ -968,7 +968,13 @@ fn flavor_name(key: &FlavorKey) -> String {
             }
             parts.push(model);
             match v.sharing {
-                SharingMode::TimeShare => parts.push("shared".into()),
+                SharingMode::TimeShare => {
+                    // Replicas of a MIG slice: the slice, then `shared`.
+                    if let Some(profile) = &v.partition_profile {
+                        parts.push(names::slug(profile));
+                    }
+                    parts.push("shared".into())
+                }
                 SharingMode::Partition => parts.push(names::slug(
                     v.partition_profile.as_deref().unwrap_or("part"),
                 )),
