@@ -15,7 +15,11 @@ use crate::api::{
 };
 use crate::inventory::synthetic::generate_fleet;
 
-fn class(name: &str, sharing: SharingMode, selector: HardwareSelector) -> AcceleratorClass {
+pub(super) fn class(
+    name: &str,
+    sharing: SharingMode,
+    selector: HardwareSelector,
+) -> AcceleratorClass {
     AcceleratorClass {
         metadata: ObjectMeta {
             name: Some(name.into()),
@@ -36,7 +40,7 @@ fn class(name: &str, sharing: SharingMode, selector: HardwareSelector) -> Accele
     }
 }
 
-fn budget(name: &str, namespaces: &[&str], grants: &[(&str, u32)]) -> CreditBudget {
+pub(super) fn budget(name: &str, namespaces: &[&str], grants: &[(&str, u32)]) -> CreditBudget {
     CreditBudget {
         metadata: ObjectMeta {
             name: Some(name.into()),
@@ -94,7 +98,7 @@ fn examples() -> (Vec<AcceleratorClass>, Vec<CreditBudget>, Vec<Node>) {
     (loaded.classes, loaded.budgets, loaded.nodes)
 }
 
-fn qty(q: &Quantity) -> u64 {
+pub(super) fn qty(q: &Quantity) -> u64 {
     q.0.parse()
         .unwrap_or_else(|_| panic!("device quantity {q:?} is not an integer"))
 }
@@ -613,11 +617,11 @@ prop_compose! {
     }
 }
 
-fn arb_classes() -> impl Strategy<Value = Vec<AcceleratorClass>> {
+pub(super) fn arb_classes() -> impl Strategy<Value = Vec<AcceleratorClass>> {
     (1usize..7).prop_flat_map(|n| (0..n).map(arb_class).collect::<Vec<_>>())
 }
 
-fn arb_budgets(classes: usize) -> impl Strategy<Value = Vec<CreditBudget>> {
+pub(super) fn arb_budgets(classes: usize) -> impl Strategy<Value = Vec<CreditBudget>> {
     prop::collection::vec(
         prop::collection::vec((0..classes + 1, 0u32..120), 1..5),
         1..6,
@@ -640,7 +644,7 @@ fn arb_budgets(classes: usize) -> impl Strategy<Value = Vec<CreditBudget>> {
     })
 }
 
-fn arb_health(nodes: &[Node], seed: u64) -> HealthSnapshot {
+pub(super) fn arb_health(nodes: &[Node], seed: u64) -> HealthSnapshot {
     let inventory = Inventory::from_nodes(nodes);
     let mut health = HealthSnapshot::default();
     let mut x = seed | 1;
