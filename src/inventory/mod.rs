@@ -26,6 +26,10 @@ use k8s_openapi::api::resource::v1::ResourceSlice;
 use serde::{Deserialize, Serialize};
 
 pub use crate::api::{SharingMode, Vendor};
+/// Whether a resource name is a DRA DeviceClass kaccel plans for (DRA-only groups).
+pub fn is_dra_device_class(resource_name: &str) -> bool {
+    dra::is_device_class(resource_name)
+}
 pub use quantity::{
     QuantityError, parse_count, parse_cpu_millis, parse_memory_bytes, same_quantity,
 };

@@ -404,3 +404,49 @@ proptest! {
         assert_pure_and_within_variant_capacity(&plan, &inventory, &health);
     }
 }
+
+/// DRA-only groups have no pins by design (claims are placed by ResourceSlice): the
+/// purity check leaves their flavors to the DRA path instead of refusing them all.
+#[test]
+fn dra_only_flavors_are_not_refused() {
+    let nodes: Vec<Node> = [
+        "metadata: {name: dra-node}\nstatus: {capacity: {cpu: \"64\"}, allocatable: {cpu: \"64\"}}",
+        "metadata: {name: cpu-node}\nstatus: {capacity: {cpu: \"64\"}, allocatable: {cpu: \"64\"}}",
+    ]
+    .iter()
+    .map(|y| serde_yaml::from_str(y).unwrap())
+    .collect();
+    let slice: k8s_openapi::api::resource::v1::ResourceSlice = serde_yaml::from_str(
+        r#"
+metadata: {name: amd-slice}
+spec:
+  driver: gpu.amd.com
+  nodeName: dra-node
+  pool: {name: p, generation: 1, resourceSliceCount: 1}
+  devices:
+    - name: gpu-0
+      attributes:
+        productName: {string: AMD Instinct MI300X}
+        partitionProfile: {string: spx_nps1}
+      capacity: {memory: {value: 192Gi}}
+"#,
+    )
+    .unwrap();
+    let inventory = Inventory::from_nodes_and_slices(&nodes, [&slice]);
+    let classes = vec![class(
+        "whole",
+        SharingMode::Whole,
+        HardwareSelector::default(),
+    )];
+    let health = HealthSnapshot::default();
+    let options = PlanOptions::default();
+    let plan = plan(&PlanInput {
+        classes: &classes,
+        budgets: &[],
+        inventory: &inventory,
+        health: &health,
+        options: &options,
+    });
+    assert!(plan.impure_flavors.is_empty());
+    assert_eq!(plan.resource_flavors.len(), 1);
+}
