@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::Node;
 use proptest::prelude::*;
 
-use super::tests::{arb_budgets, arb_classes, arb_health, budget, class, qty};
+use super::tests::{arb_budgets, arb_classes, arb_health, budget, class, qty, run};
 use super::*;
 use crate::api::HardwareSelector;
 use crate::inventory::synthetic::generate_fleet;
@@ -151,24 +151,6 @@ fn assert_pure_and_within_variant_capacity(
     }
 }
 
-fn plan_fleet(
-    classes: &[AcceleratorClass],
-    budgets: &[CreditBudget],
-    nodes: &[Node],
-    health: &HealthSnapshot,
-) -> (Plan, Inventory) {
-    let inventory = Inventory::from_nodes(nodes);
-    let options = PlanOptions::default();
-    let plan = plan(&PlanInput {
-        classes,
-        budgets,
-        inventory: &inventory,
-        health,
-        options: &options,
-    });
-    (plan, inventory)
-}
-
 /// One class per way of using the vendor fleet, each granted generously.
 fn vendor_fleet_classes() -> (Vec<AcceleratorClass>, Vec<CreditBudget>) {
     let big = |sharing, profile: Option<&str>, min_memory_mib| {
@@ -210,7 +192,7 @@ fn the_cpx_node_is_never_in_a_whole_gpu_class() {
     let (classes, budgets) = vendor_fleet_classes();
     let nodes = vendor_fleet::fleet();
     let health = HealthSnapshot::default();
-    let (plan, inventory) = plan_fleet(&classes, &budgets, &nodes, &health);
+    let (plan, inventory) = run(&classes, &budgets, &nodes, &health);
     for whole in ["whole-80g", "whole"] {
         for f in &plan.classes[whole].flavors {
             let report = &plan.flavors[&f.name];
@@ -259,7 +241,7 @@ fn vendor_fleet_one_pure_flavor_per_variant() {
     let (classes, budgets) = vendor_fleet_classes();
     let nodes = vendor_fleet::fleet();
     let health = HealthSnapshot::default();
-    let (plan, inventory) = plan_fleet(&classes, &budgets, &nodes, &health);
+    let (plan, inventory) = run(&classes, &budgets, &nodes, &health);
     assert!(
         plan.impure_flavors.is_empty(),
         "{:?}",
@@ -316,7 +298,7 @@ fn an_impure_flavor_is_refused_and_reported() {
         .collect();
     let (classes, budgets) = vendor_fleet_classes();
     let health = HealthSnapshot::default();
-    let (plan, inventory) = plan_fleet(&classes, &budgets, &stripped, &health);
+    let (plan, inventory) = run(&classes, &budgets, &stripped, &health);
     assert_pure_and_within_variant_capacity(&plan, &inventory, &health);
     let refused: Vec<(&str, SharingMode)> = plan
         .impure_flavors
@@ -400,7 +382,7 @@ proptest! {
         seed in any::<u64>(),
     ) {
         let health = arb_health(&nodes, seed);
-        let (plan, inventory) = plan_fleet(&classes, &budgets, &nodes, &health);
+        let (plan, inventory) = run(&classes, &budgets, &nodes, &health);
         assert_pure_and_within_variant_capacity(&plan, &inventory, &health);
     }
 }

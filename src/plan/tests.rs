@@ -75,7 +75,7 @@ pub(super) fn budget(name: &str, namespaces: &[&str], grants: &[(&str, u32)]) ->
     }
 }
 
-fn run(
+pub(super) fn run(
     classes: &[AcceleratorClass],
     budgets: &[CreditBudget],
     nodes: &[Node],
