@@ -8,35 +8,19 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::Node;
 use proptest::prelude::*;
 
-use super::tests::{arb_budgets, arb_classes, arb_health, budget, class, qty, run};
+use super::tests::{
+    arb_budgets, arb_classes, arb_health, budget, class, device_quota, open_to, run, selects,
+};
 use super::*;
 use crate::api::HardwareSelector;
 use crate::inventory::synthetic::generate_fleet;
 use crate::inventory::vendor_fleet_nvidia_amd::{self as vendor_fleet, NODES};
 
-/// Total nominal quota per flavor, over every ClusterQueue and the root Cohort
-/// (device resources only).
+/// Total nominal quota per flavor over its device resources.
 fn quota_per_flavor(plan: &Plan) -> BTreeMap<String, u64> {
     let mut quota: BTreeMap<String, u64> = BTreeMap::new();
-    let groups = plan
-        .cluster_queues
-        .iter()
-        .flat_map(|q| q.spec.resource_groups.iter())
-        .chain(
-            plan.cohorts
-                .iter()
-                .flat_map(|c| c.spec.resource_groups.iter()),
-        );
-    for rg in groups {
-        for f in &rg.flavors {
-            for r in f
-                .resources
-                .iter()
-                .filter(|r| r.name != "cpu" && r.name != "memory")
-            {
-                *quota.entry(f.name.clone()).or_default() += qty(&r.nominal_quota);
-            }
-        }
+    for ((flavor, _), amount) in device_quota(plan) {
+        *quota.entry(flavor).or_default() += amount;
     }
     quota
 }
@@ -75,16 +59,9 @@ fn assert_pure_and_within_variant_capacity(
         let Some(variant) = variant_of(report) else {
             continue;
         };
-        let labels = &flavor.spec.node_labels;
-        let tolerated: Vec<&str> = flavor
-            .spec
-            .tolerations
-            .iter()
-            .filter_map(|t| t.key.as_deref())
-            .collect();
         let mut capacity = 0u64;
         for node in inventory.nodes.values() {
-            if !labels.iter().all(|(k, v)| node.labels.get(k) == Some(v)) {
+            if !selects(flavor, node) {
                 continue;
             }
             assert!(
@@ -95,11 +72,7 @@ fn assert_pure_and_within_variant_capacity(
                 node.name,
                 node.groups.iter().map(|g| &g.variant).collect::<Vec<_>>()
             );
-            let blocked = node.taints.iter().any(|t| {
-                (t.effect == "NoSchedule" || t.effect == "NoExecute")
-                    && !tolerated.contains(&t.key.as_str())
-            });
-            if node.accepts_new_pods() && !blocked {
+            if open_to(flavor, node) {
                 // Quota is counted in the flavor's own resource: exactly its variant.
                 capacity += node
                     .groups
