@@ -159,3 +159,68 @@ fn crds_command_prints_both_crds() {
     assert!(s.contains("name: acceleratorclasses.kaccel.io"));
     assert!(s.contains("name: creditbudgets.kaccel.io"));
 }
+
+/// A fleet with one accelerator kaccel cannot classify (a Qualcomm Cloud AI 100 card
+/// through its device plugin's `qualcomm.com/qaic`, which no adapter reads): the
+/// summary names it as unclassified, the plan still exits 0, and `--strict` exits
+/// non-zero naming the node.
+#[test]
+fn plan_strict_fails_on_an_unclassified_accelerator() {
+    let fleet = scratch(
+        "unknown-accelerator",
+        r#"
+apiVersion: v1
+kind: Node
+metadata:
+  name: qaic-01
+  labels: {kaccel.io/pool: cpu}
+status:
+  capacity: {cpu: "64", memory: 512Gi, qualcomm.com/qaic: "8"}
+  allocatable: {cpu: "64", memory: 512Gi, qualcomm.com/qaic: "8"}
+  conditions: [{type: Ready, status: "True"}]
+---
+apiVersion: v1
+kind: Node
+metadata:
+  name: cpu-01
+  labels: {kaccel.io/pool: cpu}
+status:
+  capacity: {cpu: "32", memory: 128Gi}
+  allocatable: {cpu: "32", memory: 128Gi}
+  conditions: [{type: Ready, status: "True"}]
+"#,
+    );
+    let classes = "examples/classes.yaml";
+    let fleet = fleet.to_str().unwrap();
+    let out = kaccel(&["plan", "-f", classes, fleet, "-o", "summary"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        stdout.contains("Unclassified: 8 accelerator device(s)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("node qaic-01: qualcomm.com/qaic (count 8)"),
+        "{stdout}"
+    );
+    // The CPU pool counts cpu-01's 32 cores only, not the accelerator node's 64.
+    let cpu_row = stdout
+        .lines()
+        .find(|l| l.starts_with("development-cpu"))
+        .unwrap_or_else(|| panic!("no CPU class row in {stdout}"));
+    assert!(cpu_row.split_whitespace().any(|c| c == "32"), "{cpu_row}");
+    assert!(!cpu_row.split_whitespace().any(|c| c == "96"), "{cpu_row}");
+
+    let strict = kaccel(&["plan", "-f", classes, fleet, "-o", "summary", "--strict"]);
+    assert!(!strict.status.success(), "--strict must fail");
+    let stderr = String::from_utf8_lossy(&strict.stderr);
+    assert!(
+        stderr.contains("--strict") && stderr.contains("qaic-01"),
+        "{stderr}"
+    );
+    assert!(String::from_utf8_lossy(&strict.stdout).contains("Unclassified"));
+}

@@ -82,6 +82,10 @@ pub struct PlanArgs {
     /// the credit ledger is on).
     #[arg(long)]
     pub admission_check: Option<String>,
+    /// Exit non-zero when any node has an accelerator kaccel cannot classify (the
+    /// plan is still printed; the summary lists them under "Unclassified").
+    #[arg(long)]
+    pub strict: bool,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
@@ -105,6 +109,10 @@ pub enum CliError {
     },
     #[error("cannot write output: {0}")]
     Output(#[from] std::io::Error),
+    #[error(
+        "--strict: {count} unclassified accelerator device(s) on node(s) {nodes}: kaccel offers them to no class; see the summary's Unclassified section for the fix"
+    )]
+    Unclassified { count: u64, nodes: String },
 }
 
 pub fn run_plan(args: &PlanArgs, out: &mut impl Write) -> Result<(), CliError> {
@@ -141,6 +149,16 @@ pub fn run_plan(args: &PlanArgs, out: &mut impl Write) -> Result<(), CliError> {
             )?;
         }
         Output::Summary => write!(out, "{}", summary::render(&plan, &inventory))?,
+    }
+    if args.strict && inventory.unclassified().next().is_some() {
+        let nodes: std::collections::BTreeSet<&str> = inventory
+            .unclassified()
+            .map(|(n, _)| n.name.as_str())
+            .collect();
+        return Err(CliError::Unclassified {
+            count: inventory.unclassified_device_count(),
+            nodes: nodes.into_iter().collect::<Vec<_>>().join(", "),
+        });
     }
     Ok(())
 }

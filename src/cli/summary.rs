@@ -82,6 +82,22 @@ pub fn render(plan: &Plan, inventory: &Inventory) -> String {
             let _ = writeln!(s, "{budget:<20} {class:<20} {flavor:<36} {amount:>10}");
         }
     }
+    let unclassified: Vec<_> = inventory.unclassified().collect();
+    if !unclassified.is_empty() {
+        let _ = writeln!(s);
+        let _ = writeln!(
+            s,
+            "Unclassified: {} accelerator device(s) kaccel cannot classify; offered to no class, not CPU-only capacity:",
+            inventory.unclassified_device_count()
+        );
+        for (node, u) in unclassified {
+            let _ = writeln!(
+                s,
+                "  node {}: {} (count {}): {}",
+                node.name, u.source, u.count, u.reason
+            );
+        }
+    }
     let problems: Vec<String> = plan
         .classes
         .iter()

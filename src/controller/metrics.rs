@@ -70,6 +70,8 @@ pub struct Metrics {
     pub source_last_success: Family<SourceLabel, Gauge>,
     pub node_actions: Family<ActionLabel, Counter>,
     pub node_actions_held_back: Gauge,
+    /// Accelerator devices no adapter could classify (offered to no class).
+    pub inventory_unclassified_devices: Gauge,
     pub reconciles: Counter,
     pub reconcile_failures: Family<ReasonLabel, Counter>,
     pub reconcile_duration: Histogram,
@@ -96,6 +98,7 @@ impl Metrics {
             source_last_success: Family::default(),
             node_actions: Family::default(),
             node_actions_held_back: Gauge::default(),
+            inventory_unclassified_devices: Gauge::default(),
             reconciles: Counter::default(),
             reconcile_failures: Family::default(),
             reconcile_duration: Histogram::new(exponential_buckets(0.001, 2.0, 14)),
@@ -199,6 +202,11 @@ impl Metrics {
             "kaccel_node_actions_held_back",
             "Node actions the per-flavor share limit held back (alert on > 0)",
             m.node_actions_held_back.clone(),
+        );
+        registry.register(
+            "kaccel_inventory_unclassified_devices",
+            "Accelerator devices kaccel cannot classify (unknown resource, label scheme or model): offered to no class and not CPU-only capacity; `kaccel plan -o summary` on the Node YAML names them (alert on > 0)",
+            m.inventory_unclassified_devices.clone(),
         );
         registry.register(
             "kaccel_event_write_failures",

@@ -578,6 +578,9 @@ impl Reconciler {
             nodes.iter().map(|n| n.as_ref()),
             slices.iter().map(|s| s.as_ref()),
         );
+        self.metrics
+            .inventory_unclassified_devices
+            .set(i64::try_from(inventory.unclassified_device_count()).unwrap_or(i64::MAX));
         let live = caches.live_objects();
 
         // Plan (pure).

@@ -13,6 +13,18 @@
 //! groups and Karpenter set and what the plugin's own DaemonSet selects on), and is
 //! kept in the raw labels. Because the pin names one instance size, two sizes of one
 //! family are one variant with two pin sets. Taint key `aws.amazon.com/neuron`.
+//!
+//! One view per node. The plugin advertises both resources on one node
+//! (aws-neuron/neuron-device-plugin; AWS Neuron docs "Neuron Device Plugin": a pod
+//! asks for `aws.amazon.com/neuron` *or* `aws.amazon.com/neuroncore`): they are two
+//! views of the same chips, so quota over both would offer the silicon twice.
+//! kaccel reads one view per node: the one named by the node label
+//! `kaccel.io/neuron.view` (`device` or `core`), else the device view, else (a node
+//! advertising only cores) the core view. The other view is accounted for, never
+//! offered: no ClusterQueue covers it, so Kueue admits nothing through it. When the
+//! node carries the view label it is a pin label too, so a `core` flavor never
+//! selects a node read in the `device` view. A view label naming neither is a warning
+//! and the default applies.
 
 use std::collections::BTreeMap;
 
@@ -24,26 +36,51 @@ pub(crate) const CORE_RESOURCE: &str = "aws.amazon.com/neuroncore";
 pub(crate) const INSTANCE_TYPE: &str = "node.kubernetes.io/instance-type";
 const INSTANCE_TYPE_BETA: &str = "beta.kubernetes.io/instance-type";
 pub(crate) const TAINT_KEY: &str = "aws.amazon.com/neuron";
+/// Every resource name the Neuron plugin advertises (the views of one set of chips).
+pub(crate) const ALL_RESOURCES: [&str; 3] =
+    [DEVICE_RESOURCE, LEGACY_DEVICE_RESOURCE, CORE_RESOURCE];
+/// Node label choosing which Neuron view kaccel offers: `device` or `core`.
+pub const VIEW_LABEL: &str = "kaccel.io/neuron.view";
 
 pub(crate) fn read(view: &NodeView<'_>, warnings: &mut Vec<String>) -> Vec<DeviceGroup> {
     let mut groups = Vec::new();
-    let devices = view
+    let mut devices = view
         .count_checked(DEVICE_RESOURCE, warnings)
         .map(|c| (DEVICE_RESOURCE, c))
         .or_else(|| {
             view.count_checked(LEGACY_DEVICE_RESOURCE, warnings)
                 .map(|c| (LEGACY_DEVICE_RESOURCE, c))
         });
-    let cores = view.count_checked(CORE_RESOURCE, warnings);
+    let mut cores = view.count_checked(CORE_RESOURCE, warnings);
     if devices.is_none() && cores.is_none() {
         return groups;
+    }
+    // Per-core memory needs the device count even when the device view is not offered.
+    let device_count = devices.map(|(_, (cap, _))| cap);
+    let chosen_view = match view.label(VIEW_LABEL) {
+        Some(v @ ("device" | "core")) => Some(v),
+        Some(other) => {
+            warnings.push(format!(
+                "label {VIEW_LABEL}={other:?}: expected \"device\" or \"core\"; the device view is offered"
+            ));
+            None
+        }
+        None => None,
+    };
+    match chosen_view {
+        Some("core") if cores.is_some() => devices = None,
+        Some("core") => warnings.push(format!(
+            "label {VIEW_LABEL}=core but the node advertises no {CORE_RESOURCE}; the device view is offered"
+        )),
+        _ if devices.is_some() => cores = None,
+        _ => {}
     }
     let (instance_key, instance) = match view.label(INSTANCE_TYPE) {
         Some(t) => (INSTANCE_TYPE, Some(t)),
         None => (INSTANCE_TYPE_BETA, view.label(INSTANCE_TYPE_BETA)),
     };
     let chip = instance.and_then(chip_for_instance);
-    let (model, pins) = match (chip, instance) {
+    let (model, mut pins) = match (chip, instance) {
         (Some(chip), Some(t)) => (
             chip.name.to_string(),
             BTreeMap::from([(instance_key.to_string(), t.to_string())]),
@@ -53,6 +90,11 @@ pub(crate) fn read(view: &NodeView<'_>, warnings: &mut Vec<String>) -> Vec<Devic
             view.fallback_model(resource, INSTANCE_TYPE, warnings)
         }
     };
+    if let Some(v) = chosen_view
+        && !pins.is_empty()
+    {
+        pins.insert(VIEW_LABEL.to_string(), v.to_string());
+    }
     let mut raw = view.raw_labels(&["aws.amazon.com/", "karpenter.k8s.aws/instance-accelerator"]);
     if let Some(t) = instance {
         raw.insert(instance_key.to_string(), t.to_string());
@@ -90,8 +132,8 @@ pub(crate) fn read(view: &NodeView<'_>, warnings: &mut Vec<String>) -> Vec<Devic
     }
     if let Some((cap, alloc)) = cores {
         // Memory per core: the device's HBM split over its cores, when both counts are known.
-        let per_core = match (chip, devices) {
-            (Some(c), Some((_, (dev_cap, _)))) if cap > 0 => c
+        let per_core = match (chip, device_count) {
+            (Some(c), Some(dev_cap)) if cap > 0 => c
                 .device_memory_mib
                 .checked_mul(u64::from(dev_cap))
                 .map(|total| total / u64::from(cap)),

@@ -14,6 +14,17 @@
 //! (`Ascend910` + `910B3` -> `Ascend910B3`) or, failing that, by a 910B form factor
 //! in `accelerator-type` (-> `Ascend910B`).
 //!
+//! Newer hardware. `accelerator-type` values of Atlas A3 servers (`module-a3-16`,
+//! `module-a3-16-super-pod`; MindCluster docs "创建节点标签", Atlas 900 A3 SuperPoD
+//! and A200T A3 Box8) are A3 modules, model `Ascend910A3`, never first-generation
+//! 910. Ascend 950 (Atlas 350/850/950) nodes advertise the generic
+//! `huawei.com/npu` (mind-cluster `ASCEND_950_NPU_NUM`), with `accelerator-type`
+//! `350-Atlas-*`, `850-*` or `950-SuperPod-*`: model `Ascend950`, or the chip-name
+//! label when present. An `accelerator-type` value kaccel does not know, on an
+//! `Ascend910` or `npu` resource, is not guessed: those devices are unclassified
+//! (with a warning) until kaccel learns the scheme or `node.kubernetes.io/npu.chip.name`
+//! names the chip.
+//!
 //! Pin labels: `accelerator` (chip family) plus the most specific of
 //! `node.kubernetes.io/npu.chip.name` or `accelerator-type` that the node carries,
 //! so an Ascend 910B flavor never matches a first-generation 910 node (both expose
@@ -24,6 +35,8 @@ use std::collections::BTreeMap;
 use super::{DeviceGroup, DeviceVariant, NodeView, SharingMode, Vendor};
 
 pub(crate) const PREFIX: &str = "huawei.com/";
+/// The generic NPU resource of Ascend 950-generation nodes.
+pub(crate) const NPU_RESOURCE: &str = "huawei.com/npu";
 pub(crate) const ACCELERATOR: &str = "accelerator";
 pub(crate) const ACCELERATOR_TYPE: &str = "accelerator-type";
 pub(crate) const CHIP_NAME: &str = "node.kubernetes.io/npu.chip.name";
@@ -35,7 +48,7 @@ pub(crate) fn read(view: &NodeView<'_>, warnings: &mut Vec<String>) -> Vec<Devic
         .capacity
         .keys()
         .copied()
-        .filter(|name| name.starts_with("huawei.com/Ascend"))
+        .filter(|name| name.starts_with("huawei.com/Ascend") || *name == NPU_RESOURCE)
         .collect();
     if candidates.is_empty() {
         return groups;
@@ -73,7 +86,16 @@ pub(crate) fn read(view: &NodeView<'_>, warnings: &mut Vec<String>) -> Vec<Devic
         let Some((cap, alloc)) = view.count_checked(resource, warnings) else {
             continue;
         };
-        let model = refine_model(chip, chip_label, accel_type);
+        let model = match refine_model(chip, chip_label, accel_type) {
+            Some(m) => m,
+            None => {
+                warnings.push(format!(
+                    "{resource}: {ACCELERATOR_TYPE}={:?} names no Ascend hardware kaccel knows and no {CHIP_NAME} label names the chip; devices left unclassified",
+                    accel_type.unwrap_or("")
+                ));
+                format!("{resource}-unlabelled")
+            }
+        };
         let mut pins = BTreeMap::new();
         match view.label(ACCELERATOR) {
             Some(a) => {
@@ -120,8 +142,9 @@ pub(crate) fn read(view: &NodeView<'_>, warnings: &mut Vec<String>) -> Vec<Devic
 }
 
 /// `Ascend910` + chip label `910B3` -> `Ascend910B3`; + accelerator-type
-/// `module-910b-8` -> `Ascend910B`.
-fn refine_model(chip: &str, chip_label: Option<&str>, accel_type: Option<&str>) -> String {
+/// `module-910b-8` -> `Ascend910B`, `module-a3-16` -> `Ascend910A3`; `npu` +
+/// `950-SuperPod-Atlas-8` -> `Ascend950`. None: a form factor kaccel does not know.
+fn refine_model(chip: &str, chip_label: Option<&str>, accel_type: Option<&str>) -> Option<String> {
     if let Some(label) = chip_label {
         let label = label.trim();
         let full = if label.starts_with("Ascend") {
@@ -129,19 +152,36 @@ fn refine_model(chip: &str, chip_label: Option<&str>, accel_type: Option<&str>) 
         } else {
             format!("Ascend{label}")
         };
-        // Only refine, never contradict: the label must extend the resource's chip.
-        if full.starts_with(chip) {
-            return full;
+        // Only refine, never contradict: the label must extend the resource's chip
+        // (the generic `npu` resource names no chip, so the label names it).
+        if full.starts_with(chip) || chip == "npu" {
+            return Some(full);
         }
     }
-    if chip == "Ascend910" && accel_type.is_some_and(|t| t.to_ascii_lowercase().contains("910b")) {
-        return "Ascend910B".to_string();
+    let t = accel_type.map(str::to_ascii_lowercase);
+    match (chip, t.as_deref()) {
+        ("npu", Some(t))
+            if t.starts_with("350-atlas") || t.starts_with("850-") || t.starts_with("950-") =>
+        {
+            Some("Ascend950".to_string())
+        }
+        ("npu", _) => None,
+        ("Ascend910", None | Some("module" | "half" | "card" | "module-8")) => {
+            Some(chip.to_string())
+        }
+        ("Ascend910", Some(t)) if t.contains("910b") || t.starts_with("module-b") => {
+            Some("Ascend910B".to_string())
+        }
+        ("Ascend910", Some(t)) if t.contains("a3") => Some("Ascend910A3".to_string()),
+        ("Ascend910", Some(_)) => None,
+        _ => Some(chip.to_string()),
     }
-    chip.to_string()
 }
 
 fn known_memory_mib(model: &str) -> Option<u64> {
-    if model.starts_with("Ascend910B") {
+    // An A3 module's 16 NPUs are the 2 dies of each of 8 chips, 64 GiB of HBM each;
+    // checked before the first-generation `Ascend910A` prefix it shares.
+    if model.starts_with("Ascend910B") || model.starts_with("Ascend910A3") {
         Some(64 * 1024)
     } else if model == "Ascend910" || model.starts_with("Ascend910A") {
         Some(32 * 1024)
@@ -158,22 +198,41 @@ mod tests {
 
     #[test]
     fn models() {
+        let m = |chip, label, t| refine_model(chip, label, t);
         assert_eq!(
-            refine_model("Ascend910", Some("910B3"), None),
-            "Ascend910B3"
+            m("Ascend910", Some("910B3"), None).as_deref(),
+            Some("Ascend910B3")
         );
         assert_eq!(
-            refine_model("Ascend910", Some("Ascend910B4"), None),
-            "Ascend910B4"
+            m("Ascend910", Some("Ascend910B4"), None).as_deref(),
+            Some("Ascend910B4")
         );
         assert_eq!(
-            refine_model("Ascend910", None, Some("module-910b-8")),
-            "Ascend910B"
+            m("Ascend910", None, Some("module-910b-8")).as_deref(),
+            Some("Ascend910B")
         );
-        assert_eq!(refine_model("Ascend910", None, Some("module")), "Ascend910");
         assert_eq!(
-            refine_model("Ascend310P", Some("910B3"), None),
-            "Ascend310P"
+            m("Ascend910", None, Some("module")).as_deref(),
+            Some("Ascend910")
         );
+        assert_eq!(
+            m("Ascend310P", Some("910B3"), None).as_deref(),
+            Some("Ascend310P")
+        );
+        // A3 super-pod modules are not first-generation 910 (MindCluster label table).
+        assert_eq!(
+            m("Ascend910", None, Some("module-a3-16")).as_deref(),
+            Some("Ascend910A3")
+        );
+        assert_eq!(
+            m("Ascend910", None, Some("module-a3-16-super-pod")).as_deref(),
+            Some("Ascend910A3")
+        );
+        assert_eq!(
+            m("npu", None, Some("950-SuperPod-Atlas-8")).as_deref(),
+            Some("Ascend950")
+        );
+        assert_eq!(m("Ascend910", None, Some("module-z9-64")), None);
+        assert_eq!(m("npu", None, None), None);
     }
 }

@@ -1,14 +1,18 @@
 //! Intel: Gaudi accelerators (`habana.ai/gaudi`) and data-centre GPUs
 //! (`gpu.intel.com/i915`, `gpu.intel.com/xe`).
 //!
-//! Gaudi. Intel Gaudi's device plugin registers `habana.ai/gaudi`; its feature
-//! discovery labels device availability and driver version, not the product
-//! generation. So the model comes from kaccel's own label
-//! [`MODEL_LABEL`](super::MODEL_LABEL) (`kaccel.io/accelerator.model=Gaudi3`), which
-//! is also the pin label; on AWS `dl1.*` instances the instance type identifies
-//! first-generation Gaudi. Without either, the group is listed as
-//! `habana.ai/gaudi-unlabelled` with a warning. Memory per device is known per
-//! generation (Gaudi 32 GiB, Gaudi2 96 GiB, Gaudi3 128 GiB).
+//! Gaudi. Intel Gaudi's device plugin registers `habana.ai/gaudi`. The model is read,
+//! in order, from Habana feature discovery's `habana.ai/device.type` (a generation
+//! name such as `GAUDI2`), its `habana.ai/device.id` (the PCI device ID, e.g. `1020`;
+//! IDs from the habanalabs kernel driver's `PCI_IDS_GAUDI*`: 0x1000/0x1001/0x1010/
+//! 0x1011 Gaudi, 0x1020/0x1021 Gaudi2, 0x1060/0x1063 Gaudi3), the AWS `dl1.*`
+//! instance type (first-generation Gaudi), then kaccel's own label
+//! [`MODEL_LABEL`](super::MODEL_LABEL) (`kaccel.io/accelerator.model=Gaudi3`). The
+//! label the model came from is the pin label. A `device.type`/`device.id` value that
+//! names no known generation is not guessed: the devices are unclassified (with a
+//! warning) unless `MODEL_LABEL` names the model. Without any of these labels, the
+//! devices are unclassified too. Memory per device is known per generation (Gaudi
+//! 32 GiB, Gaudi2 96 GiB, Gaudi3 128 GiB).
 //!
 //! Intel GPUs. Labels from Intel's NFD rules and GPU plugin
 //! (intel-device-plugins-for-kubernetes `cmd/gpu_plugin/labels.md`):
@@ -32,6 +36,10 @@ const GPU_DEVICE_COUNT: &str = "gpu.intel.com/device.count";
 const GPU_MILLICORES: &str = "gpu.intel.com/millicores";
 const GPU_MEMORY_MAX: &str = "gpu.intel.com/memory.max";
 const INSTANCE_TYPE: &str = "node.kubernetes.io/instance-type";
+/// Habana feature discovery: generation name of the node's Gaudi devices.
+pub(crate) const HABANA_DEVICE_TYPE: &str = "habana.ai/device.type";
+/// Habana feature discovery: PCI device ID of the node's Gaudi devices.
+pub(crate) const HABANA_DEVICE_ID: &str = "habana.ai/device.id";
 
 pub(crate) fn read(view: &NodeView<'_>, warnings: &mut Vec<String>) -> Vec<DeviceGroup> {
     let mut groups = Vec::new();
@@ -44,15 +52,36 @@ pub(crate) fn read(view: &NodeView<'_>, warnings: &mut Vec<String>) -> Vec<Devic
 
 fn read_gaudi(view: &NodeView<'_>, warnings: &mut Vec<String>) -> Option<DeviceGroup> {
     let (cap, alloc) = view.count_checked(GAUDI_RESOURCE, warnings)?;
-    let (model, pins) = if view.label(super::MODEL_LABEL).is_none()
-        && let Some(instance) = view.label(INSTANCE_TYPE).filter(|t| t.starts_with("dl1."))
-    {
+    let pinned = |key: &str, value: &str| BTreeMap::from([(key.to_string(), value.to_string())]);
+    let from_type = view.label(HABANA_DEVICE_TYPE).map(|t| {
         (
-            "Gaudi".to_string(),
-            BTreeMap::from([(INSTANCE_TYPE.to_string(), instance.to_string())]),
+            gaudi_generation_by_type(t).map(generation_model),
+            HABANA_DEVICE_TYPE,
+            t,
         )
-    } else {
-        view.fallback_model(GAUDI_RESOURCE, super::MODEL_LABEL, warnings)
+    });
+    let from_id = view.label(HABANA_DEVICE_ID).map(|id| {
+        (
+            gaudi_generation_by_pci_id(id).map(generation_model),
+            HABANA_DEVICE_ID,
+            id,
+        )
+    });
+    let (model, pins) = match from_type.into_iter().chain(from_id).next() {
+        Some((Some(model), key, value)) => (model.to_string(), pinned(key, value)),
+        Some((None, key, value)) if view.label(super::MODEL_LABEL).is_none() => {
+            warnings.push(format!(
+                "label {key}={value:?} names no Gaudi generation kaccel knows; set {} to classify these devices",
+                super::MODEL_LABEL
+            ));
+            (format!("{GAUDI_RESOURCE}-unlabelled"), BTreeMap::new())
+        }
+        _ => match view.label(INSTANCE_TYPE).filter(|t| t.starts_with("dl1.")) {
+            Some(instance) if view.label(super::MODEL_LABEL).is_none() => {
+                ("Gaudi".to_string(), pinned(INSTANCE_TYPE, instance))
+            }
+            _ => view.fallback_model(GAUDI_RESOURCE, super::MODEL_LABEL, warnings),
+        },
     };
     let generation = if model.ends_with("-unlabelled") {
         None
@@ -93,6 +122,39 @@ fn gaudi_generation(model: &str) -> Option<(&'static str, u64)> {
         Some(("gaudi", 32 * 1024))
     } else {
         None
+    }
+}
+
+fn generation_model(architecture: &str) -> &'static str {
+    match architecture {
+        "gaudi3" => "Gaudi3",
+        "gaudi2" => "Gaudi2",
+        _ => "Gaudi",
+    }
+}
+
+/// Gaudi generation for a `habana.ai/device.type` value, matched whole (`GAUDI2`,
+/// `Gaudi 3`, `HL-225`): an unknown name such as `GAUDI9` is not a Gaudi we know.
+fn gaudi_generation_by_type(value: &str) -> Option<&'static str> {
+    let v = value.to_ascii_lowercase().replace([' ', '-', '_'], "");
+    let v = v.trim_start_matches("intel").trim_start_matches("habana");
+    match v {
+        "gaudi" | "gaudi1" | "hl205" => Some("gaudi"),
+        "gaudi2" | "hl225" => Some("gaudi2"),
+        "gaudi3" | "hl325" => Some("gaudi3"),
+        _ => None,
+    }
+}
+
+/// Gaudi generation for a PCI device ID as Habana feature discovery labels it
+/// (`1020`, `0x1020`).
+fn gaudi_generation_by_pci_id(id: &str) -> Option<&'static str> {
+    let id = id.trim().to_ascii_lowercase();
+    match id.strip_prefix("0x").unwrap_or(&id) {
+        "1000" | "1001" | "1010" | "1011" => Some("gaudi"),
+        "1020" | "1021" => Some("gaudi2"),
+        "1060" | "1063" => Some("gaudi3"),
+        _ => None,
     }
 }
 

@@ -16,6 +16,7 @@ mod quantity;
 pub mod synthetic;
 #[cfg(test)]
 mod tests;
+mod unclassified;
 #[cfg(test)]
 pub(crate) mod vendor_fleet_nvidia_amd;
 
@@ -132,6 +133,22 @@ pub struct DeviceRecord {
     pub tainted: bool,
 }
 
+/// Accelerators a node advertises that kaccel cannot classify: an unknown resource
+/// under an accelerator vendor's domain, a vendor label scheme it does not know, a
+/// device whose model no label names, or a DRA driver it does not read. They are
+/// never planned as a known variant nor as CPU-only capacity; the plan summary, the
+/// inventory and the `kaccel_inventory_unclassified_devices` metric name them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UnclassifiedDevice {
+    /// The resource (or DRA driver, or label) that advertises the devices.
+    pub source: String,
+    /// How many devices it advertises; 0 when only labels say an accelerator is there.
+    pub count: u32,
+    /// Why kaccel could not classify them, and what would fix it.
+    pub reason: String,
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Topology {
@@ -161,14 +178,19 @@ pub struct NodeInventory {
     pub cpu_millis: u64,
     pub memory_bytes: u64,
     pub groups: Vec<DeviceGroup>,
+    /// Accelerators on this node kaccel cannot classify (see [`UnclassifiedDevice`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unclassified: Vec<UnclassifiedDevice>,
     /// Problems met while reading this node (e.g. an unparseable quantity): the node is
     /// still listed, the affected group is skipped, and the reason is visible.
     pub warnings: Vec<String>,
 }
 
 impl NodeInventory {
+    /// Whether the node carries any accelerator, classified or not: a node with an
+    /// accelerator kaccel cannot classify is still no CPU-only node.
     pub fn has_accelerators(&self) -> bool {
-        !self.groups.is_empty()
+        !self.groups.is_empty() || !self.unclassified.is_empty()
     }
 
     /// Whether new pods could land here at all, ignoring taints.
@@ -203,6 +225,21 @@ impl Inventory {
             dra::merge_slice(&mut inventory, slice);
         }
         inventory
+    }
+
+    /// Every accelerator kaccel could not classify, with its node.
+    pub fn unclassified(&self) -> impl Iterator<Item = (&NodeInventory, &UnclassifiedDevice)> {
+        self.nodes
+            .values()
+            .flat_map(|n| n.unclassified.iter().map(move |u| (n, u)))
+    }
+
+    /// Devices kaccel could not classify, over the fleet (what the
+    /// `kaccel_inventory_unclassified_devices` metric reports; a label-only entry counts 1).
+    pub fn unclassified_device_count(&self) -> u64 {
+        self.unclassified()
+            .map(|(_, u)| u64::from(u.count.max(1)))
+            .sum()
     }
 
     pub fn groups(&self) -> impl Iterator<Item = (&NodeInventory, &DeviceGroup)> {
@@ -416,6 +453,29 @@ pub fn read_node(node: &Node) -> NodeInventory {
         .iter()
         .flat_map(|adapter| adapter(&view, &mut warnings))
         .collect();
+    // One Neuron view is read per node (see aws.rs); the other view names the same
+    // chips and is accounted for, not unknown.
+    let accounted: &[&str] = if groups.iter().any(|g| g.variant.vendor == Vendor::Aws) {
+        &aws::ALL_RESOURCES
+    } else {
+        &[]
+    };
+    let mut unclassified = unclassified::sweep(&view, &mut groups, accounted);
+    for u in unclassified.iter_mut() {
+        // An adapter that read the resource and declined to classify it said why
+        // (e.g. an MI300X under amd.com/gpu with no partition label): that reason
+        // beats the generic one.
+        let prefix = format!("{}: ", u.source);
+        if let Some(why) = warnings.iter().find_map(|w| w.strip_prefix(&prefix)) {
+            u.reason = why.to_string();
+        }
+    }
+    for u in &unclassified {
+        warnings.push(format!(
+            "unclassified accelerator {} (count {}): {}",
+            u.source, u.count, u.reason
+        ));
+    }
     groups.sort_by(|a, b| a.variant.cmp(&b.variant));
 
     let mut ready = None;
@@ -465,6 +525,7 @@ pub fn read_node(node: &Node) -> NodeInventory {
         cpu_millis,
         memory_bytes,
         groups,
+        unclassified,
         warnings,
         labels,
     }

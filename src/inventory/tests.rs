@@ -375,17 +375,23 @@ status:
   allocatable: {nvidia.com/gpu: "4", amd.com/gpu: "2", habana.ai/gaudi: "8"}
 "#,
     ));
-    let nv = group(&n, "nvidia.com/gpu");
-    assert_eq!(nv.variant.model, "nvidia.com/gpu-unlabelled");
-    assert!(nv.pin_labels.is_empty());
+    // No model: never a variant (its flavor could not be pinned to its nodes), but
+    // listed as unclassified, with the label that is missing named in a warning.
+    assert!(n.groups.is_empty(), "{:#?}", n.groups);
+    assert!(n.has_accelerators());
+    let sources: BTreeMap<&str, u32> = n
+        .unclassified
+        .iter()
+        .map(|u| (u.source.as_str(), u.count))
+        .collect();
     assert_eq!(
-        group(&n, "amd.com/gpu").variant.model,
-        "amd.com/gpu-unlabelled"
+        sources,
+        BTreeMap::from([
+            ("amd.com/gpu", 2),
+            ("habana.ai/gaudi", 8),
+            ("nvidia.com/gpu", 4)
+        ])
     );
-    let gaudi = group(&n, "habana.ai/gaudi");
-    assert_eq!(gaudi.variant.model, "habana.ai/gaudi-unlabelled");
-    assert_eq!(gaudi.memory_mib, None);
-    assert_eq!(n.warnings.len(), 3, "{:?}", n.warnings);
     assert!(
         n.warnings
             .iter()
@@ -676,7 +682,54 @@ status:
             .map(String::as_str),
         Some("trn1.32xlarge")
     );
-    let core = group(&n, "aws.amazon.com/neuroncore");
+    // The cores are the same chips: one view per node, the device view by default.
+    assert_eq!(n.groups.len(), 1, "{:#?}", n.groups);
+    assert!(n.unclassified.is_empty(), "{:?}", n.unclassified);
+}
+
+/// The Neuron device plugin advertises `aws.amazon.com/neuron` and
+/// `aws.amazon.com/neuroncore` on one node (aws-neuron/neuron-device-plugin README;
+/// AWS Neuron docs "Kubernetes environment setup", checked against device plugin
+/// 2.x docs). They are two views of the same chips: kaccel offers one per node, so
+/// what is offered never exceeds the silicon. `kaccel.io/neuron.view=core` picks the
+/// cores and pins the flavor to nodes so labelled.
+#[test]
+fn aws_neuron_one_view_per_node() {
+    let read = |view: Option<&str>| {
+        let label = view
+            .map(|v| format!(", kaccel.io/neuron.view: {v}"))
+            .unwrap_or_default();
+        read_node(&node(&format!(
+            r#"
+metadata:
+  name: trn1-01
+  labels: {{node.kubernetes.io/instance-type: trn1.32xlarge{label}}}
+status:
+  capacity: {{aws.amazon.com/neuron: "16", aws.amazon.com/neuroncore: "32"}}
+  allocatable: {{aws.amazon.com/neuron: "16", aws.amazon.com/neuroncore: "30"}}
+"#
+        )))
+    };
+    // Chips offered, counted in device units (2 cores a Trainium chip).
+    let chips = |n: &NodeInventory| -> u32 {
+        n.groups
+            .iter()
+            .map(|g| match g.variant.sharing {
+                SharingMode::Partition => g.capacity / 2,
+                _ => g.capacity,
+            })
+            .sum()
+    };
+    let default = read(None);
+    assert_eq!(chips(&default), 16, "{:#?}", default.groups);
+    assert_eq!(
+        default.groups[0].variant.resource_name,
+        "aws.amazon.com/neuron"
+    );
+
+    let cores = read(Some("core"));
+    assert_eq!(chips(&cores), 16, "{:#?}", cores.groups);
+    let core = group(&cores, "aws.amazon.com/neuroncore");
     assert_eq!(core.variant.sharing, SharingMode::Partition);
     assert_eq!(
         core.variant.partition_profile.as_deref(),
@@ -684,6 +737,22 @@ status:
     );
     assert_eq!((core.capacity, core.allocatable), (32, 30));
     assert_eq!(core.memory_mib, Some(16 * 1024));
+    assert_eq!(
+        core.pin_labels,
+        pins(&[
+            ("kaccel.io/neuron.view", "core"),
+            ("node.kubernetes.io/instance-type", "trn1.32xlarge")
+        ])
+    );
+    assert!(cores.unclassified.is_empty());
+
+    let bad = read(Some("both"));
+    assert_eq!(chips(&bad), 16);
+    assert!(
+        bad.warnings
+            .iter()
+            .any(|w| w.contains("kaccel.io/neuron.view"))
+    );
 }
 
 #[test]
@@ -1004,7 +1073,9 @@ fn example_fleet_reads_cleanly() {
     assert!(has("Ascend910B3", SharingMode::Whole, None));
     assert!(has("Ascend910B3", SharingMode::Partition, Some("4c")));
     assert!(has("Trainium", SharingMode::Whole, None));
-    assert!(has("Trainium", SharingMode::Partition, Some("neuroncore")));
+    // One Neuron view per node: the example trn1 node advertises both, the device
+    // view is offered.
+    assert!(!has("Trainium", SharingMode::Partition, Some("neuroncore")));
     assert!(has("tpu-v5-lite-podslice", SharingMode::Whole, None));
 
     // Whole H100s: 4 nodes x 8, one withdrawn.
@@ -1180,4 +1251,92 @@ proptest! {
             prop_assert!(n.warnings.is_empty(), "{:?}", n.warnings);
         }
     }
+}
+
+/// Habana feature discovery labels (HabanaAI habanalabs-feature-discovery README:
+/// `habana.ai/device.count`, `habana.ai/machine.type`, `habana.ai/driver.version`;
+/// the issue's `habana.ai/device.type` and `habana.ai/device.id`). PCI IDs from the
+/// habanalabs kernel driver (`PCI_IDS_GAUDI2 0x1020`, `PCI_IDS_GAUDI3 0x1060`,
+/// HabanaAI/drivers.accel.habanalabs.kernel `habanalabs_drv.c`). A value kaccel does
+/// not know is unclassified, never guessed.
+#[test]
+fn habana_feature_discovery_schemes() {
+    let read = |labels: &str| {
+        read_node(&node(&format!(
+            r#"
+metadata:
+  name: gaudi-01
+  labels: {{habana.ai/device.count: "8", habana.ai/driver.version: 1.18.0-524, {labels}}}
+status:
+  capacity: {{habana.ai/gaudi: "8"}}
+  allocatable: {{habana.ai/gaudi: "8"}}
+"#
+        )))
+    };
+    let by_type = read("habana.ai/device.type: GAUDI3");
+    let g = group(&by_type, "habana.ai/gaudi");
+    assert_eq!(g.variant.model, "Gaudi3");
+    assert_eq!(g.memory_mib, Some(128 * 1024));
+    assert_eq!(g.pin_labels, pins(&[("habana.ai/device.type", "GAUDI3")]));
+
+    let by_id = read("habana.ai/device.id: \"1020\"");
+    let g = group(&by_id, "habana.ai/gaudi");
+    assert_eq!(g.variant.model, "Gaudi2");
+    assert_eq!(g.pin_labels, pins(&[("habana.ai/device.id", "1020")]));
+
+    let unknown = read("habana.ai/device.type: GAUDI9");
+    assert!(unknown.groups.is_empty(), "{:#?}", unknown.groups);
+    assert_eq!(unknown.unclassified.len(), 1);
+    assert_eq!(unknown.unclassified[0].count, 8);
+    assert!(unknown.warnings.iter().any(|w| w.contains("GAUDI9")));
+}
+
+/// Ascend schemes beyond first-generation 910 (MindCluster "创建节点标签" table:
+/// `accelerator-type` `module-a3-16` for A200T A3 Box8, `module-a3-16-super-pod` for
+/// Atlas 900 A3 SuperPoD; Ascend 950 nodes through `huawei.com/npu` with
+/// `350-Atlas-*` / `850-*` / `950-SuperPod-*` form factors, mind-cluster
+/// `ASCEND_950_NPU_NUM`). An A3 node is never the first-generation 910 variant, nor
+/// selected by its flavor; an unknown form factor is unclassified.
+#[test]
+fn ascend_a3_npu_and_unknown_form_factors() {
+    let read = |accel_type: &str, resource: &str| {
+        read_node(&node(&format!(
+            r#"
+metadata:
+  name: npu-01
+  labels: {{accelerator: huawei-Ascend910, accelerator-type: {accel_type}}}
+status:
+  capacity: {{"{resource}": "16"}}
+  allocatable: {{"{resource}": "16"}}
+"#
+        )))
+    };
+    let first_gen = read("module", "huawei.com/Ascend910");
+    let a3 = read("module-a3-16-super-pod", "huawei.com/Ascend910");
+    let g1 = group(&first_gen, "huawei.com/Ascend910");
+    let g3 = group(&a3, "huawei.com/Ascend910");
+    assert_eq!(g1.variant.model, "Ascend910");
+    assert_eq!(g3.variant.model, "Ascend910A3");
+    assert_ne!(g1.variant, g3.variant);
+    // Pure: each flavor's pins are not all carried by the other node.
+    assert!(
+        g1.pin_labels
+            .iter()
+            .any(|(k, v)| a3.labels.get(k) != Some(v))
+    );
+    assert!(
+        g3.pin_labels
+            .iter()
+            .any(|(k, v)| first_gen.labels.get(k) != Some(v))
+    );
+
+    let a5 = read("950-SuperPod-Atlas-8", "huawei.com/npu");
+    let g5 = group(&a5, "huawei.com/npu");
+    assert_eq!(g5.variant.model, "Ascend950");
+    assert_eq!(g5.variant.sharing, SharingMode::Whole);
+
+    let unknown = read("module-z9-64", "huawei.com/Ascend910");
+    assert!(unknown.groups.is_empty(), "{:#?}", unknown.groups);
+    assert_eq!(unknown.unclassified[0].source, "huawei.com/Ascend910");
+    assert!(unknown.has_accelerators());
 }

@@ -361,6 +361,16 @@ mod tests {
                 "metadata: {{name: x, labels: {labels}}}\nstatus: {{capacity: {{amd.com/gpu: \"64\"}}, allocatable: {{amd.com/gpu: \"64\"}}}}"
             )));
             assert!(n.groups.is_empty(), "{labels}: {:?}", n.groups);
+            // Listed as unclassified, with the adapter's reason; never CPU-only.
+            assert!(n.has_accelerators());
+            assert_eq!(n.unclassified.len(), 1, "{:?}", n.unclassified);
+            assert_eq!(n.unclassified[0].source, "amd.com/gpu");
+            assert_eq!(n.unclassified[0].count, 64);
+            assert!(
+                n.unclassified[0].reason.contains("partition"),
+                "{}",
+                n.unclassified[0].reason
+            );
             assert!(
                 n.warnings
                     .iter()

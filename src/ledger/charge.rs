@@ -49,6 +49,9 @@ pub struct Charge {
     pub lines: Vec<ReservationLine>,
 }
 
+/// Reason of the Correction that refunds usage posted past the end Kueue recorded.
+pub const POSTED_PAST_END: &str = "posted-past-end";
+
 /// How long before the reserved span runs out the next term is reserved: a fifth
 /// of a term, between 1 s and 5 minutes.
 pub fn renewal_lead(term_seconds: u64) -> i64 {
@@ -62,7 +65,8 @@ pub struct ChargeState {
     pub terms: u32,
     /// The end of the latest Post (the admission time without posts).
     pub posted_until: i64,
-    /// Credits posted per (flavor, resource).
+    /// Credits charged per (flavor, resource): posts, less what was posted past
+    /// the end and refunded.
     pub posted: BTreeMap<(String, String), i64>,
     /// The admission was settled (its lines voided).
     pub voided: bool,
@@ -301,10 +305,17 @@ impl Charge {
     /// past its terms, the Post of `[posted_until, end)` per line (omitted when
     /// empty), and per line the Void of the rest of what its terms reserved
     /// (always, possibly zero, so the line closes).
+    ///
+    /// A periodic post can run past the end Kueue records: Kueue stamps some
+    /// ends (a deactivation at `maximumExecutionTimeSeconds`) before the
+    /// Workload shows them, and kaccel may post in between. Posts are immutable,
+    /// so the difference is refunded by a Correction per line that says why: the
+    /// charge equals the admitted seconds exactly, with the trail kept.
     pub fn settle(&self, state: &ChargeState, ended: &Ended, created_at: i64) -> Vec<Entry> {
-        let end = ended.at.max(state.posted_until).max(self.admitted_at);
-        let mut out = self.overrun(state, end, created_at);
-        let terms = state.terms.max(self.terms_covering(end));
+        let end = ended.at.max(self.admitted_at);
+        let posted_to = end.max(state.posted_until);
+        let mut out = self.overrun(state, posted_to, created_at);
+        let terms = state.terms.max(self.terms_covering(posted_to));
         out.extend(self.posts(
             state.posted_until,
             end,
@@ -312,18 +323,44 @@ impl Charge {
         ));
         let reserved_until = self.term_start(terms);
         for l in &self.lines {
-            let rest = self.charged(l, reserved_until) - self.charged(l, end);
+            let rest = self.charged(l, reserved_until) - self.charged(l, posted_to);
             let key = void_key(&self.line_ref(l));
             out.push(self.entry(
                 l,
                 EntryKind::Void,
                 key,
-                end,
-                end,
+                posted_to,
+                posted_to,
                 rest,
                 "release unused reservation".into(),
-                end,
+                posted_to,
             ));
+            let over = self.charged(l, posted_to) - self.charged(l, end);
+            if over > 0 {
+                let key = correction_key(
+                    &self.owner.budget,
+                    &self.owner.workload_uid,
+                    self.owner.admission,
+                    end,
+                    posted_to,
+                    &format!("{POSTED_PAST_END}/{}/{}", l.usage.flavor, l.usage.resource),
+                );
+                let mut e = self.entry(
+                    l,
+                    EntryKind::Correction,
+                    key,
+                    end,
+                    posted_to,
+                    0,
+                    format!(
+                        "{POSTED_PAST_END}: usage was posted until {posted_to}, but it ended at {end} ({})",
+                        ended.reason
+                    ),
+                    posted_to,
+                );
+                e.credits = -i64::try_from(over).unwrap_or(i64::MAX);
+                out.push(e);
+            }
         }
         out
     }
@@ -466,6 +503,12 @@ impl ChargeState {
                     s.posted_until = s.posted_until.max(e.end);
                 }
                 EntryKind::Void => s.voided = true,
+                // What was posted past the end and refunded is not charged.
+                EntryKind::Correction if e.reason.starts_with(POSTED_PAST_END) => {
+                    *s.posted
+                        .entry((e.flavor.clone(), e.resource.clone()))
+                        .or_default() += e.credits;
+                }
                 _ => {}
             }
         }
@@ -605,6 +648,39 @@ mod tests {
     }
 
     #[test]
+    fn usage_posted_past_the_recorded_end_is_refunded_by_a_correction() {
+        // Posted to 1200, then Kueue shows an end at 1150 (stamped earlier than it
+        // was written): the charge is 150 s, the 50 s posted past it refunded.
+        let c = charge(100, vec![line("a", 1, 3_600_000_000)]);
+        let mut state = ChargeState::default();
+        let reserve = c.reserve_terms(0, 2, "reserve", 1000);
+        state.apply(&c, &reserve);
+        let (posts, _) = c.due_posts(&state, 1200, 100);
+        state.apply(&c, &posts);
+        assert_eq!(state.posted_until, 1200);
+        let out = c.settle(&state, &ended(1150), 1210);
+        let spent = sum(&posts, EntryKind::Post)
+            + sum(&out, EntryKind::Post)
+            + sum(&out, EntryKind::Correction);
+        assert_eq!(spent, 150_000_000);
+        let correction: Vec<&Entry> = out
+            .iter()
+            .filter(|e| e.kind == EntryKind::Correction)
+            .collect();
+        assert_eq!(correction.len(), 1);
+        assert_eq!((correction[0].start, correction[0].end), (1150, 1200));
+        assert!(correction[0].reason.starts_with(POSTED_PAST_END));
+        // Reserves still close exactly: posts + void.
+        assert_eq!(
+            sum(&reserve, EntryKind::Reserve),
+            sum(&posts, EntryKind::Post) + sum(&out, EntryKind::Void)
+        );
+        for e in out.iter().chain(&posts) {
+            e.validate().unwrap();
+        }
+    }
+
+    #[test]
     fn lines_are_entries_of_their_own_with_their_own_rate() {
         let c = charge(
             3600,
@@ -702,8 +778,9 @@ mod tests {
     }
 
     proptest! {
-        /// However the run is cut into posts, renewals and a settlement, each
-        /// line's posts equal rate x units x admitted seconds (floored
+        /// However the run is cut into posts, renewals and a settlement (posts
+        /// written past the end included), each line's charge (posts and their
+        /// corrections) equals rate x units x admitted seconds (floored
         /// cumulatively), reserves cover posts + voids exactly, and every entry is
         /// valid.
         #[test]
@@ -718,7 +795,8 @@ mod tests {
             let end = c.admitted_at + ran;
             let mut all = c.reserve_terms(0, 1, "reserve", c.admitted_at);
             let mut state = ChargeState::of(&c, &all);
-            let mut times: Vec<i64> = checks.into_iter().map(|t| c.admitted_at + t % (ran + 1)).collect();
+            // Some checks come after the end (kaccel posted before it saw the end).
+            let mut times: Vec<i64> = checks.into_iter().map(|t| c.admitted_at + t % (ran + 5000)).collect();
             times.sort_unstable();
             for now in times {
                 let rich = Balances { granted: i128::MAX / 4, ..Default::default() };
@@ -738,7 +816,8 @@ mod tests {
             for l in &c.lines {
                 let mine = |k: EntryKind| -> i64 { all.iter().filter(|e| e.kind == k && e.flavor == l.usage.flavor).map(|e| e.credits).sum() };
                 let expected = cumulative(l.rate.rate, l.usage.device_units, u64::try_from(ran).unwrap()).unwrap().0 as i64;
-                prop_assert_eq!(mine(EntryKind::Post), expected);
+                prop_assert_eq!(mine(EntryKind::Post) + mine(EntryKind::Correction), expected);
+                prop_assert!(mine(EntryKind::Correction) <= 0);
                 prop_assert_eq!(mine(EntryKind::Reserve), mine(EntryKind::Post) + mine(EntryKind::Void));
             }
             let mut keys: Vec<&str> = all.iter().map(|e| e.key.as_str()).collect();

@@ -53,6 +53,12 @@ pub const CLASS_LABEL: &str = "kaccel.io/class";
 pub const BUDGET_LABEL: &str = "kaccel.io/budget";
 pub const TEAM_LABEL: &str = "kaccel.io/team";
 pub const FLAVOR_LABEL: &str = "kaccel.io/flavor";
+/// The node label that pins a CPU-only class without `selector.nodeLabels`:
+/// `kaccel.io/pool=cpu`. Kueue's nodeLabels cannot say "no accelerator", so the
+/// platform team labels its CPU-only nodes; the flavor selects exactly those, and its
+/// quota counts only those that carry no accelerator of any kind.
+pub const CPU_POOL_LABEL: &str = "kaccel.io/pool";
+pub const CPU_POOL_VALUE: &str = "cpu";
 
 /// Kueue's limit on flavors in one resource group.
 pub const MAX_FLAVORS_PER_GROUP: usize = 64;
@@ -269,6 +275,14 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
         .filter(|(_, n)| !n.has_accelerators())
         .map(|(i, _)| (i, None))
         .collect();
+    let cpu_pool_pins = BTreeMap::from([(CPU_POOL_LABEL.to_string(), CPU_POOL_VALUE.to_string())]);
+    let labelled_cpu_nodes: Vec<Member> = cpu_nodes
+        .iter()
+        .copied()
+        .filter(|m| {
+            nodes[m.0].labels.get(CPU_POOL_LABEL).map(String::as_str) == Some(CPU_POOL_VALUE)
+        })
+        .collect();
 
     // Flavors are interned: a class matching a whole signature builds its key once,
     // not once per node (the planner runs on every watch event of a large fleet).
@@ -299,8 +313,33 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
 
         let mut candidates: Vec<Candidate<'_>> = Vec::new();
         let empty = BTreeMap::new();
+        let mut impure_cpu_pool: Vec<&str> = Vec::new();
         if spec.sharing == SharingMode::CpuOnly {
-            candidates.push((None, &empty, &cpu_nodes));
+            // Without class node labels, kaccel's own pool label pins the flavor.
+            let selector = if spec.selector.node_labels.is_empty() {
+                if labelled_cpu_nodes.is_empty() {
+                    rejected.insert(
+                        "CPU pool".to_string(),
+                        format!(
+                            "no accelerator-free node carries {CPU_POOL_LABEL}={CPU_POOL_VALUE}: label the CPU-only nodes, or set spec.selector.nodeLabels"
+                        ),
+                    );
+                }
+                candidates.push((None, &cpu_pool_pins, &labelled_cpu_nodes));
+                &cpu_pool_pins
+            } else {
+                candidates.push((None, &empty, &cpu_nodes));
+                &spec.selector.node_labels
+            };
+            // Nodes with accelerators the CPU flavor's labels would select: CPU-only
+            // pods could land there while none of their CPUs is counted.
+            impure_cpu_pool = nodes
+                .iter()
+                .filter(|n| {
+                    n.has_accelerators() && selector.iter().all(|(k, v)| n.labels.get(k) == Some(v))
+                })
+                .map(|n| n.name.as_str())
+                .collect();
         } else {
             for (sig, members) in &signature_list {
                 match hardware_mismatch(&spec.selector, spec.sharing, sig) {
@@ -414,6 +453,35 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
                     conflicts.into_iter().collect::<Vec<_>>().join("; ")
                 ),
             ));
+        }
+        if !impure_cpu_pool.is_empty() {
+            let shown: Vec<&str> = impure_cpu_pool.iter().take(5).copied().collect();
+            let condition = DesiredCondition::new(
+                api::CONFLICT,
+                true,
+                "CpuPoolSelectsAccelerators",
+                format!(
+                    "{} node(s) with accelerators ({}{}) carry the CPU pool's node labels: CPU-only workloads could be placed there, and their CPUs are not counted; remove the label from them or narrow spec.selector.nodeLabels",
+                    impure_cpu_pool.len(),
+                    shown.join(", "),
+                    if impure_cpu_pool.len() > shown.len() {
+                        ", ..."
+                    } else {
+                        ""
+                    }
+                ),
+            );
+            // One condition per type: join a pooling conflict found above.
+            match report
+                .conditions
+                .iter_mut()
+                .find(|c| c.type_ == api::CONFLICT)
+            {
+                Some(existing) => {
+                    existing.message = format!("{}; {}", existing.message, condition.message)
+                }
+                None => report.conditions.push(condition),
+            }
         }
         if keys.is_empty() {
             let why = if rejected.is_empty() {

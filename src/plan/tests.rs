@@ -760,3 +760,71 @@ proptest! {
         }
     }
 }
+
+/// A CPU-only class without node labels: its flavor is pinned to `kaccel.io/pool=cpu`
+/// (never empty nodeLabels, which select every node), its quota counts only labelled
+/// nodes with no accelerator of any kind — not an accelerator node kaccel cannot
+/// classify — and an accelerator node carrying the pool label is reported.
+#[test]
+fn cpu_pool_counts_only_accelerator_free_nodes_it_selects() {
+    let node = |name: &str, labels: &str, extra: &str, cpu: u32| -> Node {
+        serde_yaml::from_str(&format!(
+            r#"
+metadata: {{name: {name}, labels: {{{labels}}}}}
+status:
+  capacity: {{cpu: "{cpu}", memory: 64Gi{extra}}}
+  allocatable: {{cpu: "{cpu}", memory: 64Gi{extra}}}
+  conditions: [{{type: Ready, status: "True"}}]
+"#
+        ))
+        .unwrap()
+    };
+    let nodes = vec![
+        node("cpu-labelled", "kaccel.io/pool: cpu", "", 32),
+        node("cpu-unlabelled", "", "", 16),
+        // Qualcomm Cloud AI 100 (`qualcomm.com/qaic`): no kaccel adapter reads it.
+        node(
+            "qaic-01",
+            "kaccel.io/pool: cpu",
+            ", qualcomm.com/qaic: \"8\"",
+            64,
+        ),
+        // GPU Feature Discovery labels, device plugin not (yet) advertising GPUs.
+        node("gpu-no-plugin", "nvidia.com/gpu.present: \"true\"", "", 48),
+    ];
+    let cpu = class("cpu", SharingMode::CpuOnly, HardwareSelector::default());
+    let (plan, inventory) = run(
+        &[cpu],
+        &[budget("t", &["t"], &[("cpu", 8)])],
+        &nodes,
+        &HealthSnapshot::default(),
+    );
+    assert_eq!(inventory.unclassified().count(), 2);
+    let flavor = plan
+        .flavors
+        .values()
+        .find(|f| f.classes.contains("cpu"))
+        .expect("CPU flavor");
+    assert_eq!(
+        flavor.node_labels,
+        BTreeMap::from([(CPU_POOL_LABEL.to_string(), CPU_POOL_VALUE.to_string())])
+    );
+    assert_eq!(
+        flavor.nodes.iter().map(String::as_str).collect::<Vec<_>>(),
+        vec!["cpu-labelled"]
+    );
+    assert_eq!(flavor.healthy_capacity, 32);
+    let rf = plan
+        .resource_flavors
+        .iter()
+        .find(|rf| rf.metadata.name.as_deref() == Some(flavor.name.as_str()))
+        .unwrap();
+    assert_eq!(rf.spec.node_labels, flavor.node_labels);
+    let conflict = plan.classes["cpu"]
+        .conditions
+        .iter()
+        .find(|c| c.type_ == api::CONFLICT)
+        .expect("the pool label on an accelerator node is reported");
+    assert!(conflict.message.contains("qaic-01"), "{}", conflict.message);
+    assert!(!conflict.message.contains("cpu-labelled"));
+}

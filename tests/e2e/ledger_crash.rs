@@ -63,6 +63,8 @@ struct Tracked {
     admissions: Vec<Admission>,
     uid: String,
     finished: Option<i64>,
+    /// The Workload's conditions at the end (for the report of a mismatch).
+    conditions: Value,
 }
 
 fn time_of(obj: &Value, type_: &str) -> Option<i64> {
@@ -241,6 +243,7 @@ async fn crash(client: &Client, cleanup: &mut Cleanup, id: &str) -> Result<()> {
     let mut mismatched_eviction_times = 0;
     for t in &mut tracked {
         let obj = support::get_json(&wls, &t.name).await?;
+        t.conditions = obj["status"]["conditions"].clone();
         t.uid = obj["metadata"]["uid"]
             .as_str()
             .unwrap_or_default()
@@ -331,6 +334,14 @@ async fn crash(client: &Client, cleanup: &mut Cleanup, id: &str) -> Result<()> {
                     slot.2 += e.credits;
                     slot.3 += 1;
                 }
+                // Usage posted before kaccel saw an end Kueue stamped earlier,
+                // refunded at the settlement.
+                EntryKind::Correction
+                    if e.reason
+                        .starts_with(kaccel::ledger::charge::POSTED_PAST_END) =>
+                {
+                    slot.2 += e.credits;
+                }
                 other => errors.push(format!("{}: unexpected {other} entry {}", t.name, e.key)),
             }
         }
@@ -348,6 +359,21 @@ async fn crash(client: &Client, cleanup: &mut Cleanup, id: &str) -> Result<()> {
             // One Reserve per reservation term (an admission held past its
             // horizon has its overrun reserved), one Void for its one line.
             if reserves < 1 || voids != 1 || posted != *price {
+                let ledger: Vec<String> = entries
+                    .iter()
+                    .filter(|s| s.entry.admission == *a)
+                    .map(|s| {
+                        let e = &s.entry;
+                        format!(
+                            "{} [{}, {}) {} {:?}",
+                            e.kind, e.start, e.end, e.credits, e.reason
+                        )
+                    })
+                    .collect();
+                errors.push(format!(
+                    "{}: entries {ledger:?}; conditions {}",
+                    t.name, t.conditions
+                ));
                 errors.push(format!(
                     "{} admission {a} (horizon {} s, {:?}, finished {:?}): {reserves} Reserve, {voids} Void, \
                      {posts} Post(s) adding up to {posted} µcredits; expected {price}",
@@ -361,10 +387,10 @@ async fn crash(client: &Client, cleanup: &mut Cleanup, id: &str) -> Result<()> {
         }
     }
     let sums = store.kind_sums(Some(&team)).await?;
+    // Spent: posts and the refunds of usage posted past an end.
     let spent = sums
         .get(&team)
-        .and_then(|s| s.get(&EntryKind::Post))
-        .copied()
+        .map(|s| kaccel::ledger::Balances::from_sums(s).spent)
         .unwrap_or(0);
     let evicted = tracked.iter().filter(|t| t.admissions.len() > 1).count();
     println!(
@@ -448,6 +474,7 @@ async fn drive(
                     admissions: Vec::new(),
                     uid: String::new(),
                     finished: None,
+                    conditions: Value::Null,
                 });
             }
         }
