@@ -2,7 +2,7 @@
 
 pub mod inventory;
 pub mod load;
-mod summary;
+pub(crate) mod summary;
 
 use std::io::Write;
 use std::path::PathBuf;

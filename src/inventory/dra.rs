@@ -307,8 +307,11 @@ fn find_group(
 }
 
 fn is_dra_only(g: &DeviceGroup) -> bool {
-    matches!(
-        g.variant.resource_name.as_str(),
-        NVIDIA_DRIVER | NVIDIA_MIG_CLASS | AMD_DRIVER
-    )
+    is_device_class(&g.variant.resource_name)
+}
+
+/// Whether a variant's resource is a DRA DeviceClass (a DRA-only group) rather than
+/// an extended resource.
+pub(crate) fn is_device_class(resource_name: &str) -> bool {
+    matches!(resource_name, NVIDIA_DRIVER | NVIDIA_MIG_CLASS | AMD_DRIVER)
 }

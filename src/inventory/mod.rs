@@ -17,6 +17,8 @@ pub mod synthetic;
 #[cfg(test)]
 mod tests;
 mod unclassified;
+#[cfg(test)]
+pub(crate) mod vendor_fleet_nvidia_amd;
 
 use std::collections::BTreeMap;
 
@@ -25,6 +27,10 @@ use k8s_openapi::api::resource::v1::ResourceSlice;
 use serde::{Deserialize, Serialize};
 
 pub use crate::api::{SharingMode, Vendor};
+/// Whether a resource name is a DRA DeviceClass kaccel plans for (DRA-only groups).
+pub fn is_dra_device_class(resource_name: &str) -> bool {
+    dra::is_device_class(resource_name)
+}
 pub use quantity::{
     QuantityError, parse_count, parse_cpu_millis, parse_memory_bytes, same_quantity,
 };
@@ -454,7 +460,16 @@ pub fn read_node(node: &Node) -> NodeInventory {
     } else {
         &[]
     };
-    let unclassified = unclassified::sweep(&view, &mut groups, accounted);
+    let mut unclassified = unclassified::sweep(&view, &mut groups, accounted);
+    for u in unclassified.iter_mut() {
+        // An adapter that read the resource and declined to classify it said why
+        // (e.g. an MI300X under amd.com/gpu with no partition label): that reason
+        // beats the generic one.
+        let prefix = format!("{}: ", u.source);
+        if let Some(why) = warnings.iter().find_map(|w| w.strip_prefix(&prefix)) {
+            u.reason = why.to_string();
+        }
+    }
     for u in &unclassified {
         warnings.push(format!(
             "unclassified accelerator {} (count {}): {}",

@@ -12,20 +12,30 @@
 //! | MIG `single`     | `nvidia.com/gpu`            | `NVIDIA-A100-SXM4-40GB-MIG-1g.5gb` |
 //! | MIG `mixed`      | `nvidia.com/mig-<profile>`  | `NVIDIA-A100-SXM4-80GB` (base)   |
 //!
-//! Time-slicing and MPS capacity is `GPUs x replicas` as the plugin advertises it;
-//! `nvidia.com/gpu.count` keeps the physical count and `nvidia.com/gpu.replicas` the
-//! factor. In MIG `mixed` mode a node may also expose whole GPUs (MIG disabled on
-//! some cards) under `nvidia.com/gpu`.
+//! | MIG + sharing    | the above, replicated       | `...-MIG-1g.5gb-SHARED`          |
 //!
-//! Pin labels. The product label alone tells whole, time-shared and MIG-single
-//! nodes apart, because GFD rewrites its value (`-SHARED`, `-MIG-<profile>`), so
-//! those variants pin `{nvidia.com/gpu.product: <value as on the node>}`. MIG
-//! mixed partitions keep the base product value, the same value a whole-GPU node
-//! of that model carries; their resource name (`nvidia.com/mig-1g.10gb`) already
-//! restricts where pods can land, and they additionally pin
-//! `nvidia.com/mig.strategy: mixed` (set by GFD on every mixed node) so the flavor
-//! never matches a node that is not MIG-partitioned. Whole GPUs on a mixed node are
-//! the same variant as whole GPUs elsewhere and pin only the product.
+//! Checked against the GFD label code in NVIDIA/k8s-device-plugin v0.20.0
+//! (`internal/lm/resource.go`, `internal/lm/mig-strategy.go`, 2026-08-19): every
+//! resource is labelled `<resource>.{product,count,replicas,sharing-strategy,memory}`
+//! under its original name (`nvidia.com/gpu.*`, `nvidia.com/mig-1g.10gb.*`), also
+//! when the plugin renames its replicas (`nvidia.com/gpu.shared`,
+//! `nvidia.com/mig-1g.10gb.shared`); `replicas` is 1 on exclusive whole GPUs, N on
+//! replicated ones and 0 on cards with MIG enabled; `-SHARED` is appended to the
+//! product when replicas > 1 and the resource is not renamed.
+//!
+//! Time-slicing and MPS capacity is `GPUs x replicas` as the plugin advertises it.
+//! Replicas of a MIG slice are [`SharingMode::TimeShare`] with the MIG profile kept as
+//! `partition_profile`: they are never offered as hardware partitions. In MIG `mixed`
+//! mode a node may also expose whole GPUs (MIG disabled on some cards) under
+//! `nvidia.com/gpu`.
+//!
+//! Pin labels: the product label of the resource as on the node
+//! (`nvidia.com/gpu.product`, or `nvidia.com/mig-<profile>.product` for MIG mixed),
+//! plus, where GFD leaves the product undecorated, `<resource>.replicas` on exclusive
+//! devices (so a whole-GPU flavor never selects a time-sliced node, nor a MIG-mixed
+//! node whose cards are all MIG-enabled) and `<resource>.sharing-strategy` on
+//! replicated ones. Older GFD without per-profile MIG labels: MIG mixed pins the base
+//! product plus `nvidia.com/mig.strategy: mixed`.
 
 use std::collections::BTreeMap;
 
@@ -40,9 +50,10 @@ pub(crate) const FAMILY: &str = "nvidia.com/gpu.family";
 pub(crate) const COMPUTE_MAJOR: &str = "nvidia.com/gpu.compute.major";
 pub(crate) const COMPUTE_MINOR: &str = "nvidia.com/gpu.compute.minor";
 pub(crate) const MIG_STRATEGY: &str = "nvidia.com/mig.strategy";
-pub(crate) const SHARING_STRATEGY: &str = "nvidia.com/gpu.sharing-strategy";
 pub(crate) const TAINT_KEY: &str = "nvidia.com/gpu";
 const SHARED_SUFFIX: &str = "-SHARED";
+/// What the device plugin appends to a replicated resource under `renameByDefault`.
+const RENAMED_SUFFIX: &str = ".shared";
 const MIG_INFIX: &str = "-MIG-";
 
 pub(crate) fn read(view: &NodeView<'_>, warnings: &mut Vec<String>) -> Vec<DeviceGroup> {
@@ -73,59 +84,58 @@ pub(crate) fn read(view: &NodeView<'_>, warnings: &mut Vec<String>) -> Vec<Devic
         None => view.fallback_model(resource, PRODUCT, warnings),
     };
 
-    // nvidia.com/gpu: whole, time-shared, or MIG single, told apart by the product value.
+    // nvidia.com/gpu: whole, time-shared, or MIG single, told apart by the product
+    // value and GFD's per-resource replicas / sharing-strategy labels.
     if let Some((cap, alloc)) = view.count_checked(RESOURCE, warnings) {
-        let sharing_strategy = view.label(SHARING_STRATEGY).unwrap_or("none");
-        let (model, sharing, profile, pins) = match product {
-            Some(p) => {
-                let pins = BTreeMap::from([(PRODUCT.to_string(), p.to_string())]);
-                if let Some((base, profile)) = split_mig(p) {
-                    (
-                        base.to_string(),
-                        SharingMode::Partition,
-                        Some(profile.to_string()),
-                        pins,
-                    )
-                } else if let Some(base) = p.strip_suffix(SHARED_SUFFIX) {
-                    (base.to_string(), SharingMode::TimeShare, None, pins)
-                } else if matches!(sharing_strategy, "time-slicing" | "mps") {
-                    // Sharing configured but the product not suffixed (unusual plugin
-                    // configuration): the strategy label is what tells the nodes apart.
-                    let mut pins = pins;
-                    pins.insert(SHARING_STRATEGY.to_string(), sharing_strategy.to_string());
-                    (p.to_string(), SharingMode::TimeShare, None, pins)
-                } else {
-                    (p.to_string(), SharingMode::Whole, None, pins)
-                }
-            }
+        let read = match product {
+            Some(p) => classify(view, RESOURCE, p, false, warnings),
             None => {
                 let (model, pins) = view.fallback_model(RESOURCE, PRODUCT, warnings);
-                (model, SharingMode::Whole, None, pins)
+                Some((model, SharingMode::Whole, None, pins))
+            }
+        };
+        if let Some((model, sharing, profile, pins)) = read {
+            push(
+                DeviceVariant {
+                    vendor: Vendor::Nvidia,
+                    model,
+                    sharing,
+                    partition_profile: profile,
+                    resource_name: RESOURCE.to_string(),
+                },
+                (cap, alloc),
+                common.memory_mib,
+                pins,
+            );
+        }
+    }
+
+    // Time-slicing / MPS with renameByDefault: a separate resource whose labels stay
+    // under `nvidia.com/gpu.*` (GFD labels the original resource name) without the
+    // `-SHARED` suffix. Replicas of a MIG-single slice keep the MIG profile.
+    if let Some(counts) = view.count_checked(SHARED_RESOURCE, warnings) {
+        let (model, profile, pins) = match product {
+            Some(p) => {
+                let unshared = p.strip_suffix(SHARED_SUFFIX).unwrap_or(p);
+                let (base, profile) = match split_mig(unshared) {
+                    Some((base, profile)) => (base, Some(profile.to_string())),
+                    None => (unshared, None),
+                };
+                let mut pins = BTreeMap::from([(PRODUCT.to_string(), p.to_string())]);
+                sharing_pins(view, RESOURCE, true, &mut pins);
+                (base.to_string(), profile, pins)
+            }
+            None => {
+                let (model, pins) = view.fallback_model(SHARED_RESOURCE, PRODUCT, warnings);
+                (model, None, pins)
             }
         };
         push(
             DeviceVariant {
                 vendor: Vendor::Nvidia,
                 model,
-                sharing,
-                partition_profile: profile,
-                resource_name: RESOURCE.to_string(),
-            },
-            (cap, alloc),
-            common.memory_mib,
-            pins,
-        );
-    }
-
-    // Time-slicing with renameByDefault: a separate resource.
-    if let Some(counts) = view.count_checked(SHARED_RESOURCE, warnings) {
-        let (model, pins) = product_model(SHARED_RESOURCE, warnings);
-        push(
-            DeviceVariant {
-                vendor: Vendor::Nvidia,
-                model,
                 sharing: SharingMode::TimeShare,
-                partition_profile: None,
+                partition_profile: profile,
                 resource_name: SHARED_RESOURCE.to_string(),
             },
             counts,
@@ -134,25 +144,51 @@ pub(crate) fn read(view: &NodeView<'_>, warnings: &mut Vec<String>) -> Vec<Devic
         );
     }
 
-    // MIG mixed: one resource per profile.
+    // MIG mixed: one resource per profile, `nvidia.com/mig-<profile>`, or
+    // `nvidia.com/mig-<profile>.shared` when its replicas are renamed.
     for (resource, cap, alloc) in view.resources_with_prefix_checked(MIG_PREFIX, warnings) {
-        let profile = &resource[MIG_PREFIX.len()..];
+        let rest = &resource[MIG_PREFIX.len()..];
+        let (profile, renamed_shared) = match rest.strip_suffix(RENAMED_SUFFIX) {
+            Some(profile) => (profile, true),
+            None => (rest, false),
+        };
         if profile.is_empty() {
             continue;
         }
-        let (model, mut pins) = product_model(resource, warnings);
-        if let Some(strategy) = view.label(MIG_STRATEGY) {
-            pins.insert(MIG_STRATEGY.to_string(), strategy.to_string());
-        }
-        let memory_label = format!("nvidia.com/mig-{profile}.memory");
+        // GFD labels each MIG resource under its own (original) name.
+        let own = format!("{MIG_PREFIX}{profile}");
+        let own_product = view.label(&format!("{own}.product"));
+        let read = match own_product {
+            Some(p) => classify(view, &own, p, renamed_shared, warnings)
+                .map(|(_, sharing, _, pins)| (base_model(p).to_string(), sharing, pins)),
+            None => {
+                // Older GFD: no per-profile product; the node's product and MIG
+                // strategy are all there is.
+                let (model, mut pins) = product_model(resource, warnings);
+                if let Some(strategy) = view.label(MIG_STRATEGY) {
+                    pins.insert(MIG_STRATEGY.to_string(), strategy.to_string());
+                }
+                let shared = renamed_shared || replicated(view, &own);
+                sharing_pins(view, &own, shared, &mut pins);
+                let sharing = if shared {
+                    SharingMode::TimeShare
+                } else {
+                    SharingMode::Partition
+                };
+                Some((model, sharing, pins))
+            }
+        };
+        let Some((model, sharing, pins)) = read else {
+            continue;
+        };
         let memory_mib = view
-            .label_u64(&memory_label, warnings)
+            .label_u64(&format!("{own}.memory"), warnings)
             .or_else(|| profile_memory_mib(profile));
         push(
             DeviceVariant {
                 vendor: Vendor::Nvidia,
                 model,
-                sharing: SharingMode::Partition,
+                sharing,
                 partition_profile: Some(profile.to_string()),
                 resource_name: resource.to_string(),
             },
@@ -163,6 +199,93 @@ pub(crate) fn read(view: &NodeView<'_>, warnings: &mut Vec<String>) -> Vec<Devic
     }
 
     groups
+}
+
+type Classified = (
+    String,
+    SharingMode,
+    Option<String>,
+    BTreeMap<String, String>,
+);
+
+/// What a resource's devices are, from GFD's product label for it (`<resource>.product`
+/// or `nvidia.com/gpu.product`) and its replicas / sharing-strategy labels:
+/// `-SHARED` or replicas > 1 is time-sharing (of a whole GPU or, with `-MIG-<p>`, of
+/// a MIG slice: replicas of a slice are never a hardware partition); `-MIG-<p>`
+/// alone is a partition; anything else a whole GPU. `-MIG-INVALID` (GFD's marker for
+/// a mig-strategy=single node it cannot describe) is skipped with a warning.
+fn classify(
+    view: &NodeView<'_>,
+    resource: &str,
+    product: &str,
+    renamed_shared: bool,
+    warnings: &mut Vec<String>,
+) -> Option<Classified> {
+    let product_key = if resource == RESOURCE {
+        PRODUCT.to_string()
+    } else {
+        format!("{resource}.product")
+    };
+    let (unshared, suffixed) = match product.strip_suffix(SHARED_SUFFIX) {
+        Some(base) => (base, true),
+        None => (product, false),
+    };
+    let mig = split_mig(unshared);
+    if let Some((_, "INVALID")) = mig {
+        warnings.push(format!(
+            "{resource}: label {product_key}={product:?} is GFD's marker for an invalid \
+             MIG configuration; devices not offered"
+        ));
+        return None;
+    }
+    let shared = suffixed || renamed_shared || replicated(view, resource);
+    let (model, profile) = match mig {
+        Some((base, profile)) => (base.to_string(), Some(profile.to_string())),
+        None => (unshared.to_string(), None),
+    };
+    let sharing = match (shared, &profile) {
+        (true, _) => SharingMode::TimeShare,
+        (false, Some(_)) => SharingMode::Partition,
+        (false, None) => SharingMode::Whole,
+    };
+    let mut pins = BTreeMap::from([(product_key, product.to_string())]);
+    // The product value alone tells these apart except where GFD leaves it
+    // undecorated: renamed replicas and whole GPUs share it, and so do whole GPUs and
+    // a MIG-mixed node's MIG-enabled cards. Pin the labels that differ.
+    if !suffixed {
+        sharing_pins(view, resource, shared, &mut pins);
+    }
+    Some((model, sharing, profile, pins))
+}
+
+/// GFD's `<resource>.replicas` > 1 or `<resource>.sharing-strategy` of
+/// time-slicing / MPS: the resource is replicated.
+fn replicated(view: &NodeView<'_>, resource: &str) -> bool {
+    let replicas = view
+        .label(&format!("{resource}.replicas"))
+        .and_then(|r| r.parse::<u32>().ok())
+        .unwrap_or(0);
+    let strategy = view.label(&format!("{resource}.sharing-strategy"));
+    replicas > 1 || matches!(strategy, Some("time-slicing" | "mps"))
+}
+
+/// Pins that keep exclusive and replicated devices of one product apart: time-shared
+/// devices pin `<resource>.sharing-strategy` (time-slicing / mps), exclusive ones
+/// `<resource>.replicas` (1 on whole GPUs; 0 on MIG-enabled cards).
+fn sharing_pins(
+    view: &NodeView<'_>,
+    resource: &str,
+    shared: bool,
+    pins: &mut BTreeMap<String, String>,
+) {
+    let key = if shared {
+        format!("{resource}.sharing-strategy")
+    } else {
+        format!("{resource}.replicas")
+    };
+    if let Some(v) = view.label(&key) {
+        pins.insert(key, v.to_string());
+    }
 }
 
 /// GFD labels that describe every device on the node.

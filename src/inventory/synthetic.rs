@@ -198,11 +198,24 @@ fn build(
         }
         Shape::A100MigMixed => {
             nvidia(&mut b, "NVIDIA-A100-SXM4-80GB", "ampere", "81920", "8", "0");
+            // GFD labels MIG-enabled cards without sharing (replicas 0) and each MIG
+            // resource under its own name.
             b.label("nvidia.com/mig.strategy", "mixed")
                 .label("nvidia.com/mig.capable", "true")
+                .label("nvidia.com/gpu.replicas", "0")
+                .label(
+                    "nvidia.com/mig-1g.10gb.product",
+                    "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb",
+                )
                 .label("nvidia.com/mig-1g.10gb.count", "28")
+                .label("nvidia.com/mig-1g.10gb.replicas", "1")
                 .label("nvidia.com/mig-1g.10gb.memory", "9728")
+                .label(
+                    "nvidia.com/mig-3g.40gb.product",
+                    "NVIDIA-A100-SXM4-80GB-MIG-3g.40gb",
+                )
                 .label("nvidia.com/mig-3g.40gb.count", "8")
+                .label("nvidia.com/mig-3g.40gb.replicas", "1")
                 .label("nvidia.com/mig-3g.40gb.memory", "40192");
             // 4 GPUs as 7 x 1g.10gb, 4 GPUs as 2 x 3g.40gb.
             b.resource("nvidia.com/mig-1g.10gb", 28, withdrawn * 7)
@@ -214,16 +227,16 @@ fn build(
                 .label("amd.com/gpu.device-id", "74a1")
                 .label("amd.com/gpu.cu-count", "304")
                 .label("amd.com/gpu.driver-version", "6.10.5")
-                .label("amd.com/compute-partitioning-supported", "true")
-                .label("amd.com/memory-partitioning-supported", "true")
+                .label("amd.com/gpu.compute-partitioning-supported", "true")
+                .label("amd.com/gpu.memory-partitioning-supported", "true")
                 .taint("amd.com/gpu", "present");
             if matches!(shape, Shape::Mi300x) {
                 b.label("amd.com/gpu.vram", "192G")
-                    .label("amd.com/compute-memory-partition", "spx_nps1");
+                    .label("amd.com/gpu.compute-memory-partition", "spx_nps1");
                 b.resource("amd.com/gpu", n, withdrawn);
             } else {
                 b.label("amd.com/gpu.vram", "24G")
-                    .label("amd.com/compute-memory-partition", "cpx_nps4");
+                    .label("amd.com/gpu.compute-memory-partition", "cpx_nps4");
                 b.resource("amd.com/cpx_nps4", n * 8, withdrawn * 8);
             }
         }
@@ -333,6 +346,8 @@ fn nvidia(b: &mut Builder, product: &str, family: &str, memory: &str, major: &st
         .label("nvidia.com/gpu.compute.minor", minor)
         .label("nvidia.com/cuda.driver-version.full", "570.133.20")
         .label("nvidia.com/cuda.runtime-version.full", "12.8")
+        .label("nvidia.com/gpu.replicas", "1")
+        .label("nvidia.com/gpu.sharing-strategy", "none")
         .label("nvidia.com/mig.strategy", "none")
         .taint("nvidia.com/gpu", "present");
 }

@@ -11,7 +11,7 @@ use serde::Deserialize;
 
 use super::*;
 
-fn node(yaml: &str) -> Node {
+pub(super) fn node(yaml: &str) -> Node {
     serde_yaml::from_str(yaml).expect("test node YAML")
 }
 
@@ -19,14 +19,14 @@ fn slice(yaml: &str) -> ResourceSlice {
     serde_yaml::from_str(yaml).expect("test slice YAML")
 }
 
-fn group<'a>(n: &'a NodeInventory, resource: &str) -> &'a DeviceGroup {
+pub(super) fn group<'a>(n: &'a NodeInventory, resource: &str) -> &'a DeviceGroup {
     n.groups
         .iter()
         .find(|g| g.variant.resource_name == resource)
         .unwrap_or_else(|| panic!("no group for {resource} in {:#?}", n.groups))
 }
 
-fn pins(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+pub(super) fn pins(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
     pairs
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -435,7 +435,7 @@ metadata:
     amd.com/gpu.vram: 192G
     amd.com/gpu.cu-count: "304"
     amd.com/gpu.driver-version: 6.10.5
-    amd.com/compute-memory-partition: spx_nps1
+    amd.com/gpu.compute-memory-partition: spx_nps1
     beta.amd.com/gpu.product-name: AMD_Instinct_MI300X_OAM
 spec:
   taints: [{key: amd.com/gpu, value: present, effect: NoSchedule}]
@@ -457,7 +457,7 @@ status:
         g.pin_labels,
         pins(&[
             ("amd.com/gpu.product-name", "AMD_Instinct_MI300X_OAM"),
-            ("amd.com/compute-memory-partition", "spx_nps1")
+            ("amd.com/gpu.compute-memory-partition", "spx_nps1")
         ])
     );
     assert!(g.raw_labels.contains_key("beta.amd.com/gpu.product-name"));
@@ -487,7 +487,7 @@ status:
         r#"
 metadata:
   name: gpu-mi300x-03
-  labels: {amd.com/gpu.product-name: AMD_Instinct_MI300X_OAM, amd.com/compute-memory-partition: cpx_nps4}
+  labels: {amd.com/gpu.product-name: AMD_Instinct_MI300X_OAM, amd.com/gpu.compute-memory-partition: cpx_nps4}
 status:
   capacity: {amd.com/gpu: "64"}
   allocatable: {amd.com/gpu: "64"}
@@ -498,7 +498,7 @@ status:
     assert_eq!(g.variant.partition_profile.as_deref(), Some("cpx_nps4"));
     assert_eq!(
         g.pin_labels
-            .get("amd.com/compute-memory-partition")
+            .get("amd.com/gpu.compute-memory-partition")
             .map(String::as_str),
         Some("cpx_nps4")
     );
@@ -1167,7 +1167,7 @@ fn arb_label_key() -> impl Strategy<Value = String> {
         Just("nvidia.com/mig-1g.10gb.memory".to_string()),
         Just("amd.com/gpu.product-name".to_string()),
         Just("amd.com/gpu.vram".to_string()),
-        Just("amd.com/compute-memory-partition".to_string()),
+        Just("amd.com/gpu.compute-memory-partition".to_string()),
         Just("gpu.intel.com/product".to_string()),
         Just("gpu.intel.com/memory.max".to_string()),
         Just("gpu.intel.com/device.count".to_string()),
@@ -1223,9 +1223,14 @@ proptest! {
             prop_assert!(g.capacity > 0);
             prop_assert!(!g.variant.model.is_empty());
             prop_assert!(!g.variant.resource_name.is_empty());
-            prop_assert_eq!(
-                g.variant.partition_profile.is_some(),
-                g.variant.sharing == SharingMode::Partition,
+            // A partition names its profile; time-shared replicas may name the MIG
+            // slice they replicate; nothing else has one.
+            prop_assert!(
+                match g.variant.sharing {
+                    SharingMode::Partition => g.variant.partition_profile.is_some(),
+                    SharingMode::TimeShare => true,
+                    _ => g.variant.partition_profile.is_none(),
+                },
                 "{:?}", g.variant
             );
             for (k, v) in &g.pin_labels {

@@ -19,6 +19,7 @@
 
 pub mod names;
 pub mod nodes;
+pub mod purity;
 mod quota;
 mod validate;
 
@@ -42,6 +43,7 @@ use crate::kueue::{
     ClusterQueueSpec, Cohort, CohortSpec, FairSharing, FlavorFungibility, FlavorQuotas, LocalQueue,
     LocalQueueSpec, ResourceFlavor, ResourceFlavorSpec, ResourceGroup, ResourceQuota,
 };
+pub use purity::ImpureFlavor;
 pub use quota::{Demand, allocate};
 pub use validate::{FieldError, validate_budget, validate_class};
 
@@ -117,6 +119,10 @@ pub struct Plan {
     pub budgets: BTreeMap<String, BudgetReport>,
     #[serde(skip)]
     pub flavors: BTreeMap<String, FlavorReport>,
+    /// Device flavors refused because their nodeLabels also select nodes without
+    /// their variant (see [`purity`]); each is reported on the classes that wanted it.
+    #[serde(skip)]
+    pub impure_flavors: Vec<ImpureFlavor>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -499,10 +505,23 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
     }
 
     // Back to key order, so names and output do not depend on discovery order.
-    let flavors: BTreeMap<FlavorKey, FlavorAcc> = flavor_keys.iter().cloned().zip(accs).collect();
+    let mut flavors: BTreeMap<FlavorKey, FlavorAcc> =
+        flavor_keys.iter().cloned().zip(accs).collect();
+
+    // Purity: a device flavor whose nodeLabels also select nodes of another variant
+    // is refused, and every class that wanted it says so.
+    let impure_flavors = refuse_impure_flavors(&mut flavors, &nodes, &mut class_reports);
     let class_flavor_keys: BTreeMap<String, BTreeSet<FlavorKey>> = class_flavor_idx
         .into_iter()
-        .map(|(c, idx)| (c, idx.into_iter().map(|i| flavor_keys[i].clone()).collect()))
+        .map(|(c, idx)| {
+            let keys = idx
+                .into_iter()
+                .map(|i| &flavor_keys[i])
+                .filter(|k| flavors.contains_key(*k))
+                .cloned()
+                .collect();
+            (c, keys)
+        })
         .collect();
 
     // Stage 3: name flavors, count health and healthy capacity.
@@ -903,10 +922,13 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
             .iter()
             .map(|f| u64::from(f.healthy_capacity))
             .sum();
-        let blocking = report
-            .conditions
-            .iter()
-            .find(|c| c.status && (c.type_ == api::NO_MATCHING_HARDWARE));
+        // A class left with no flavor because its flavors were refused as impure
+        // says so, rather than blaming health.
+        let blocking = report.conditions.iter().find(|c| {
+            c.status
+                && (c.type_ == api::NO_MATCHING_HARDWARE
+                    || (c.reason == "ImpureFlavor" && report.flavors.is_empty()))
+        });
         let ready = match blocking {
             Some(c) => {
                 DesiredCondition::new(api::READY, false, c.reason.clone(), c.message.clone())
@@ -934,10 +956,79 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
     plan.classes = class_reports;
     plan.budgets = budget_reports;
     plan.flavors = reports;
+    plan.impure_flavors = impure_flavors;
     plan
 }
 
 /// The ClusterQueue kaccel generates for a budget's grant of a class.
+/// Remove the device flavors that fail the purity check; report each on the classes
+/// that would have used it (a `Conflict` condition, merged into one per class).
+fn refuse_impure_flavors(
+    flavors: &mut BTreeMap<FlavorKey, FlavorAcc>,
+    nodes: &[&NodeInventory],
+    class_reports: &mut BTreeMap<String, ClassReport>,
+) -> Vec<ImpureFlavor> {
+    let index = purity::LabelIndex::new(
+        nodes,
+        flavors
+            .keys()
+            .filter(|k| k.variant.is_some())
+            .flat_map(|k| k.pins.keys().chain(k.extra.keys()).map(String::as_str)),
+    );
+    let mut refused = Vec::new();
+    for (key, acc) in flavors.iter() {
+        let Some(variant) = &key.variant else {
+            continue;
+        };
+        // DRA-only flavors carry no pins by design: claims are placed by
+        // ResourceSlice, not node labels (their purity is the DRA issue's).
+        if crate::inventory::is_dra_device_class(&variant.resource_name) {
+            continue;
+        }
+        let node_labels = key.node_labels();
+        let foreign_nodes = purity::foreign_nodes(&index, variant, &node_labels);
+        if foreign_nodes.is_empty() {
+            continue;
+        }
+        let impure = ImpureFlavor {
+            flavor: flavor_name(key),
+            variant: variant.clone(),
+            node_labels,
+            foreign_nodes,
+        };
+        for class in &acc.classes {
+            if let Some(report) = class_reports.get_mut(class) {
+                push_merged(
+                    &mut report.conditions,
+                    api::CONFLICT,
+                    "ImpureFlavor",
+                    impure.message(),
+                );
+            }
+        }
+        refused.push((key.clone(), impure));
+    }
+    refused
+        .into_iter()
+        .map(|(key, impure)| {
+            flavors.remove(&key);
+            impure
+        })
+        .collect()
+}
+
+/// Add a true condition, or append its message to a true one of the same type (a
+/// status carries one condition per type).
+fn push_merged(conditions: &mut Vec<DesiredCondition>, type_: &str, reason: &str, message: String) {
+    match conditions.iter_mut().find(|c| c.type_ == type_ && c.status) {
+        Some(existing) => {
+            existing.message.push_str("; ");
+            existing.message.push_str(&message);
+        }
+        None => conditions.push(DesiredCondition::new(type_, true, reason, message)),
+    }
+}
+
 pub fn cluster_queue_name(budget: &str, class: &str) -> String {
     names::bounded(&[budget, class], 253)
 }
@@ -1036,7 +1127,13 @@ fn flavor_name(key: &FlavorKey) -> String {
             }
             parts.push(model);
             match v.sharing {
-                SharingMode::TimeShare => parts.push("shared".into()),
+                SharingMode::TimeShare => {
+                    // Replicas of a MIG slice: the slice, then `shared`.
+                    if let Some(profile) = &v.partition_profile {
+                        parts.push(names::slug(profile));
+                    }
+                    parts.push("shared".into())
+                }
                 SharingMode::Partition => parts.push(names::slug(
                     v.partition_profile.as_deref().unwrap_or("part"),
                 )),
@@ -1431,5 +1528,7 @@ fn build_cluster_queue(
     }
 }
 
+#[cfg(test)]
+mod purity_tests;
 #[cfg(test)]
 mod tests;

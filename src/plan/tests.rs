@@ -15,7 +15,11 @@ use crate::api::{
 };
 use crate::inventory::synthetic::generate_fleet;
 
-fn class(name: &str, sharing: SharingMode, selector: HardwareSelector) -> AcceleratorClass {
+pub(super) fn class(
+    name: &str,
+    sharing: SharingMode,
+    selector: HardwareSelector,
+) -> AcceleratorClass {
     AcceleratorClass {
         metadata: ObjectMeta {
             name: Some(name.into()),
@@ -36,7 +40,7 @@ fn class(name: &str, sharing: SharingMode, selector: HardwareSelector) -> Accele
     }
 }
 
-fn budget(name: &str, namespaces: &[&str], grants: &[(&str, u32)]) -> CreditBudget {
+pub(super) fn budget(name: &str, namespaces: &[&str], grants: &[(&str, u32)]) -> CreditBudget {
     CreditBudget {
         metadata: ObjectMeta {
             name: Some(name.into()),
@@ -71,7 +75,7 @@ fn budget(name: &str, namespaces: &[&str], grants: &[(&str, u32)]) -> CreditBudg
     }
 }
 
-fn run(
+pub(super) fn run(
     classes: &[AcceleratorClass],
     budgets: &[CreditBudget],
     nodes: &[Node],
@@ -94,20 +98,14 @@ fn examples() -> (Vec<AcceleratorClass>, Vec<CreditBudget>, Vec<Node>) {
     (loaded.classes, loaded.budgets, loaded.nodes)
 }
 
-fn qty(q: &Quantity) -> u64 {
+pub(super) fn qty(q: &Quantity) -> u64 {
     q.0.parse()
         .unwrap_or_else(|_| panic!("device quantity {q:?} is not an integer"))
 }
 
-/// Invariant 1, recounted from scratch: for each flavor, the nominal quota of its
-/// resource across every ClusterQueue and the root Cohort is at most the healthy,
-/// schedulable devices on nodes carrying all of the flavor's node labels.
-fn assert_quota_within_healthy_capacity(
-    plan: &Plan,
-    inventory: &Inventory,
-    health: &HealthSnapshot,
-    unknown_counts: bool,
-) {
+/// Nominal quota of each (flavor, device resource) over every ClusterQueue and the
+/// root Cohort.
+pub(super) fn device_quota(plan: &Plan) -> BTreeMap<(String, String), u64> {
     let mut quota: BTreeMap<(String, String), u64> = BTreeMap::new();
     let groups = plan
         .cluster_queues
@@ -128,29 +126,53 @@ fn assert_quota_within_healthy_capacity(
             }
         }
     }
+    quota
+}
+
+/// The flavor's nodeLabels select the node.
+pub(super) fn selects(flavor: &ResourceFlavor, node: &NodeInventory) -> bool {
+    flavor
+        .spec
+        .node_labels
+        .iter()
+        .all(|(k, v)| node.labels.get(k) == Some(v))
+}
+
+/// New pods of the flavor could land on the node: Ready, not cordoned, and no
+/// NoSchedule/NoExecute taint the flavor does not tolerate.
+pub(super) fn open_to(flavor: &ResourceFlavor, node: &NodeInventory) -> bool {
+    let tolerated: Vec<&str> = flavor
+        .spec
+        .tolerations
+        .iter()
+        .filter_map(|t| t.key.as_deref())
+        .collect();
+    let tainted = node.taints.iter().any(|t| {
+        (t.effect == "NoSchedule" || t.effect == "NoExecute")
+            && !tolerated.contains(&t.key.as_str())
+    });
+    node.accepts_new_pods() && !tainted
+}
+
+/// Invariant 1, recounted from scratch: for each flavor, the nominal quota of its
+/// resource across every ClusterQueue and the root Cohort is at most the healthy,
+/// schedulable devices on nodes carrying all of the flavor's node labels.
+fn assert_quota_within_healthy_capacity(
+    plan: &Plan,
+    inventory: &Inventory,
+    health: &HealthSnapshot,
+    unknown_counts: bool,
+) {
+    let quota = device_quota(plan);
     for flavor in &plan.resource_flavors {
         let fname = flavor.metadata.name.clone().unwrap();
-        let labels = &flavor.spec.node_labels;
-        let tolerated: Vec<&str> = flavor
-            .spec
-            .tolerations
-            .iter()
-            .filter_map(|t| t.key.as_deref())
-            .collect();
         for ((qf, resource), amount) in &quota {
             if *qf != fname {
                 continue;
             }
             let mut healthy = 0u64;
             for node in inventory.nodes.values() {
-                if !labels.iter().all(|(k, v)| node.labels.get(k) == Some(v)) {
-                    continue;
-                }
-                let tainted = node.taints.iter().any(|t| {
-                    (t.effect == "NoSchedule" || t.effect == "NoExecute")
-                        && !tolerated.contains(&t.key.as_str())
-                });
-                if node.unschedulable || node.ready == Some(false) || tainted {
+                if !selects(flavor, node) || !open_to(flavor, node) {
                     continue;
                 }
                 for g in node
@@ -613,11 +635,11 @@ prop_compose! {
     }
 }
 
-fn arb_classes() -> impl Strategy<Value = Vec<AcceleratorClass>> {
+pub(super) fn arb_classes() -> impl Strategy<Value = Vec<AcceleratorClass>> {
     (1usize..7).prop_flat_map(|n| (0..n).map(arb_class).collect::<Vec<_>>())
 }
 
-fn arb_budgets(classes: usize) -> impl Strategy<Value = Vec<CreditBudget>> {
+pub(super) fn arb_budgets(classes: usize) -> impl Strategy<Value = Vec<CreditBudget>> {
     prop::collection::vec(
         prop::collection::vec((0..classes + 1, 0u32..120), 1..5),
         1..6,
@@ -640,7 +662,7 @@ fn arb_budgets(classes: usize) -> impl Strategy<Value = Vec<CreditBudget>> {
     })
 }
 
-fn arb_health(nodes: &[Node], seed: u64) -> HealthSnapshot {
+pub(super) fn arb_health(nodes: &[Node], seed: u64) -> HealthSnapshot {
     let inventory = Inventory::from_nodes(nodes);
     let mut health = HealthSnapshot::default();
     let mut x = seed | 1;

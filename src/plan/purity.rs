@@ -1,0 +1,153 @@
+//! The purity check: a device flavor's `nodeLabels` must select only nodes that carry
+//! its variant (the same kind of device: vendor, model, sharing, partition).
+//!
+//! Kueue counts a workload against the flavor it assigned and then pins the pods with
+//! the flavor's `nodeLabels`; nothing else keeps them off other hardware. A flavor
+//! whose labels also select a node of another variant (a whole-GPU flavor matching a
+//! MIG or time-sliced node of the same product, a whole MI300X flavor matching a CPX
+//! node) hands out quota in one unit and devices in another, which breaks invariant 1
+//! however the quota was computed. Vendor adapters pin what tells variants apart;
+//! this check is the backstop that makes a missed case visible instead of shipped:
+//! the planner refuses such a flavor and reports it on every class that wanted it.
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::inventory::{DeviceVariant, NodeInventory};
+
+/// At most this many offending nodes are named in a report.
+const NAMED_NODES: usize = 5;
+
+/// A flavor the planner refused, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ImpureFlavor {
+    /// The name the flavor would have had.
+    pub flavor: String,
+    pub variant: DeviceVariant,
+    pub node_labels: BTreeMap<String, String>,
+    /// Nodes the labels select that carry no device of the variant (sorted, all).
+    pub foreign_nodes: Vec<String>,
+}
+
+impl ImpureFlavor {
+    pub fn message(&self) -> String {
+        let shown: Vec<&str> = self
+            .foreign_nodes
+            .iter()
+            .take(NAMED_NODES)
+            .map(String::as_str)
+            .collect();
+        let more = self.foreign_nodes.len().saturating_sub(NAMED_NODES);
+        let labels: Vec<String> = self
+            .node_labels
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        format!(
+            "flavor {} ({} {} {}{} on {}) not created: its nodeLabels {{{}}} also select {} node(s) without that variant ({}{}), so quota in one unit would be spent on other hardware; label the nodes so the variants differ (e.g. run the vendor labeller with its sharing/partition labels) or narrow the class with spec.selector.nodeLabels",
+            self.flavor,
+            self.variant.vendor,
+            self.variant.model,
+            self.variant.sharing,
+            self.variant
+                .partition_profile
+                .as_deref()
+                .map(|p| format!(" {p}"))
+                .unwrap_or_default(),
+            self.variant.resource_name,
+            labels.join(", "),
+            self.foreign_nodes.len(),
+            shown.join(", "),
+            if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            },
+        )
+    }
+}
+
+/// Node lookup by label, restricted to the label keys some flavor pins.
+pub(crate) struct LabelIndex<'a> {
+    nodes: &'a [&'a NodeInventory],
+    postings: HashMap<(&'a str, &'a str), Vec<usize>>,
+}
+
+impl<'a> LabelIndex<'a> {
+    pub(crate) fn new<'k>(
+        nodes: &'a [&'a NodeInventory],
+        keys: impl IntoIterator<Item = &'k str>,
+    ) -> Self {
+        let keys: Vec<&str> = {
+            let mut k: Vec<&str> = keys.into_iter().collect();
+            k.sort_unstable();
+            k.dedup();
+            k
+        };
+        let mut postings: HashMap<(&'a str, &'a str), Vec<usize>> = HashMap::new();
+        for (i, node) in nodes.iter().enumerate() {
+            for key in &keys {
+                if let Some((k, v)) = node.labels.get_key_value(*key) {
+                    postings
+                        .entry((k.as_str(), v.as_str()))
+                        .or_default()
+                        .push(i);
+                }
+            }
+        }
+        LabelIndex { nodes, postings }
+    }
+
+    /// Indices of the nodes carrying every label (all nodes for no labels).
+    pub(crate) fn select(&self, labels: &BTreeMap<String, String>) -> Vec<usize> {
+        let narrowest = labels
+            .iter()
+            .map(|(k, v)| {
+                self.postings
+                    .get(&(k.as_str(), v.as_str()))
+                    .map_or(&[][..], Vec::as_slice)
+            })
+            .min_by_key(|p| p.len());
+        let matches = |i: &usize| {
+            labels
+                .iter()
+                .all(|(k, v)| self.nodes[*i].labels.get(k) == Some(v))
+        };
+        match narrowest {
+            Some(candidates) => candidates.iter().copied().filter(matches).collect(),
+            None => (0..self.nodes.len()).collect(),
+        }
+    }
+}
+
+/// Whether two variants are the same kind of device (vendor, model, sharing,
+/// partition), whatever resource name the device plugin gives it: one node may
+/// advertise CPX partitions as `amd.com/gpu` (`single` naming) and another as
+/// `amd.com/cpx_nps4` (`mixed`); a flavor of one selecting the other sends no pod to
+/// other hardware, as pods request the flavor's own resource.
+pub(crate) fn same_device_kind(a: &DeviceVariant, b: &DeviceVariant) -> bool {
+    a.vendor == b.vendor
+        && a.model == b.model
+        && a.sharing == b.sharing
+        && a.partition_profile == b.partition_profile
+}
+
+/// The nodes `labels` select that carry no device of `variant`'s kind.
+pub(crate) fn foreign_nodes(
+    index: &LabelIndex<'_>,
+    variant: &DeviceVariant,
+    labels: &BTreeMap<String, String>,
+) -> Vec<String> {
+    let mut foreign: Vec<String> = index
+        .select(labels)
+        .into_iter()
+        .map(|i| index.nodes[i])
+        .filter(|n| {
+            !n.groups
+                .iter()
+                .any(|g| same_device_kind(&g.variant, variant))
+        })
+        .map(|n| n.name.clone())
+        .collect();
+    foreign.sort();
+    foreign
+}
