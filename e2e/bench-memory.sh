@@ -1,22 +1,32 @@
 #!/usr/bin/env bash
-# kaccel's memory beside a cluster's Workload history (a measurement, not a test):
-# the example fleet, classes and budgets, `kaccel run` with the credit ledger on,
-# then N inactive Workloads (Kueue keeps finished and deactivated Workloads until a
-# retention policy removes them). Prints VmRSS of kaccel and of the Kueue manager
-# before, right after the Workloads exist, after SETTLE seconds (constant objects:
-# memory must stay flat), and SETTLE seconds after they are deleted, with the
-# kaccel / Kueue ratio.
+# kaccel's memory beside a busy cluster (a measurement, not a test). Runs the
+# example classes and budgets with `kaccel run` and the credit ledger on, and
+# prints VmRSS of kaccel and of the Kueue manager, with the kaccel / Kueue ratio.
 #
-#   bash e2e/bench-memory.sh [N] [SETTLE]     # defaults 20000 and 120
-#   KACCEL_BENCH_PROFILE=release bash e2e/bench-memory.sh 100000
+#   bash e2e/bench-memory.sh [workloads] [N] [SETTLE]   # defaults 20000, 120
+#       the example fleet, then N inactive Workloads (Kueue keeps finished and
+#       deactivated ones until a retention policy removes them): RSS before, right
+#       after they exist, after SETTLE seconds of nothing changing (flat?), and
+#       SETTLE seconds after they are deleted (memory returned?); kaccel's CPU
+#       per budget pass while nothing changes
+#   bash e2e/bench-memory.sh soak [MINUTES] [RATE] [N]  # defaults 10, 10, 20000
+#       N inactive Workloads, then RATE Workloads/s created, admitted through the
+#       credit check, finished and deleted for MINUTES (tests/e2e/memory_churn.rs);
+#       RSS every minute, end vs minute 2
+#   bash e2e/bench-memory.sh nodes [M] [SETTLE]         # defaults 5000, 60
+#       M synthetic Nodes (`kaccel generate-fleet`, each with 40 container images
+#       in its status as a kubelet reports them), no Workloads
 #
-# Uses a run folder and ports of its own, so a running demo or test cluster is not
-# disturbed; tears its cluster down at the end.
+# KACCEL_BENCH_PROFILE (default release) and KACCEL_BENCH_FEATURES (e.g.
+# mimalloc: the allocator comparison) choose the build. Uses a run folder and
+# ports of its own, so a running demo or test cluster is not disturbed; tears its
+# cluster down at the end.
 set -euo pipefail
 
-N="${1:-20000}"
-SETTLE="${2:-120}"
-PROFILE="${KACCEL_BENCH_PROFILE:-dev}"
+MODE=workloads
+if [[ "${1:-}" =~ ^(workloads|soak|nodes)$ ]]; then MODE="$1"; shift; fi
+PROFILE="${KACCEL_BENCH_PROFILE:-release}"
+FEATURES="${KACCEL_BENCH_FEATURES:-}"
 E2E_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_DIR="$(dirname "$E2E_DIR")"
 CACHE="${KACCEL_E2E_CACHE:-$HOME/.cache/kaccel-e2e}"
@@ -30,9 +40,16 @@ NS=vision-research
 cd "$REPO_DIR"
 say() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
-say "building kaccel (profile $PROFILE)"
-cargo build --profile "$PROFILE" --quiet --bin kaccel
+say "building kaccel (profile $PROFILE${FEATURES:+, features $FEATURES})"
+cargo build --profile "$PROFILE" --quiet --bin kaccel ${FEATURES:+--features "$FEATURES"}
 if [[ "$PROFILE" == dev ]]; then KACCEL="$CARGO_TARGET_DIR/debug/kaccel"; else KACCEL="$CARGO_TARGET_DIR/$PROFILE/kaccel"; fi
+# A copy, so a build for another comparison cannot replace the running binary.
+cp "$KACCEL" "$CACHE/kaccel-bench-memory"
+KACCEL="$CACHE/kaccel-bench-memory"
+if [[ "$MODE" == soak ]]; then
+  say "building the churn driver"
+  cargo test --features e2e --test e2e --no-run --quiet 2>/dev/null
+fi
 "$E2E_DIR/build.sh" >/dev/null
 "$E2E_DIR/cluster.sh" down >/dev/null 2>&1 || true
 rm -rf "$KACCEL_E2E_RUN"
@@ -45,7 +62,24 @@ cleanup() {
 }
 trap cleanup EXIT
 
-"$E2E_DIR/nodes.sh" examples/nodes.yaml >/dev/null 2>&1
+if [[ "$MODE" == nodes ]]; then
+  M="${1:-5000}"
+  SETTLE="${2:-60}"
+  say "generating $M Nodes"
+  "$KACCEL" generate-fleet --nodes "$M" | python3 -c '
+import sys, yaml
+# A kubelet reports up to 50 images (--node-status-max-images); 40 here.
+images = [{"names": [f"registry.example.com/team/app-{i}@sha256:{i:064x}", f"registry.example.com/team/app-{i}:v{i}"],
+           "sizeBytes": 100000000 + i} for i in range(40)]
+for node in yaml.safe_load_all(sys.stdin):
+    if node:
+        node.setdefault("status", {})["images"] = images
+        print("---"); print(yaml.safe_dump(node))
+' >"$KACCEL_E2E_RUN/fleet.yaml"
+  "$E2E_DIR/nodes.sh" "$KACCEL_E2E_RUN/fleet.yaml" >/dev/null 2>&1
+else
+  "$E2E_DIR/nodes.sh" examples/nodes.yaml >/dev/null 2>&1
+fi
 for ns in vision-research vision-prod language research; do kubectl create namespace "$ns" >/dev/null; done
 kubectl apply -f examples/classes.yaml -f examples/budgets.yaml >/dev/null
 cat >"$KACCEL_E2E_RUN/kaccel.yaml" <<CONFIG
@@ -62,38 +96,108 @@ QPID=$(cat "$KACCEL_E2E_RUN/kueue.pid")
 sleep 10
 
 rss() { awk '/VmRSS/{print int($2/1024)}' "/proc/$1/status"; }
+# utime + stime of a process, in clock ticks.
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+metric() { curl -fsS "http://$HTTP/metrics" | awk -v m="$1" '$1 == m {print $2}'; }
 report() {
   local k q
   k=$(rss "$KPID") q=$(rss "$QPID")
   printf '| %s | %s MiB | %s MiB | %s |\n' "$1" "$k" "$q" "$(awk -v k="$k" -v q="$q" 'BEGIN{printf "%.2f", k/q}')"
 }
-echo "| $N inactive Workloads ($PROFILE build) | kaccel RSS | Kueue RSS | kaccel/Kueue |"
-echo "|---|---|---|---|"
-report "before"
+# kaccel's CPU per budget pass over a quiet window: all of kaccel's CPU time in
+# the window divided by the passes in it, so an upper bound on one pass's.
+pass_cpu() {
+  local window="$1" t0 t1 p0 p1 s0 s1
+  t0=$(cpu_ticks "$KPID") p0=$(metric kaccel_ledger_budget_pass_seconds_count) s0=$(metric kaccel_ledger_budget_pass_seconds_sum)
+  sleep "$window"
+  t1=$(cpu_ticks "$KPID") p1=$(metric kaccel_ledger_budget_pass_seconds_count) s1=$(metric kaccel_ledger_budget_pass_seconds_sum)
+  awk -v t="$((t1 - t0))" -v hz="$(getconf CLK_TCK)" -v p="$(awk -v a="$p1" -v b="$p0" 'BEGIN{print a-b}')" \
+    -v s="$(awk -v a="$s1" -v b="$s0" 'BEGIN{print a-b}')" -v w="$window" 'BEGIN{
+      printf "kaccel CPU over %ss of nothing changing: %.0f ms; %d budget passes, wall %.2f ms per pass; CPU per pass <= %.2f ms\n",
+        w, 1000*t/hz, p, (p>0 ? 1000*s/p : 0), (p>0 ? 1000*t/hz/p : 0) }'
+}
+create_inactive() {
+  local n="$1" chunk=500 start end i
+  say "creating $n inactive Workloads in $NS"
+  for ((start = 0; start < n; start += chunk)); do
+    end=$((start + chunk < n ? start + chunk : n))
+    {
+      echo '{"apiVersion": "v1", "kind": "List", "items": ['
+      for ((i = start; i < end; i++)); do
+        ((i > start)) && echo ','
+        printf '{"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload", "metadata": {"name": "hist-%06d", "namespace": "%s", "labels": {"bench.kaccel.io/memory": "yes"}}, "spec": {"active": false, "queueName": "large-training", "podSets": [{"name": "main", "count": 8, "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10", "resources": {"requests": {"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "8"}, "limits": {"nvidia.com/gpu": "8"}}}]}}}]}}' "$i" "$NS"
+      done
+      echo ']}'
+    } | kubectl create -f - >/dev/null
+  done
+}
+delete_inactive() {
+  say "deleting the Workloads"
+  kubectl delete workloads.kueue.x-k8s.io -n "$NS" -l bench.kaccel.io/memory=yes --wait=false >/dev/null
+  until (($(kubectl get workloads.kueue.x-k8s.io -n "$NS" -l bench.kaccel.io/memory=yes -o name | wc -l) == 0)); do sleep 2; done
+}
+build_label="$PROFILE build${FEATURES:+, $FEATURES}"
 
-say "creating $N inactive Workloads in $NS"
-chunk=500
-for ((start = 0; start < N; start += chunk)); do
-  end=$((start + chunk < N ? start + chunk : N))
-  {
-    echo '{"apiVersion": "v1", "kind": "List", "items": ['
-    for ((i = start; i < end; i++)); do
-      ((i > start)) && echo ','
-      printf '{"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload", "metadata": {"name": "hist-%06d", "namespace": "%s", "labels": {"bench.kaccel.io/memory": "yes"}}, "spec": {"active": false, "queueName": "large-training", "podSets": [{"name": "main", "count": 8, "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10", "resources": {"requests": {"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "8"}, "limits": {"nvidia.com/gpu": "8"}}}]}}}]}}' "$i" "$NS"
-    done
-    echo ']}'
-  } | kubectl create -f - >/dev/null
-done
-sleep 5
-report "+0 s (all created)"
-sleep "$SETTLE"
-report "+$SETTLE s (nothing changed)"
-hwm=$(awk '/VmHWM/{print int($2/1024)}' "/proc/$KPID/status")
-
-say "deleting the Workloads"
-kubectl delete workloads.kueue.x-k8s.io -n "$NS" -l bench.kaccel.io/memory=yes --wait=false >/dev/null
-until (($(kubectl get workloads.kueue.x-k8s.io -n "$NS" -l bench.kaccel.io/memory=yes -o name | wc -l) == 0)); do sleep 2; done
-sleep "$SETTLE"
-report "+$SETTLE s after deleting them"
-echo
-echo "kaccel peak (VmHWM) while they existed: $hwm MiB"
+case "$MODE" in
+workloads)
+  N="${1:-20000}"
+  SETTLE="${2:-120}"
+  echo "| $N inactive Workloads ($build_label) | kaccel RSS | Kueue RSS | kaccel/Kueue |"
+  echo "|---|---|---|---|"
+  report "before"
+  create_inactive "$N"
+  sleep 5
+  report "+0 s (all created)"
+  sleep "$SETTLE"
+  report "+$SETTLE s (nothing changed)"
+  cpu_line=$(pass_cpu 30)
+  hwm=$(awk '/VmHWM/{print int($2/1024)}' "/proc/$KPID/status")
+  delete_inactive
+  sleep "$SETTLE"
+  report "+$SETTLE s after deleting them"
+  echo
+  echo "kaccel peak (VmHWM) while they existed: $hwm MiB"
+  echo "$cpu_line"
+  ;;
+soak)
+  MINUTES="${1:-10}"
+  RATE="${2:-10}"
+  N="${3:-20000}"
+  create_inactive "$N"
+  sleep 10
+  echo "| soak: $N inactive Workloads + $RATE Workloads/s churn ($build_label) | kaccel RSS | Kueue RSS | kaccel/Kueue |"
+  echo "|---|---|---|---|"
+  report "before the churn"
+  KACCEL_CHURN_NAMESPACE="$NS" KACCEL_CHURN_QUEUE=large-training KACCEL_CHURN_RATE="$RATE" \
+    KACCEL_CHURN_SECONDS="$((MINUTES * 60))" \
+    cargo test --features e2e --test e2e workload_churn -- --ignored --nocapture \
+    >"$KACCEL_E2E_RUN/churn.out" 2>&1 &
+  CHURN=$!
+  t0=$(cpu_ticks "$KPID") p0=$(metric kaccel_ledger_budget_pass_seconds_count)
+  for ((m = 1; m <= MINUTES; m++)); do
+    sleep 60
+    report "minute $m"
+    [[ $m -eq 2 ]] && rss2=$(rss "$KPID")
+  done
+  rss_end=$(rss "$KPID")
+  t1=$(cpu_ticks "$KPID") p1=$(metric kaccel_ledger_budget_pass_seconds_count)
+  churn_status=0
+  wait "$CHURN" || churn_status=$?
+  echo
+  grep -E '^MEASURE churn' "$KACCEL_E2E_RUN/churn.out" | tail -1 | sed 's/^MEASURE /  /'
+  [[ $churn_status -eq 0 ]] || echo "  the churn driver FAILED (exit $churn_status): $KACCEL_E2E_RUN/churn.out"
+  awk -v a="${rss2:-0}" -v b="$rss_end" 'BEGIN{printf "RSS at the end vs minute 2: %d vs %d MiB (%+.1f %%)\n", b, a, (a>0 ? 100*(b-a)/a : 0)}'
+  awk -v t="$((t1 - t0))" -v hz="$(getconf CLK_TCK)" -v p="$(awk -v a="$p1" -v b="$p0" 'BEGIN{print a-b}')" -v s="$((MINUTES * 60))" \
+    'BEGIN{printf "kaccel CPU during the churn: %.1f s over %d s (%.1f %% of one core); %d budget passes\n", t/hz, s, 100*t/hz/s, p}'
+  echo "budget pass wall time: $(curl -fsS "http://$HTTP/metrics" | awk '$1=="kaccel_ledger_budget_pass_seconds_sum"{s=$2} $1=="kaccel_ledger_budget_pass_seconds_count"{c=$2} END{printf "%.2f ms mean over %d passes", 1000*s/c, c}')"
+  exit "$churn_status"
+  ;;
+nodes)
+  echo "| $M Nodes ($build_label) | kaccel RSS | Kueue RSS | kaccel/Kueue |"
+  echo "|---|---|---|---|"
+  sleep "$SETTLE"
+  report "+$SETTLE s"
+  echo
+  echo "kaccel peak (VmHWM): $(awk '/VmHWM/{print int($2/1024)}' "/proc/$KPID/status") MiB"
+  ;;
+esac

@@ -4,6 +4,10 @@ use clap::Parser;
 use kaccel::cli::{Cli, Command, inventory, run_crds, run_generate_fleet, run_plan};
 use kaccel::controller::{self, Config};
 
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // Only the one-shot commands lock stdout: the controller logs to it from

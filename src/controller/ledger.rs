@@ -45,6 +45,7 @@ use crate::api::{
     AcceleratorClassSpec, CreditBudgetSpec, Credits, ExhaustionPolicy, RenewalShortPolicy,
     ShortPolicy,
 };
+use crate::kueue::workload::Workload;
 use crate::ledger::admission::{
     AdmissionError, BudgetView, Decision, FlavorUsage, WorkloadView, admission_number, decide,
     horizon_seconds, rate_info, reservation, usage_from_workload,
@@ -291,21 +292,21 @@ impl LedgerRuntime {
         }
         self.set_admission_check(None).await;
 
-        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &workload_resource());
+        let api: Api<Workload> = Api::all(self.client.clone());
         let (trigger_tx, trigger_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
-        // The cache holds each Workload slimmed to what the check reads: a
-        // cluster keeps tens of thousands of finished Workloads, whose pod
-        // templates and managed fields would otherwise all stay in memory.
-        let writer =
-            kube::runtime::reflector::store::Writer::<DynamicObject>::new(workload_resource());
+        // The cache holds each Workload as the typed, slim view the check reads
+        // (`kueue::workload`): a cluster keeps tens of thousands of finished
+        // Workloads, whose pod templates and managed fields would otherwise all
+        // stay in memory.
+        let writer = kube::runtime::reflector::store::Writer::<Workload>::default();
         let workloads = writer.as_reader();
+        let check = self.config.admission_check_name.clone();
         let stream = watcher(api, watcher::Config::default())
-            .modify(slim_workload)
+            .modify(move |w| slim_workload(w, &check))
             .reflect(writer)
             .applied_objects();
-        let controller =
-            Controller::for_stream_with(stream, workloads.clone(), workload_resource())
-                .reconcile_all_on(super::receiver_stream(trigger_rx));
+        let controller = Controller::for_stream(stream, workloads.clone())
+            .reconcile_all_on(super::receiver_stream(trigger_rx));
         let ctx = self.clone();
         let workload_task = controller
             .run(
@@ -426,8 +427,8 @@ impl LedgerRuntime {
 
     // ------------------------------------------------------------ workloads
 
-    async fn reconcile_workload(&self, obj: Arc<DynamicObject>) -> Result<Action, LedgerError> {
-        let v = serde_json::to_value(obj.as_ref()).expect("objects serialise");
+    async fn reconcile_workload(&self, obj: Arc<Workload>) -> Result<Action, LedgerError> {
+        let v = obj.to_value();
         let namespace = obj.namespace().unwrap_or_default();
         let name = obj.name_any();
         let shown = format!("{namespace}/{name}");
@@ -958,7 +959,7 @@ impl LedgerRuntime {
 
     async fn budget_loop(
         self: Arc<Self>,
-        workloads: Cache<DynamicObject>,
+        workloads: Cache<Workload>,
         cluster_queues: Cache<DynamicObject>,
         retrigger: UnboundedSender<()>,
     ) {
@@ -978,6 +979,7 @@ impl LedgerRuntime {
             if !pricing.ready {
                 continue;
             }
+            let started = std::time::Instant::now();
             let before = self.shared.budget_views();
             // Grants, top-ups and expiries carry no workload: one query per pass
             // finds those of every budget (a few per period each).
@@ -1048,6 +1050,9 @@ impl LedgerRuntime {
                     tracing::warn!(error = %e, "reconciliation against Kueue failed; retrying")
                 }
             }
+            self.metrics
+                .budget_pass_duration
+                .observe(started.elapsed().as_secs_f64());
             let credits_returned = views.iter().any(|(name, v)| {
                 before
                     .get(name)
@@ -1131,27 +1136,28 @@ impl LedgerRuntime {
     async fn reconcile_with_kueue(
         &self,
         pricing: &PricingSnapshot,
-        workloads: &Cache<DynamicObject>,
+        workloads: &Cache<Workload>,
         cluster_queues: &Cache<DynamicObject>,
     ) -> Result<BTreeMap<String, Vec<String>>, LedgerError> {
         let open = self.store().open_reservations().await?;
         let check = &self.config.admission_check_name;
-        let to_values =
-            |cache: &Cache<DynamicObject>, keep: &dyn Fn(&DynamicObject) -> bool| -> Vec<Value> {
-                cache
-                    .state()
-                    .iter()
-                    .filter(|o| keep(o))
-                    .map(|o| serde_json::to_value(o.as_ref()).expect("objects serialise"))
-                    .collect()
-            };
         // Only Workloads the comparison can count (a charged one carries the
         // finalizer; one waiting on the check holds quota): finished history,
         // which a cluster keeps by the ten thousand, is skipped without copying.
+        let relevant: Vec<Value> = workloads
+            .state()
+            .iter()
+            .filter_map(|w| ledger_relevant(w, check))
+            .collect();
+        let queues: Vec<Value> = cluster_queues
+            .state()
+            .iter()
+            .map(|q| serde_json::to_value(q.as_ref()).expect("objects serialise"))
+            .collect();
         let found = crate::ledger::reconcile::compare(
             &open,
-            &to_values(workloads, &|o| ledger_relevant(o, check)),
-            &to_values(cluster_queues, &|_| true),
+            &relevant,
+            &queues,
             &pricing
                 .queues
                 .iter()
@@ -1197,11 +1203,23 @@ impl LedgerRuntime {
     async fn close_orphan(&self, r: &OpenReservation) -> Result<(), LedgerError> {
         let e = &r.reserve.entry;
         // Closing is final: ask the API server, not the cache, whether it is gone.
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(self.client.clone(), &e.namespace, &workload_resource());
+        let api: Api<Workload> = Api::namespaced(self.client.clone(), &e.namespace);
         match api.get_opt(&e.workload).await {
-            Ok(Some(w)) if w.uid().as_deref() == Some(e.workload_uid.as_str()) => {
-                tracing::info!(key = %e.key, "reservation looked orphaned but its Workload exists; left open");
+            Ok(Some(mut w)) if w.uid().as_deref() == Some(e.workload_uid.as_str()) => {
+                // Still there, but not charged by kaccel's finalizer any more
+                // (removed by hand before settlement): settle it from the whole
+                // object, as its own reconcile would have, since the cache keeps
+                // a finished, unfinalized Workload as identity only.
+                w.slim(
+                    "kaccel.io/",
+                    crate::ledger::admission::is_accelerator_resource,
+                );
+                if w.is_true("Finished") || w.metadata.deletion_timestamp.is_some() {
+                    tracing::warn!(key = %e.key, "settling a finished Workload whose finalizer was removed before its settlement");
+                    self.reconcile_workload(Arc::new(w)).await?;
+                } else {
+                    tracing::info!(key = %e.key, "reservation looked orphaned but its Workload exists; left open");
+                }
                 return Ok(());
             }
             Ok(_) => {}
@@ -1235,34 +1253,49 @@ impl LedgerRuntime {
     }
 }
 
-/// Drops what kaccel never reads of a Workload before it is cached: managed
-/// fields, the pod sets' templates, Kueue's per-pod resource requests and
-/// annotations that are not kaccel's.
-fn slim_workload(w: &mut DynamicObject) {
-    w.metadata.managed_fields = None;
-    if let Some(annotations) = w.metadata.annotations.as_mut() {
-        annotations.retain(|k, _| k.starts_with("kaccel.io/"));
-    }
-    if let Some(spec) = w.data.get_mut("spec").and_then(Value::as_object_mut) {
-        spec.remove("podSets");
-    }
-    if let Some(status) = w.data.get_mut("status").and_then(Value::as_object_mut) {
-        status.remove("resourceRequests");
+/// What the credit check keeps of a Workload in its cache.
+///
+/// - Neither kaccel's finalizer nor kaccel's check on it, or finished with
+///   kaccel's finalizer gone (settled): identity only. The reconcile ignores such
+///   a Workload, and the budget pass skips it; these are what a cluster keeps by
+///   the ten thousand. A later change brings the whole object again with its
+///   watch event, so one that becomes relevant is cached whole then.
+/// - Otherwise the typed view less what deserialising could not skip (managed
+///   fields, labels, foreign annotations, CPU and memory usage).
+fn slim_workload(w: &mut Workload, check: &str) {
+    let charged = w
+        .metadata
+        .finalizers
+        .iter()
+        .flatten()
+        .any(|f| f == FINALIZER);
+    let has_check = w.status.admission_checks.iter().any(|c| c.name == check);
+    if !charged && (!has_check || w.is_true("Finished")) {
+        w.keep_identity_only();
+    } else {
+        w.slim(
+            "kaccel.io/",
+            crate::ledger::admission::is_accelerator_resource,
+        );
     }
 }
 
-/// Whether the reconciliation against Kueue must look at a cached Workload:
-/// charged (kaccel's finalizer) or counted by Kueue with kaccel's check on it.
-fn ledger_relevant(w: &DynamicObject, check: &str) -> bool {
-    if w.finalizers().iter().any(|f| f == FINALIZER) {
-        return true;
+/// The JSON of a cached Workload the reconciliation against Kueue must look at
+/// (charged: kaccel's finalizer; or counted by Kueue with kaccel's check on it),
+/// `None` for the rest.
+fn ledger_relevant(w: &Workload, check: &str) -> Option<Value> {
+    let charged = w
+        .metadata
+        .finalizers
+        .iter()
+        .flatten()
+        .any(|f| f == FINALIZER);
+    let has_check = w.status.admission_checks.iter().any(|c| c.name == check);
+    if !charged && !has_check {
+        return None;
     }
-    let has_check = w
-        .data
-        .pointer("/status/admissionChecks")
-        .and_then(Value::as_array)
-        .is_some_and(|c| c.iter().any(|c| c["name"] == check));
-    has_check && counted_by_kueue(&w.data)
+    let v = w.to_value();
+    (charged || counted_by_kueue(&v)).then_some(v)
 }
 
 fn namespace_and_name(v: &Value) -> (&str, &str) {
@@ -1368,12 +1401,8 @@ mod tests {
         assert_eq!(bad.rate_problem("no-such-class"), None);
     }
 
-    fn cached(v: Value) -> DynamicObject {
-        serde_json::from_value(v).expect("a Workload")
-    }
-
-    fn workload(conditions: Value, checks: Value, finalizers: Value) -> DynamicObject {
-        cached(json!({
+    fn workload(conditions: Value, checks: Value, finalizers: Value) -> Workload {
+        let mut w: Workload = serde_json::from_value(json!({
             "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
             "metadata": {
                 "name": "w", "namespace": "ns", "uid": "u", "finalizers": finalizers,
@@ -1383,22 +1412,55 @@ mod tests {
             "spec": {"queueName": "q", "active": true, "podSets": [{"name": "main", "count": 1, "template": {"spec": {"containers": []}}}]},
             "status": {"conditions": conditions, "admissionChecks": checks, "resourceRequests": [{"name": "main"}]},
         }))
+        .expect("a Workload");
+        slim_workload(&mut w, "kaccel-credits");
+        w
+    }
+
+    #[test]
+    fn history_and_foreign_workloads_are_cached_as_identity_only() {
+        let check = json!([{"name": "kaccel-credits", "state": "Ready"}]);
+        let finished = json!([{"type": "Finished", "status": "True", "lastTransitionTime": "2026-12-01T00:10:00Z"}]);
+        let identity = |w: &Workload| {
+            w.spec == Default::default()
+                && w.status == Default::default()
+                && w.metadata.annotations.is_none()
+                && w.metadata.finalizers.is_none()
+                && w.metadata.uid.as_deref() == Some("u")
+                && w.metadata.name.as_deref() == Some("w")
+        };
+        // Settled history: finished, kaccel's finalizer gone.
+        assert!(identity(&workload(
+            finished.clone(),
+            check.clone(),
+            json!([])
+        )));
+        // Not kaccel's: no check of kaccel's, no finalizer.
+        assert!(identity(&workload(json!([]), json!([]), json!([]))));
+        let foreign = json!([{"name": "another-check", "state": "Pending"}]);
+        assert!(identity(&workload(json!([]), foreign, json!([]))));
+        // Finished but not yet settled: kept whole.
+        let unsettled = workload(finished, check.clone(), json!([FINALIZER]));
+        assert!(!identity(&unsettled) && unsettled.is_true("Finished"));
+        // Waiting on the check: kept whole.
+        let waiting = workload(json!([]), check, json!([]));
+        assert_eq!(waiting.status.admission_checks.len(), 1);
+        assert_eq!(waiting.spec.queue_name.as_deref(), Some("q"));
     }
 
     #[test]
     fn the_cache_keeps_only_what_the_check_reads() {
-        let mut w = workload(json!([]), json!([]), json!([FINALIZER]));
-        slim_workload(&mut w);
+        let w = workload(json!([]), json!([]), json!([FINALIZER]));
         assert!(w.metadata.managed_fields.is_none());
         let annotations = w.metadata.annotations.as_ref().unwrap();
         assert_eq!(
             annotations.keys().collect::<Vec<_>>(),
             ["kaccel.io/credit-reservation"]
         );
-        assert!(w.data["spec"].get("podSets").is_none());
-        assert_eq!(w.data["spec"]["queueName"], "q");
-        assert!(w.data["status"].get("resourceRequests").is_none());
-        assert!(w.data["status"].get("conditions").is_some());
+        let v = w.to_value();
+        assert!(v["spec"].get("podSets").is_none());
+        assert_eq!(v["spec"]["queueName"], "q");
+        assert!(v["status"].get("resourceRequests").is_none());
         assert_eq!(w.finalizers(), [FINALIZER]);
     }
 
@@ -1413,13 +1475,13 @@ mod tests {
             check.clone(),
             json!([FINALIZER]),
         );
-        assert!(ledger_relevant(&charged, "kaccel-credits"));
+        assert!(ledger_relevant(&charged, "kaccel-credits").is_some());
         // Waiting on the check while holding quota: counted.
         let waiting = workload(json!([reserved]), check.clone(), json!([]));
-        assert!(ledger_relevant(&waiting, "kaccel-credits"));
-        assert!(!ledger_relevant(&waiting, "another-check"));
+        assert!(ledger_relevant(&waiting, "kaccel-credits").is_some());
+        assert!(ledger_relevant(&waiting, "another-check").is_none());
         // Finished and settled: skipped.
         let history = workload(json!([reserved, finished]), check, json!([]));
-        assert!(!ledger_relevant(&history, "kaccel-credits"));
+        assert!(ledger_relevant(&history, "kaccel-credits").is_none());
     }
 }

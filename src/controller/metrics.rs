@@ -63,6 +63,9 @@ pub struct Metrics {
     pub check_decisions: Family<DecisionLabel, Counter>,
     /// Seconds from Kueue reserving quota to kaccel setting the check Ready.
     pub check_latency: Histogram,
+    /// Wall time of one budget pass (grants, balances, the reconciliation
+    /// against Kueue), store round trips included.
+    pub budget_pass_duration: Histogram,
     /// Remaining micro-credits per budget.
     pub budget_remaining: Family<BudgetLabel, Gauge>,
     pub source_up: Family<SourceLabel, Gauge>,
@@ -92,6 +95,7 @@ impl Metrics {
             ledger_drift: Family::default(),
             check_decisions: Family::default(),
             check_latency: Histogram::new(exponential_buckets(0.005, 2.0, 14)),
+            budget_pass_duration: Histogram::new(exponential_buckets(0.0005, 2.0, 14)),
             budget_remaining: Family::default(),
             source_up: Family::default(),
             source_errors: Family::default(),
@@ -137,6 +141,11 @@ impl Metrics {
             "kaccel_admission_check_latency_seconds",
             "Time from Kueue reserving quota to the credit check set Ready",
             m.check_latency.clone(),
+        );
+        registry.register(
+            "kaccel_ledger_budget_pass_seconds",
+            "Wall time of one budget pass of the credit ledger, store round trips included",
+            m.budget_pass_duration.clone(),
         );
         registry.register(
             "kaccel_budget_remaining_microcredits",

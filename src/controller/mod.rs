@@ -109,20 +109,52 @@ where
     K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
 {
+    watch_slimmed(api, config, |_| {})
+}
+
+/// A watch cache of objects with managedFields (large, never read) and what
+/// `slim` removes dropped before they are stored.
+fn watch_slimmed<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    slim: impl Fn(&mut K) + Send + Sync + 'static,
+) -> (Store<K>, Events)
+where
+    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+{
     let (store, writer) = reflector::store();
     let events = watcher(api, config)
         .default_backoff()
-        // managedFields are large and unused here: drop them to save memory.
-        .modify(|o: &mut K| o.meta_mut().managed_fields = None)
+        .modify(move |o: &mut K| {
+            o.meta_mut().managed_fields = None;
+            slim(o);
+        })
         .reflect(writer)
         .map(|e| e.map(|_| ()))
         .boxed();
     (store, events)
 }
 
+/// What kubelets report that the inventory and health loop never read: the
+/// node's container images (up to 50 names and sizes each, the largest part of
+/// a real Node), attached volumes and the kubelet's config source.
+fn slim_node(node: &mut Node) {
+    if let Some(status) = node.status.as_mut() {
+        status.images = None;
+        status.volumes_attached = None;
+        status.volumes_in_use = None;
+        status.config = None;
+    }
+}
+
 async fn start_watches(client: &Client, config: &Config) -> Result<(Caches, Events), Error> {
     let managed = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"));
-    let (nodes, nodes_events) = watch_typed(Api::<Node>::all(client.clone()), Default::default());
+    let (nodes, nodes_events) = watch_slimmed(
+        Api::<Node>::all(client.clone()),
+        Default::default(),
+        slim_node,
+    );
     let (classes, class_events) = watch_typed(
         Api::<AcceleratorClass>::all(client.clone()),
         Default::default(),
@@ -1453,6 +1485,33 @@ fn device_quota(cq: &Value) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cached_node_keeps_what_the_inventory_reads_and_drops_its_images() {
+        let mut node: Node = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "gpu-1", "labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}},
+            "spec": {"taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]},
+            "status": {
+                "allocatable": {"nvidia.com/gpu": "8"}, "capacity": {"nvidia.com/gpu": "8"},
+                "conditions": [{"type": "Ready", "status": "True"}],
+                "images": [{"names": ["registry.k8s.io/pause:3.10"], "sizeBytes": 320368}],
+                "volumesInUse": ["kubernetes.io/csi/x"],
+                "volumesAttached": [{"name": "kubernetes.io/csi/x", "devicePath": ""}]
+            }
+        }))
+        .unwrap();
+        let kept = node.clone();
+        slim_node(&mut node);
+        let status = node.status.as_ref().unwrap();
+        assert!(status.images.is_none() && status.volumes_in_use.is_none());
+        assert!(status.volumes_attached.is_none());
+        let before = kept.status.as_ref().unwrap();
+        assert_eq!(status.allocatable, before.allocatable);
+        assert_eq!(status.capacity, before.capacity);
+        assert_eq!(status.conditions, before.conditions);
+        assert_eq!(node.metadata, kept.metadata);
+        assert_eq!(node.spec, kept.spec);
+    }
 
     /// An API server that refuses everything as RBAC does for a missing verb.
     async fn forbidding_api_server() -> Client {

@@ -9,6 +9,8 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::CustomResource;
 use serde::{Deserialize, Serialize};
 
+pub mod workload;
+
 pub const GROUP: &str = "kueue.x-k8s.io";
 pub const VERSION: &str = "v1beta2";
 

@@ -256,6 +256,35 @@ async fn drift(env: &mut Env, store: &str) -> Result<()> {
     )
     .await?;
     ledger_agrees_with_kueue(store).await?;
+
+    // kaccel's finalizer removed by hand, then W1 finishes: kaccel caches a
+    // finished Workload without its finalizer as identity only, so the budget
+    // pass finds the reservation open and settles it from the API server's
+    // copy (charged up to the Finished time), never leaving it open.
+    wls.patch(
+        "w1",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await?;
+    finish(&wls, "w1").await?;
+    let settled = format!(
+        "SELECT COUNT(*) FROM entries WHERE kind = 'Void' AND workload_uid = '{}'",
+        uid(&w1)
+    );
+    wait_for("W1 settled by the budget pass", WAIT, || async {
+        Ok((sqlite(&db, &settled)?.trim() != "0").then_some(()))
+    })
+    .await?;
+    support::wait_until(
+        &env.budgets,
+        &name,
+        "LedgerInSync=True after settling",
+        WAIT,
+        in_sync,
+    )
+    .await?;
+    ledger_agrees_with_kueue(store).await?;
     Ok(())
 }
 

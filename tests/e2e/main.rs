@@ -14,6 +14,7 @@ mod kueue_scenarios;
 mod ledger;
 mod ledger_bench;
 mod ledger_crash;
+mod memory_churn;
 mod plan;
 mod smoke;
 mod support;

@@ -1,0 +1,336 @@
+//! The Workload as kaccel's credit check caches it: only the fields the check
+//! and the reconciliation read, deserialised straight from the watch so a pod
+//! template, managed fields or Kueue's per-pod requests are never kept.
+//!
+//! A cluster holds tens of thousands of finished Workloads until a retention
+//! policy removes them; kaccel reads a handful of fields of each. The type has
+//! `DynamicType = ()`, so the reflector's and the controller's object references
+//! carry no per-object copy of the API resource either. It serialises back to
+//! the same JSON shape (the same field names) the pure ledger functions read,
+//! with every field it dropped absent.
+//!
+//! Containers are typed (the API server enforces Kueue's structural schema on
+//! them); leaves the ledger validates itself (`count`, quantities, eviction
+//! counts) stay JSON values, so a surprising value is reported by the ledger
+//! with the field's name rather than failing the whole watch.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::core::NamespaceResourceScope;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::{GROUP, VERSION};
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Workload {
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: WorkloadSpec,
+    #[serde(default)]
+    pub status: WorkloadStatus,
+}
+
+impl kube::Resource for Workload {
+    type DynamicType = ();
+    type Scope = NamespaceResourceScope;
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        Cow::Borrowed("Workload")
+    }
+    fn group(_: &()) -> Cow<'_, str> {
+        Cow::Borrowed(GROUP)
+    }
+    fn version(_: &()) -> Cow<'_, str> {
+        Cow::Borrowed(VERSION)
+    }
+    fn api_version(_: &()) -> Cow<'_, str> {
+        Cow::Owned(format!("{GROUP}/{VERSION}"))
+    }
+    fn plural(_: &()) -> Cow<'_, str> {
+        Cow::Borrowed("workloads")
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkloadSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maximum_execution_time_seconds: Option<Value>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkloadStatus {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admission: Option<Admission>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub admission_checks: Vec<AdmissionCheckState>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduling_stats: Option<SchedulingStats>,
+}
+
+/// A Workload condition without its message (Kueue's can run to a paragraph,
+/// and the ledger reads only type, status, reason and time).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Admission {
+    #[serde(default)]
+    pub cluster_queue: String,
+    #[serde(default)]
+    pub pod_set_assignments: Vec<PodSetAssignment>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodSetAssignment {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flavors: Option<BTreeMap<String, String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_usage: Option<BTreeMap<String, Value>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<Value>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AdmissionCheckState {
+    pub name: String,
+    #[serde(default)]
+    pub state: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SchedulingStats {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub evictions: Vec<EvictionCount>,
+}
+
+/// One `schedulingStats.evictions[]` item: only its count is read (the
+/// admission number is 1 + their total).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct EvictionCount {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<Value>,
+}
+
+impl Workload {
+    /// Drops, before the Workload is cached, what deserialisation could not
+    /// skip: managed fields, labels, owner references, annotations that are not
+    /// `keep_annotation_prefix`'s, and the resources of each podSet that
+    /// `keep_resource` does not count (CPU and memory, for the ledger).
+    pub fn slim(&mut self, keep_annotation_prefix: &str, keep_resource: impl Fn(&str) -> bool) {
+        let meta = &mut self.metadata;
+        meta.managed_fields = None;
+        meta.labels = None;
+        meta.owner_references = None;
+        if let Some(annotations) = meta.annotations.as_mut() {
+            annotations.retain(|k, _| k.starts_with(keep_annotation_prefix));
+            if annotations.is_empty() {
+                meta.annotations = None;
+            }
+        }
+        if let Some(admission) = self.status.admission.as_mut() {
+            for assignment in &mut admission.pod_set_assignments {
+                if let Some(usage) = assignment.resource_usage.as_mut() {
+                    usage.retain(|r, _| keep_resource(r));
+                }
+                if let Some(flavors) = assignment.flavors.as_mut() {
+                    flavors.retain(|r, _| keep_resource(r));
+                }
+            }
+        }
+    }
+
+    /// Keeps only what identifies the object (name, namespace, uid,
+    /// resourceVersion, deletionTimestamp): the form of a Workload the credit
+    /// check has nothing to do with, such as a cluster's finished history.
+    pub fn keep_identity_only(&mut self) {
+        let meta = std::mem::take(&mut self.metadata);
+        *self = Workload {
+            metadata: ObjectMeta {
+                name: meta.name,
+                namespace: meta.namespace,
+                uid: meta.uid,
+                resource_version: meta.resource_version,
+                deletion_timestamp: meta.deletion_timestamp,
+                ..ObjectMeta::default()
+            },
+            ..Workload::default()
+        };
+    }
+
+    /// Whether condition `type_` is `True`.
+    pub fn is_true(&self, type_: &str) -> bool {
+        self.status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == type_ && c.status == "True")
+    }
+
+    /// The JSON the ledger's pure functions read (apiVersion and kind included).
+    pub fn to_value(&self) -> Value {
+        let mut v = serde_json::to_value(self).expect("a Workload serialises");
+        if let Some(map) = v.as_object_mut() {
+            map.insert(
+                "apiVersion".into(),
+                Value::String(format!("{GROUP}/{VERSION}")),
+            );
+            map.insert("kind".into(), Value::String("Workload".into()));
+        }
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// A finished Workload as Kueue v0.17 leaves it (fields per
+    /// `apis/kueue/v1beta2/workload_types.go`), with a Job's pod template.
+    fn finished() -> Value {
+        json!({
+            "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+            "metadata": {
+                "name": "job-train-1a2b3", "namespace": "vision", "uid": "u-1",
+                "resourceVersion": "812", "generation": 2,
+                "creationTimestamp": "2026-12-01T00:00:00Z",
+                "labels": {"kueue.x-k8s.io/job-uid": "j-1"},
+                "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "j-1", "controller": true}],
+                "annotations": {"kaccel.io/credit-reservation": "{\"budget\":\"vision\"}", "other.io/x": "y"},
+                "finalizers": ["kaccel.io/credits"],
+                "managedFields": [{"manager": "kueue", "operation": "Update", "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {}}}]
+            },
+            "spec": {
+                "active": true, "queueName": "training", "priority": 0,
+                "maximumExecutionTimeSeconds": 3600,
+                "podSets": [{"name": "main", "count": 2, "template": {"spec": {"containers": [{"name": "c", "image": "i", "resources": {"requests": {"nvidia.com/gpu": "8"}}}]}}}]
+            },
+            "status": {
+                "conditions": [
+                    {"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved", "message": "Quota reserved in ClusterQueue vision", "lastTransitionTime": "2026-12-01T00:00:01Z", "observedGeneration": 1},
+                    {"type": "Finished", "status": "True", "reason": "Succeeded", "message": "Job finished successfully", "lastTransitionTime": "2026-12-01T01:00:00Z"}
+                ],
+                "admission": {"clusterQueue": "vision", "podSetAssignments": [{
+                    "name": "main", "count": 2,
+                    "flavors": {"cpu": "default", "nvidia.com/gpu": "h100"},
+                    "resourceUsage": {"cpu": "16", "memory": "128Gi", "nvidia.com/gpu": "16"}
+                }]},
+                "admissionChecks": [{"name": "kaccel-credits", "state": "Ready", "message": "reserved", "lastTransitionTime": "2026-12-01T00:00:02Z"}],
+                "resourceRequests": [{"name": "main", "resources": {"nvidia.com/gpu": "8"}}],
+                "schedulingStats": {"evictions": [{"reason": "Preempted", "underlyingCause": "", "count": 2}]}
+            }
+        })
+    }
+
+    #[test]
+    fn keeps_exactly_what_the_ledger_reads() {
+        let mut w: Workload = serde_json::from_value(finished()).unwrap();
+        w.slim("kaccel.io/", |r| r.contains('/'));
+        let v = w.to_value();
+        assert_eq!(
+            v["metadata"]["annotations"],
+            json!({"kaccel.io/credit-reservation": "{\"budget\":\"vision\"}"})
+        );
+        assert!(v["metadata"].get("managedFields").is_none());
+        assert!(v["metadata"].get("labels").is_none());
+        assert!(v["metadata"].get("ownerReferences").is_none());
+        assert_eq!(v["metadata"]["finalizers"], json!(["kaccel.io/credits"]));
+        assert_eq!(v["metadata"]["uid"], "u-1");
+        assert!(v["spec"].get("podSets").is_none());
+        assert_eq!(v["spec"]["maximumExecutionTimeSeconds"], 3600);
+        assert!(v["status"].get("resourceRequests").is_none());
+        assert!(v["status"]["conditions"][0].get("message").is_none());
+        assert_eq!(v["status"]["conditions"][1]["reason"], "Succeeded");
+        assert_eq!(
+            v["status"]["admission"]["podSetAssignments"][0],
+            json!({"name": "main", "count": 2, "flavors": {"nvidia.com/gpu": "h100"}, "resourceUsage": {"nvidia.com/gpu": "16"}})
+        );
+        assert_eq!(v["status"]["admissionChecks"][0]["state"], "Ready");
+        assert_eq!(
+            v["status"]["schedulingStats"],
+            json!({"evictions": [{"count": 2}]})
+        );
+        assert_eq!(v["kind"], "Workload");
+    }
+
+    #[test]
+    fn the_ledger_reads_the_same_from_the_slim_form() {
+        use crate::ledger::admission::{admission_number, horizon_seconds, usage_from_workload};
+        use crate::ledger::lifecycle::{
+            check_state, condition, counted_by_kueue, is_finished, record_of,
+        };
+        let full = finished();
+        let mut w: Workload = serde_json::from_value(full.clone()).unwrap();
+        w.slim(
+            "kaccel.io/",
+            crate::ledger::admission::is_accelerator_resource,
+        );
+        let slim = w.to_value();
+        assert_eq!(
+            usage_from_workload(&full).unwrap(),
+            usage_from_workload(&slim).unwrap()
+        );
+        assert_eq!(
+            admission_number(&full).unwrap(),
+            admission_number(&slim).unwrap()
+        );
+        assert_eq!(horizon_seconds(&full, 60), horizon_seconds(&slim, 60));
+        for type_ in ["QuotaReserved", "Finished", "Evicted"] {
+            assert_eq!(condition(&full, type_), condition(&slim, type_));
+        }
+        assert_eq!(
+            check_state(&full, "kaccel-credits"),
+            check_state(&slim, "kaccel-credits")
+        );
+        assert_eq!(counted_by_kueue(&full), counted_by_kueue(&slim));
+        assert_eq!(is_finished(&full), is_finished(&slim));
+        assert_eq!(record_of(&full).is_err(), record_of(&slim).is_err());
+    }
+
+    #[test]
+    fn a_new_inactive_workload_has_no_status() {
+        let w: Workload = serde_json::from_value(json!({
+            "metadata": {"name": "w", "namespace": "n"},
+            "spec": {"active": false, "queueName": "q", "podSets": []}
+        }))
+        .unwrap();
+        assert_eq!(w.spec.active, Some(false));
+        assert_eq!(w.to_value()["status"], json!({}));
+    }
+}

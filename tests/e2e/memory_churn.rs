@@ -1,0 +1,140 @@
+//! Workload churn for the memory soak (a load generator, not a test): Workloads
+//! created at a constant rate into a kaccel-managed LocalQueue, each admitted
+//! through the credit check, marked Finished, then deleted (kaccel settles it
+//! and releases its finalizer). Run by `e2e/bench-memory.sh --soak`, which runs
+//! kaccel itself and samples its memory while this runs.
+//!
+//! Environment: `KACCEL_CHURN_NAMESPACE` and `KACCEL_CHURN_QUEUE` (a LocalQueue
+//! with the credit check), `KACCEL_CHURN_RATE` (Workloads per second, default
+//! 10), `KACCEL_CHURN_SECONDS` (default 600).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+use crate::ledger;
+use crate::support::{self, is_true, kueue};
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
+#[derive(Default)]
+struct Counts {
+    created: AtomicU64,
+    admitted: AtomicU64,
+    deleted: AtomicU64,
+    failed: AtomicU64,
+}
+
+/// Load generator: `cargo test --features e2e --test e2e workload_churn -- --ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "load generator: run through e2e/bench-memory.sh --soak"]
+async fn workload_churn() {
+    let namespace: String = env_or("KACCEL_CHURN_NAMESPACE", "vision-research".to_string());
+    let queue: String = env_or("KACCEL_CHURN_QUEUE", "large-training".to_string());
+    let rate: f64 = env_or("KACCEL_CHURN_RATE", 10.0);
+    let seconds: u64 = env_or("KACCEL_CHURN_SECONDS", 600);
+    let client = support::client().await;
+    let api: Api<DynamicObject> = Api::namespaced_with(client, &namespace, &kueue("Workload"));
+    let counts = Arc::new(Counts::default());
+    let started = Instant::now();
+    let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut i: u64 = 0;
+    while started.elapsed() < Duration::from_secs(seconds) {
+        tick.tick().await;
+        let name = format!("churn-{}-{i:07}", std::process::id());
+        i += 1;
+        let (api, queue, task_counts) = (api.clone(), queue.clone(), counts.clone());
+        tasks.spawn(async move {
+            if let Err(e) = one_life(&api, &name, &queue, &task_counts).await {
+                task_counts.failed.fetch_add(1, Ordering::Relaxed);
+                eprintln!("churn {name}: {e:#}");
+            }
+        });
+        while tasks.try_join_next().is_some() {}
+        if i.is_multiple_of(600) {
+            report(&counts, started);
+        }
+    }
+    while tasks.join_next().await.is_some() {}
+    report(&counts, started);
+    let failed = counts.failed.load(Ordering::Relaxed);
+    assert_eq!(failed, 0, "{failed} Workloads did not complete their life");
+}
+
+fn report(counts: &Counts, started: Instant) {
+    println!(
+        "MEASURE churn t={}s created={} admitted={} deleted={} failed={}",
+        started.elapsed().as_secs(),
+        counts.created.load(Ordering::Relaxed),
+        counts.admitted.load(Ordering::Relaxed),
+        counts.deleted.load(Ordering::Relaxed),
+        counts.failed.load(Ordering::Relaxed),
+    );
+}
+
+/// Create -> Admitted (through the credit check) -> Finished -> deleted and gone.
+async fn one_life(
+    api: &Api<DynamicObject>,
+    name: &str,
+    queue: &str,
+    counts: &Counts,
+) -> Result<()> {
+    let ns = api.namespace().unwrap_or_default().to_string();
+    let mut w = ledger::workload(&ns, name, queue, 600);
+    w["metadata"]["labels"] = json!({"bench.kaccel.io/churn": "yes"});
+    let w: DynamicObject = serde_json::from_value(w)?;
+    api.create(&PostParams::default(), &w)
+        .await
+        .context("create")?;
+    counts.created.fetch_add(1, Ordering::Relaxed);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let now = api.get(name).await.context("get")?;
+        let v = serde_json::to_value(&now)?;
+        if is_true(&v, "Admitted") {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("not admitted within 120 s: {}", v["status"]);
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    counts.admitted.fetch_add(1, Ordering::Relaxed);
+    let finished = json!({
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+        "metadata": {"name": name, "namespace": ns},
+        "status": {"conditions": [{
+            "type": "Finished", "status": "True", "reason": "Succeeded",
+            "message": "churn", "lastTransitionTime": jiff::Timestamp::now().round(jiff::Unit::Second)?.to_string(),
+        }]},
+    });
+    api.patch_status(
+        name,
+        &PatchParams::apply("kaccel-bench-churn").force(),
+        &Patch::Apply(&finished),
+    )
+    .await
+    .context("mark Finished")?;
+    api.delete(name, &DeleteParams::default())
+        .await
+        .context("delete")?;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while api.get_opt(name).await.context("get")?.is_some() {
+        if Instant::now() > deadline {
+            bail!("still there 120 s after deletion (kaccel's finalizer not released)");
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    counts.deleted.fetch_add(1, Ordering::Relaxed);
+    Ok(())
+}
