@@ -224,3 +224,221 @@ status:
     );
     assert!(String::from_utf8_lossy(&strict.stdout).contains("Unclassified"));
 }
+
+/// A GKE TPU v6e node whose chips only the TPU DRA driver publishes (node label
+/// `cloud.google.com/gke-tpu-dra-driver=true` turns GKE's device plugin off), and the
+/// ResourceSlice the driver writes for it: kubernetes-sigs/dra-driver-google-tpu
+/// v0.2.0 (b80d78e0), `cmd/tpu-dra-kubeletplugin/manager.go` `GetDevice` (attributes
+/// `index`, `uuid` (one per node), `tpuGen`, `brand`, `accelerator`, `chipCount`,
+/// `topology`; device names `accel<N>`). Both as `kubectl get -o yaml` prints them:
+/// a `v1 List`.
+const TPU_DRA_NODE: &str = r#"
+apiVersion: v1
+kind: List
+items:
+  - apiVersion: v1
+    kind: Node
+    metadata:
+      name: tpu-v6e-dra
+      labels:
+        cloud.google.com/gke-tpu-accelerator: tpu-v6e-slice
+        cloud.google.com/gke-tpu-topology: 2x2
+        cloud.google.com/gke-tpu-dra-driver: "true"
+        node.kubernetes.io/instance-type: ct6e-standard-4t
+    spec:
+      taints: [{key: google.com/tpu, value: present, effect: NoSchedule}]
+    status:
+      capacity: {cpu: "180", memory: 720Gi}
+      allocatable: {cpu: "179", memory: 700Gi}
+      conditions: [{type: Ready, status: "True"}]
+"#;
+
+fn tpu_slice(devices: usize) -> String {
+    let mut s = String::from(
+        r#"
+apiVersion: v1
+kind: List
+items:
+  - apiVersion: resource.k8s.io/v1
+    kind: ResourceSlice
+    metadata: {name: tpu-v6e-dra-tpu.google.com-5wq2r}
+    spec:
+      driver: tpu.google.com
+      nodeName: tpu-v6e-dra
+      pool: {name: tpu-v6e-dra, generation: 1, resourceSliceCount: 1}
+      devices:
+"#,
+    );
+    for i in 0..devices {
+        s.push_str(&format!(
+            r#"        - name: accel{i}
+          attributes:
+            index: {{int: {i}}}
+            uuid: {{string: tpu-25541d5c-7c31-8412-d7cb-c8ebff2fa5c9}}
+            tpuGen: {{string: v6e}}
+            brand: {{string: Google}}
+            accelerator: {{string: tpu-v6e-slice}}
+            chipCount: {{int: 4}}
+            topology: {{string: 2x2}}
+"#
+        ));
+    }
+    s
+}
+
+/// `kaccel plan -f` reads ResourceSlices (and Lists of them) beside Nodes, merged as
+/// the controller merges them: the DRA-only TPU node becomes a flavor pinned by GKE's
+/// TPU labels, counted from its slice. Without the slice the node is unclassified.
+#[test]
+fn plan_reads_resource_slices_beside_nodes() {
+    let node = scratch("tpu-dra-node", TPU_DRA_NODE);
+    let slice = scratch("tpu-dra-slice", &tpu_slice(4));
+    let classes = "examples/classes.yaml";
+    let budgets = "examples/budgets.yaml";
+    let (node, slice) = (node.to_str().unwrap(), slice.to_str().unwrap());
+
+    let out = kaccel(&[
+        "plan", "-f", classes, budgets, node, slice, "-o", "summary", "--strict",
+    ]);
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("1 node(s), 4 device(s)"), "{stdout}");
+    let row = stdout
+        .lines()
+        .find(|l| l.starts_with("standard-training"))
+        .unwrap_or_else(|| panic!("no standard-training row in {stdout}"));
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert!(cells[1].contains("tpu-v6e"), "{row}");
+    // NODES 1, HEALTHY 4, CAPACITY 4.
+    assert_eq!((cells[2], cells[3], cells[8]), ("1", "4", "4"), "{row}");
+    assert!(!stdout.contains("Unclassified"), "{stdout}");
+
+    let yaml = kaccel(&["plan", "-f", classes, budgets, node, slice]);
+    let yaml = String::from_utf8(yaml.stdout).unwrap();
+    let flavor: serde_yaml::Value = serde_yaml::Deserializer::from_str(&yaml)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .find(|v: &serde_yaml::Value| {
+            v["kind"] == "ResourceFlavor"
+                && v["spec"]["nodeLabels"]["cloud.google.com/gke-tpu-accelerator"]
+                    == "tpu-v6e-slice"
+        })
+        .unwrap_or_else(|| panic!("no TPU flavor in {yaml}"));
+    assert_eq!(
+        flavor["spec"]["nodeLabels"]["cloud.google.com/gke-tpu-topology"],
+        "2x2"
+    );
+    assert!(
+        yaml.contains("tpu.google.com"),
+        "the DeviceClass is the resource"
+    );
+
+    // The node alone: GKE's TPU labels say an accelerator is there, nothing reads it.
+    let alone = kaccel(&["plan", "-f", classes, node, "-o", "summary", "--strict"]);
+    assert!(!alone.status.success());
+    let stdout = String::from_utf8(alone.stdout).unwrap();
+    assert!(
+        stdout.contains("node tpu-v6e-dra: cloud.google.com/gke-tpu-accelerator=tpu-v6e-slice"),
+        "{stdout}"
+    );
+}
+
+/// A ResourceSlice of an older API version is refused with the field and the fix.
+#[test]
+fn plan_refuses_a_beta_resource_slice_with_the_fix() {
+    let old = scratch(
+        "beta-slice",
+        "apiVersion: resource.k8s.io/v1beta1\nkind: ResourceSlice\nmetadata: {name: s}\nspec: {driver: gpu.nvidia.com, nodeName: n, pool: {name: n, generation: 1, resourceSliceCount: 1}}\n",
+    );
+    let out = kaccel(&["plan", "-f", "examples/classes.yaml", old.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(out.stdout.is_empty());
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.contains("beta-slice.yaml")
+            && err.contains("ResourceSlice \"s\"")
+            && err.contains("resource.k8s.io/v1beta1")
+            && err.contains("resourceslices.v1.resource.k8s.io"),
+        "{err}"
+    );
+}
+
+/// `kaccel inventory` lists what it cannot classify (node, source, count, reason),
+/// as `kaccel plan -o summary` does: here a Qualcomm card no adapter reads and a
+/// Gaudi device the Intel DRA driver names `Unknown` (gaudi-v0.7.2
+/// `pkg/gaudi/device/device.go` `SetModelName`), beside a Gaudi2 it does know.
+#[test]
+fn inventory_lists_unclassified_devices() {
+    let fleet = scratch(
+        "inventory-unclassified",
+        r#"
+apiVersion: v1
+kind: NodeList
+items:
+  - metadata: {name: qaic-01}
+    status:
+      capacity: {cpu: "64", qualcomm.com/qaic: "8"}
+      allocatable: {cpu: "64", qualcomm.com/qaic: "8"}
+  - metadata: {name: gaudi-dra-01}
+    status:
+      capacity: {cpu: "160"}
+      allocatable: {cpu: "160"}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceSlice
+metadata: {name: gaudi-dra-01-gaudi.intel.com-x7k2p}
+spec:
+  driver: gaudi.intel.com
+  nodeName: gaudi-dra-01
+  pool: {name: gaudi-dra-01, generation: 0, resourceSliceCount: 1}
+  devices:
+    - name: 0000-19-00-0-0x1020
+      attributes:
+        model: {string: Gaudi2}
+        serial: {string: AN00000001}
+        healthy: {bool: true}
+        pciRoot: {string: "17"}
+    - name: 0000-cb-00-0-0x1099
+      attributes:
+        model: {string: Unknown}
+        serial: {string: AN00000008}
+        healthy: {bool: true}
+        pciRoot: {string: "c8"}
+"#,
+    );
+    let out = kaccel(&["inventory", "--nodes", fleet.to_str().unwrap()]);
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let gaudi = stdout
+        .lines()
+        .find(|l| l.starts_with("gaudi-dra-01 ") && l.contains("Gaudi2"))
+        .unwrap_or_else(|| panic!("no Gaudi2 row in {stdout}"));
+    assert!(gaudi.contains("gaudi.intel.com"), "{gaudi}");
+    assert!(
+        stdout.contains("Unclassified: 9 accelerator device(s)"),
+        "{stdout}"
+    );
+    let section: Vec<&str> = stdout
+        .lines()
+        .skip_while(|l| !l.starts_with("Unclassified:"))
+        .take_while(|l| !l.is_empty())
+        .collect();
+    let row = |node: &str| -> Vec<&str> {
+        section
+            .iter()
+            .find(|l| l.starts_with(node))
+            .unwrap_or_else(|| panic!("no {node} row in {section:#?}"))
+            .split_whitespace()
+            .collect()
+    };
+    assert_eq!(row("qaic-01")[1..3], ["qualcomm.com/qaic", "8"]);
+    assert_eq!(row("gaudi-dra-01")[1..4], ["gaudi.intel.com", "(DRA)", "1"]);
+    assert!(row("gaudi-dra-01").contains(&"Unknown"), "{section:#?}");
+}

@@ -29,8 +29,9 @@ use crate::inventory::{DeviceVariant, Inventory, NodeInventory, parse_count};
 
 #[derive(clap::Args, Debug)]
 pub struct InventoryArgs {
-    /// Read Nodes from these YAML files or folders (e.g. `kubectl get nodes -o yaml`
-    /// output) instead of the cluster: works offline, without allocation.
+    /// Read Nodes (and DRA ResourceSlices) from these YAML files or folders (e.g.
+    /// `kubectl get nodes,resourceslices -o yaml` output) instead of the cluster:
+    /// works offline, without allocation.
     #[arg(long, num_args = 1..)]
     pub nodes: Vec<PathBuf>,
     /// Output format.
@@ -196,7 +197,7 @@ impl InventoryReport {
     }
 }
 
-/// The offline inventory: Nodes from files, no allocation.
+/// The offline inventory: Nodes and ResourceSlices from files, no allocation.
 pub fn read_files(paths: &[PathBuf]) -> Result<InventoryReport, InventoryError> {
     let loaded = load::load(paths).map_err(InventoryError::Load)?;
     let source = paths
@@ -207,7 +208,7 @@ pub fn read_files(paths: &[PathBuf]) -> Result<InventoryReport, InventoryError> 
     if loaded.nodes.is_empty() {
         return Err(InventoryError::NoNodes(source));
     }
-    let inventory = Inventory::from_nodes(&loaded.nodes);
+    let inventory = Inventory::from_nodes_and_slices(&loaded.nodes, &loaded.slices);
     let allocation = Allocation {
         unavailable: Some("not read: Nodes come from files (--nodes), not a cluster".into()),
         ..Default::default()
@@ -589,10 +590,42 @@ pub fn render(report: &InventoryReport) -> String {
             h.unknown.to_string(),
         ]);
     }
-    if rows.len() == 1 {
+    let unclassified: Vec<_> = inv.unclassified().collect();
+    if rows.len() == 1 && unclassified.is_empty() {
         let _ = writeln!(s, "No accelerators found on any Node.");
+    } else if rows.len() == 1 {
+        let _ = writeln!(s, "No accelerator kaccel can classify on any Node.");
     } else {
         table(&mut s, &rows, 7);
+    }
+    if !unclassified.is_empty() {
+        // The same entries `kaccel plan -o summary` lists and the
+        // kaccel_inventory_unclassified_devices metric counts.
+        let _ = writeln!(s);
+        let _ = writeln!(
+            s,
+            "Unclassified: {} accelerator device(s) kaccel cannot classify; offered to no class, not CPU-only capacity:",
+            inv.unclassified_device_count()
+        );
+        let mut rows = vec![
+            [
+                "NODE",
+                "SOURCE (resource, DRA driver or label)",
+                "COUNT",
+                "REASON",
+            ]
+            .map(String::from)
+            .to_vec(),
+        ];
+        for (node, u) in unclassified {
+            rows.push(vec![
+                node.name.clone(),
+                u.source.clone(),
+                u.count.to_string(),
+                u.reason.clone(),
+            ]);
+        }
+        unclassified_table(&mut s, &rows);
     }
 
     let _ = writeln!(s);
@@ -653,6 +686,8 @@ pub fn render(report: &InventoryReport) -> String {
         .flat_map(|n| {
             n.warnings
                 .iter()
+                // Listed under "Unclassified" above.
+                .filter(|w| !w.starts_with("unclassified accelerator "))
                 .map(move |w| format!("Node {}: {w}", n.name))
         })
         .chain(alloc.warnings.iter().cloned())
@@ -721,6 +756,19 @@ pub fn render(report: &InventoryReport) -> String {
         }
     }
     s
+}
+
+/// NODE, SOURCE and COUNT aligned; the (long) reason runs to the end of the line.
+fn unclassified_table(s: &mut String, rows: &[Vec<String>]) {
+    let width = |c: usize| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0);
+    let (w0, w1, w2) = (width(0), width(1), width(2));
+    for row in rows {
+        let _ = writeln!(
+            s,
+            "{:<w0$}  {:<w1$}  {:>w2$}  {}",
+            row[0], row[1], row[2], row[3]
+        );
+    }
 }
 
 /// Aligned columns; columns from `first_numeric` on are right-aligned.
@@ -1033,6 +1081,50 @@ mod tests {
             1
         );
         assert!(json["allocation"].is_object());
+    }
+
+    /// The inventory lists what `kaccel plan -o summary` lists as unclassified: node,
+    /// source, count and reason, beside the classified groups.
+    #[test]
+    fn unclassified_devices_are_listed() {
+        let nodes: Vec<Node> = [
+            // No adapter reads qualcomm.com/qaic.
+            "metadata: {name: qaic-01}\nstatus: {capacity: {cpu: \"64\", qualcomm.com/qaic: \"8\"}, allocatable: {cpu: \"64\", qualcomm.com/qaic: \"8\"}}",
+            // GPU feature discovery's presence label, but no device plugin.
+            "metadata: {name: nv-no-plugin, labels: {nvidia.com/gpu.present: \"true\"}}\nstatus: {capacity: {cpu: \"64\"}, allocatable: {cpu: \"64\"}}",
+        ]
+        .iter()
+        .map(|y| serde_yaml::from_str(y).unwrap())
+        .collect();
+        let inv = Inventory::from_nodes(&nodes);
+        let report = InventoryReport::new("f".into(), inv, Allocation::default());
+        let text = render(&report);
+        assert!(
+            text.contains("No accelerator kaccel can classify on any Node."),
+            "{text}"
+        );
+        assert!(
+            text.contains("Unclassified: 9 accelerator device(s)"),
+            "{text}"
+        );
+        let row = |node: &str| -> Vec<&str> {
+            text.lines()
+                .find(|l| l.starts_with(node))
+                .unwrap_or_else(|| panic!("no row for {node}:\n{text}"))
+                .split_whitespace()
+                .collect()
+        };
+        assert_eq!(row("qaic-01 ")[1..3], ["qualcomm.com/qaic", "8"]);
+        assert!(row("qaic-01 ").contains(&"adapter"), "{text}");
+        assert_eq!(
+            row("nv-no-plugin ")[1..3],
+            ["nvidia.com/gpu.present=true", "0"]
+        );
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(
+            json["nodes"]["qaic-01"]["unclassified"][0]["source"],
+            "qualcomm.com/qaic"
+        );
     }
 
     #[test]

@@ -22,8 +22,8 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Show the Kueue objects kaccel would write for AcceleratorClass, CreditBudget and
-    /// Node YAML, without a cluster. Output is YAML (pipe it to `kubectl apply -f -`)
+    /// Show the Kueue objects kaccel would write for AcceleratorClass, CreditBudget,
+    /// Node and ResourceSlice YAML, without a cluster. Output is YAML (pipe it to `kubectl apply -f -`)
     /// followed by a summary as YAML comments.
     Plan(PlanArgs),
     /// Run the controller against the cluster of the current kubeconfig (or the
@@ -69,10 +69,12 @@ pub enum Command {
 #[derive(clap::Args, Debug)]
 pub struct PlanArgs {
     /// Files or folders (searched recursively for .yaml/.yml) with AcceleratorClasses,
-    /// CreditBudgets and Nodes. Other kinds are skipped.
+    /// CreditBudgets, Nodes and DRA ResourceSlices (resource.k8s.io/v1), as single
+    /// objects or Lists. Other kinds are skipped.
     #[arg(short = 'f', long = "filename", required = true, num_args = 1..)]
     pub files: Vec<PathBuf>,
-    /// Extra Node YAML (e.g. `kubectl get nodes -o yaml` output).
+    /// Extra Node and ResourceSlice YAML (e.g. `kubectl get nodes,resourceslices -o
+    /// yaml` output).
     #[arg(long)]
     pub nodes: Vec<PathBuf>,
     /// What to print.
@@ -119,7 +121,7 @@ pub fn run_plan(args: &PlanArgs, out: &mut impl Write) -> Result<(), CliError> {
     let mut paths = args.files.clone();
     paths.extend(args.nodes.iter().cloned());
     let loaded = load::load(&paths).map_err(CliError::Load)?;
-    let inventory = Inventory::from_nodes(&loaded.nodes);
+    let inventory = Inventory::from_nodes_and_slices(&loaded.nodes, &loaded.slices);
     let health = HealthSnapshot::default();
     let options = PlanOptions {
         admission_check: args.admission_check.clone(),

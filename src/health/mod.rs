@@ -133,6 +133,7 @@ mod tests {
         group.devices.push(crate::inventory::DeviceRecord {
             name: "gpu-3".into(),
             uuid: None,
+            serial: None,
             pci_address: None,
             memory_mib: None,
             raw_attributes: Default::default(),

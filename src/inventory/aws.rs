@@ -22,9 +22,16 @@
 //! `kaccel.io/neuron.view` (`device` or `core`), else the device view, else (a node
 //! advertising only cores) the core view. The other view is accounted for, never
 //! offered: no ClusterQueue covers it, so Kueue admits nothing through it. When the
-//! node carries the view label it is a pin label too, so a `core` flavor never
-//! selects a node read in the `device` view. A view label naming neither is a warning
-//! and the default applies.
+//! node carries the view label and it names the view offered, it is a pin label too,
+//! so a `core` flavor never selects a node read in the `device` view, nor a flavor
+//! of nodes labelled `device` a node read as cores. A view label naming neither, or a
+//! view the node does not advertise, is a warning and the default applies (unpinned).
+//!
+//! Partly labelled fleets. Kueue's nodeLabels can only require a label, never its
+//! absence: the device flavor of nodes *without* the view label selects every node of
+//! the instance type, including those labelled `core`, so the planner refuses it
+//! (its devices would also be offered as cores there) and names the fix: label the
+//! device-view nodes `kaccel.io/neuron.view=device` too.
 
 use std::collections::BTreeMap;
 
@@ -90,10 +97,12 @@ pub(crate) fn read(view: &NodeView<'_>, warnings: &mut Vec<String>) -> Vec<Devic
             view.fallback_model(resource, INSTANCE_TYPE, warnings)
         }
     };
-    if let Some(v) = chosen_view
-        && !pins.is_empty()
-    {
-        pins.insert(VIEW_LABEL.to_string(), v.to_string());
+    // The view label is a pin only where it names the view offered: a node labelled
+    // `core` that advertises no cores is offered in the device view, and pinning
+    // `core` on its device flavor would select the nodes really read as cores.
+    let offered_view = if devices.is_some() { "device" } else { "core" };
+    if chosen_view == Some(offered_view) && !pins.is_empty() {
+        pins.insert(VIEW_LABEL.to_string(), offered_view.to_string());
     }
     let mut raw = view.raw_labels(&["aws.amazon.com/", "karpenter.k8s.aws/instance-accelerator"]);
     if let Some(t) = instance {

@@ -61,7 +61,7 @@ pub(crate) fn read(view: &NodeView<'_>, warnings: &mut Vec<String>) -> Vec<Devic
     vec![g]
 }
 
-fn valid_topology(t: &str) -> bool {
+pub(crate) fn valid_topology(t: &str) -> bool {
     let parts: Vec<&str> = t.split('x').collect();
     (2..=3).contains(&parts.len())
         && parts
@@ -70,7 +70,7 @@ fn valid_topology(t: &str) -> bool {
 }
 
 /// (TPU generation, HBM per chip in MiB) for GKE accelerator names.
-fn generation(accelerator: &str) -> Option<(&'static str, u64)> {
+pub(crate) fn generation(accelerator: &str) -> Option<(&'static str, u64)> {
     let gib = |g: u64| g * 1024;
     match accelerator {
         "tpu-v4-podslice" => Some(("v4", gib(32))),

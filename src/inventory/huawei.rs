@@ -25,10 +25,30 @@
 //! (with a warning) until kaccel learns the scheme or `node.kubernetes.io/npu.chip.name`
 //! names the chip.
 //!
+//! Server type. The device plugin writes `servertype` = `<card type>-<AI cores>` on
+//! nodes that lack it (mind-cluster v7.3.x `component/ascend-device-plugin/pkg/server/
+//! manager.go` `getNewNodeLabel`: `Ascend910-32` on first-generation 910,
+//! `Ascend910B-20`, `Ascend910A3-20`; card types from `ascend-common/api`). Without a
+//! chip-name label, an `Ascend910` resource on a node without `accelerator-type` takes
+//! its model from the card type (`Ascend910B-20` -> `Ascend910B`): before, such a 910B
+//! or A3 node read as first-generation 910.
+//!
 //! Pin labels: `accelerator` (chip family) plus the most specific of
-//! `node.kubernetes.io/npu.chip.name` or `accelerator-type` that the node carries,
-//! so an Ascend 910B flavor never matches a first-generation 910 node (both expose
-//! `huawei.com/Ascend910`).
+//! `node.kubernetes.io/npu.chip.name`, `accelerator-type` or `servertype` that the
+//! node carries, so an Ascend 910B or A3 flavor never matches a first-generation 910
+//! node (all expose `huawei.com/Ascend910` and `accelerator=huawei-Ascend910`). A
+//! first-generation node with none of the three is pinned by `accelerator` alone: in
+//! a fleet with A3 or 910B nodes its flavor selects them too, and the planner refuses
+//! it, naming the labels that would tell them apart.
+//!
+//! Static vNPUs. Nodes with vNPU templates (`huawei.com/Ascend910-4c`) carry the same
+//! labels as nodes of whole NPUs of the same chip: the device plugin writes no label
+//! saying a template exists (its node labels are `accelerator`, `servertype`,
+//! `node.kubernetes.io/npu.chip.name`, `huawei.com/driver.version`,
+//! `mind-cluster/npu-chip-memory` and topology ids). In a fleet mixing both, the
+//! vNPU flavor (and the whole flavor, on nodes cut entirely into vNPUs) selects nodes
+//! without its devices and is refused; the fix is a label of the platform team's,
+//! selected with the class's `spec.selector.nodeLabels`.
 
 use std::collections::BTreeMap;
 
@@ -41,6 +61,7 @@ pub(crate) const ACCELERATOR: &str = "accelerator";
 pub(crate) const ACCELERATOR_TYPE: &str = "accelerator-type";
 pub(crate) const CHIP_NAME: &str = "node.kubernetes.io/npu.chip.name";
 const CHIP_MEMORY: &str = "mind-cluster/npu-chip-memory";
+pub(crate) const SERVER_TYPE: &str = "servertype";
 
 pub(crate) fn read(view: &NodeView<'_>, warnings: &mut Vec<String>) -> Vec<DeviceGroup> {
     let mut groups = Vec::new();
@@ -58,7 +79,7 @@ pub(crate) fn read(view: &NodeView<'_>, warnings: &mut Vec<String>) -> Vec<Devic
         for key in [
             ACCELERATOR,
             ACCELERATOR_TYPE,
-            "servertype",
+            SERVER_TYPE,
             "host-arch",
             "workerselector",
         ] {
@@ -70,6 +91,7 @@ pub(crate) fn read(view: &NodeView<'_>, warnings: &mut Vec<String>) -> Vec<Devic
     };
     let chip_label = view.label(CHIP_NAME);
     let accel_type = view.label(ACCELERATOR_TYPE);
+    let server_type = view.label(SERVER_TYPE);
     let chip_memory = view.label_size_mib(CHIP_MEMORY, 1, warnings);
     let taint_keys: Vec<&str> = candidates.clone();
     let taints = view.taint_keys(&taint_keys);
@@ -86,12 +108,13 @@ pub(crate) fn read(view: &NodeView<'_>, warnings: &mut Vec<String>) -> Vec<Devic
         let Some((cap, alloc)) = view.count_checked(resource, warnings) else {
             continue;
         };
-        let model = match refine_model(chip, chip_label, accel_type) {
+        let model = match refine_model(chip, chip_label, accel_type, server_type) {
             Some(m) => m,
             None => {
                 warnings.push(format!(
-                    "{resource}: {ACCELERATOR_TYPE}={:?} names no Ascend hardware kaccel knows and no {CHIP_NAME} label names the chip; devices left unclassified",
-                    accel_type.unwrap_or("")
+                    "{resource}: {ACCELERATOR_TYPE}={:?} and {SERVER_TYPE}={:?} name no Ascend hardware kaccel knows and no {CHIP_NAME} label names the chip; devices left unclassified",
+                    accel_type.unwrap_or(""),
+                    server_type.unwrap_or("")
                 ));
                 format!("{resource}-unlabelled")
             }
@@ -110,6 +133,8 @@ pub(crate) fn read(view: &NodeView<'_>, warnings: &mut Vec<String>) -> Vec<Devic
             pins.insert(CHIP_NAME.to_string(), c.to_string());
         } else if let Some(t) = accel_type {
             pins.insert(ACCELERATOR_TYPE.to_string(), t.to_string());
+        } else if let Some(t) = server_type {
+            pins.insert(SERVER_TYPE.to_string(), t.to_string());
         }
         let (sharing, profile) = match template {
             Some(t) => (SharingMode::Partition, Some(t.to_string())),
@@ -142,9 +167,15 @@ pub(crate) fn read(view: &NodeView<'_>, warnings: &mut Vec<String>) -> Vec<Devic
 }
 
 /// `Ascend910` + chip label `910B3` -> `Ascend910B3`; + accelerator-type
-/// `module-910b-8` -> `Ascend910B`, `module-a3-16` -> `Ascend910A3`; `npu` +
+/// `module-910b-8` -> `Ascend910B`, `module-a3-16` -> `Ascend910A3`; without
+/// accelerator-type, + servertype `Ascend910B-20` -> `Ascend910B`; `npu` +
 /// `950-SuperPod-Atlas-8` -> `Ascend950`. None: a form factor kaccel does not know.
-fn refine_model(chip: &str, chip_label: Option<&str>, accel_type: Option<&str>) -> Option<String> {
+fn refine_model(
+    chip: &str,
+    chip_label: Option<&str>,
+    accel_type: Option<&str>,
+    server_type: Option<&str>,
+) -> Option<String> {
     if let Some(label) = chip_label {
         let label = label.trim();
         let full = if label.starts_with("Ascend") {
@@ -159,6 +190,12 @@ fn refine_model(chip: &str, chip_label: Option<&str>, accel_type: Option<&str>) 
         }
     }
     let t = accel_type.map(str::to_ascii_lowercase);
+    // A card type of the plugin's form that kaccel does not know is not guessed.
+    let card = match server_type.map(card_type) {
+        Some(CardType::Unknown) => return None,
+        Some(CardType::Known(c)) => Some(c),
+        Some(CardType::Other) | None => None,
+    };
     match (chip, t.as_deref()) {
         ("npu", Some(t))
             if t.starts_with("350-atlas") || t.starts_with("850-") || t.starts_with("950-") =>
@@ -166,15 +203,40 @@ fn refine_model(chip: &str, chip_label: Option<&str>, accel_type: Option<&str>) 
             Some("Ascend950".to_string())
         }
         ("npu", _) => None,
-        ("Ascend910", None | Some("module" | "half" | "card" | "module-8")) => {
-            Some(chip.to_string())
-        }
+        ("Ascend910", None) => Some(card.unwrap_or(chip).to_string()),
+        ("Ascend910", Some("module" | "half" | "card" | "module-8")) => Some(chip.to_string()),
         ("Ascend910", Some(t)) if t.contains("910b") || t.starts_with("module-b") => {
             Some("Ascend910B".to_string())
         }
         ("Ascend910", Some(t)) if t.contains("a3") => Some("Ascend910A3".to_string()),
         ("Ascend910", Some(_)) => None,
         _ => Some(chip.to_string()),
+    }
+}
+
+enum CardType {
+    Known(&'static str),
+    /// `Ascend910<something>-<cores>`: the plugin's form, a card kaccel does not know.
+    Unknown,
+    /// Not the plugin's form (a value the platform team set).
+    Other,
+}
+
+/// The card type of a `servertype` value the device plugin writes
+/// (`<card type>-<AI core count>`), for the 910 card types kaccel knows.
+fn card_type(server_type: &str) -> CardType {
+    let Some((card, cores)) = server_type.trim().rsplit_once('-') else {
+        return CardType::Other;
+    };
+    if cores.is_empty() || !cores.bytes().all(|b| b.is_ascii_digit()) {
+        return CardType::Other;
+    }
+    match card {
+        "Ascend910" => CardType::Known("Ascend910"),
+        "Ascend910B" => CardType::Known("Ascend910B"),
+        "Ascend910A3" => CardType::Known("Ascend910A3"),
+        c if c.starts_with("Ascend910") => CardType::Unknown,
+        _ => CardType::Other,
     }
 }
 
@@ -198,7 +260,7 @@ mod tests {
 
     #[test]
     fn models() {
-        let m = |chip, label, t| refine_model(chip, label, t);
+        let m = |chip, label, t| refine_model(chip, label, t, None);
         assert_eq!(
             m("Ascend910", Some("910B3"), None).as_deref(),
             Some("Ascend910B3")
@@ -234,5 +296,22 @@ mod tests {
         );
         assert_eq!(m("Ascend910", None, Some("module-z9-64")), None);
         assert_eq!(m("npu", None, None), None);
+        // servertype as the device plugin writes it names the card when no
+        // accelerator-type does (mind-cluster getNewNodeLabel).
+        let s = |st| refine_model("Ascend910", None, None, Some(st));
+        assert_eq!(s("Ascend910-32").as_deref(), Some("Ascend910"));
+        assert_eq!(s("Ascend910B-20").as_deref(), Some("Ascend910B"));
+        assert_eq!(s("Ascend910A3-20").as_deref(), Some("Ascend910A3"));
+        assert_eq!(
+            s("Ascend910Z-20"),
+            None,
+            "an unknown card type is not guessed"
+        );
+        assert_eq!(s("soc").as_deref(), Some("Ascend910"));
+        // accelerator-type, the MindCluster table's label, comes first.
+        assert_eq!(
+            refine_model("Ascend910", None, Some("module"), Some("Ascend910B-20")).as_deref(),
+            Some("Ascend910")
+        );
     }
 }

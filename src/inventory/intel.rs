@@ -112,7 +112,7 @@ fn read_gaudi(view: &NodeView<'_>, warnings: &mut Vec<String>) -> Option<DeviceG
 }
 
 /// (architecture, memory MiB) for a Gaudi model name.
-fn gaudi_generation(model: &str) -> Option<(&'static str, u64)> {
+pub(crate) fn gaudi_generation(model: &str) -> Option<(&'static str, u64)> {
     let m = model.to_ascii_lowercase().replace([' ', '-', '_'], "");
     if m.contains("gaudi3") || m.contains("hl325") {
         Some(("gaudi3", 128 * 1024))

@@ -19,6 +19,8 @@ mod tests;
 mod unclassified;
 #[cfg(test)]
 pub(crate) mod vendor_fleet_nvidia_amd;
+#[cfg(test)]
+pub(crate) mod vendor_fleet_other;
 
 use std::collections::BTreeMap;
 
@@ -27,9 +29,16 @@ use k8s_openapi::api::resource::v1::ResourceSlice;
 use serde::{Deserialize, Serialize};
 
 pub use crate::api::{SharingMode, Vendor};
+/// Node label choosing which Neuron view kaccel offers (see `aws.rs`).
+pub use aws::VIEW_LABEL as NEURON_VIEW_LABEL;
 /// Whether a resource name is a DRA DeviceClass kaccel plans for (DRA-only groups).
 pub fn is_dra_device_class(resource_name: &str) -> bool {
     dra::is_device_class(resource_name)
+}
+/// The DRA DeviceClass through which a ResourceClaim can be given a group's devices
+/// (see `dra.rs`), if any.
+pub fn dra_device_class_of(group: &DeviceGroup) -> Option<&'static str> {
+    dra::device_class_of(group)
 }
 pub use quantity::{
     QuantityError, parse_count, parse_cpu_millis, parse_memory_bytes, same_quantity,
@@ -124,11 +133,15 @@ pub struct DeviceRecord {
     /// The device name inside its ResourceSlice, e.g. `gpu-0`.
     pub name: String,
     pub uuid: Option<String>,
+    /// The board's serial number, where the driver publishes one (Intel Gaudi).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serial: Option<String>,
     pub pci_address: Option<String>,
     pub memory_mib: Option<u64>,
     /// All attributes as published, stringified, for the engineer who needs them.
     pub raw_attributes: BTreeMap<String, String>,
-    /// The driver (or a DeviceTaintRule) put a NoSchedule/NoExecute taint on it.
+    /// Out of service: the driver (or a DeviceTaintRule) put a NoSchedule/NoExecute
+    /// taint on it, or the driver's own health attribute says it is unhealthy.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub tainted: bool,
 }
@@ -221,9 +234,7 @@ impl Inventory {
             let entry = read_node(node);
             inventory.nodes.insert(entry.name.clone(), entry);
         }
-        for slice in slices {
-            dra::merge_slice(&mut inventory, slice);
-        }
+        dra::merge_slices(&mut inventory, slices);
         inventory
     }
 

@@ -980,13 +980,14 @@ fn refuse_impure_flavors(
         let Some(variant) = &key.variant else {
             continue;
         };
-        // DRA-only flavors carry no pins by design: claims are placed by
-        // ResourceSlice, not node labels (their purity is the DRA issue's).
-        if crate::inventory::is_dra_device_class(&variant.resource_name) {
-            continue;
-        }
         let node_labels = key.node_labels();
-        let foreign_nodes = purity::foreign_nodes(&index, variant, &node_labels);
+        // A DRA claim can only be given a device its DeviceClass selects, so a DRA-only
+        // flavor is checked against the nodes that publish devices of its class.
+        let foreign_nodes = if crate::inventory::is_dra_device_class(&variant.resource_name) {
+            purity::foreign_nodes_of_class(&index, variant, &node_labels)
+        } else {
+            purity::foreign_nodes(&index, variant, &node_labels)
+        };
         if foreign_nodes.is_empty() {
             continue;
         }

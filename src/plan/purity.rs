@@ -8,11 +8,15 @@
 //! node) hands out quota in one unit and devices in another, which breaks invariant 1
 //! however the quota was computed. Vendor adapters pin what tells variants apart;
 //! this check is the backstop that makes a missed case visible instead of shipped:
-//! the planner refuses such a flavor and reports it on every class that wanted it.
+//! the planner refuses such a flavor and reports it on every class that wanted it,
+//! naming what would tell the variants apart in the vendor's own labels.
+//!
+//! A DRA-only flavor (its resource is a DeviceClass) is checked against the nodes
+//! that publish devices of that class: a claim can only be given such a device.
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::inventory::{DeviceVariant, NodeInventory};
+use crate::inventory::{DeviceVariant, NodeInventory, SharingMode, Vendor};
 
 /// At most this many offending nodes are named in a report.
 const NAMED_NODES: usize = 5;
@@ -43,7 +47,7 @@ impl ImpureFlavor {
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
         format!(
-            "flavor {} ({} {} {}{} on {}) not created: its nodeLabels {{{}}} also select {} node(s) without that variant ({}{}), so quota in one unit would be spent on other hardware; label the nodes so the variants differ (e.g. run the vendor labeller with its sharing/partition labels) or narrow the class with spec.selector.nodeLabels",
+            "flavor {} ({} {} {}{} on {}) not created: its nodeLabels {{{}}} also select {} node(s) without that variant ({}{}), so quota in one unit would be spent on other hardware; {}",
             self.flavor,
             self.variant.vendor,
             self.variant.model,
@@ -62,7 +66,30 @@ impl ImpureFlavor {
             } else {
                 String::new()
             },
+            self.fix(),
         )
+    }
+
+    /// What would tell the variants apart, in the words of the vendor's stack.
+    fn fix(&self) -> String {
+        let v = &self.variant;
+        if crate::inventory::is_dra_device_class(&v.resource_name) {
+            return format!(
+                "the selected nodes publish other devices under DeviceClass {} and no node label names this model: label its nodes {}={} (or run the vendor's labeller) so the flavor is pinned, or narrow the class with spec.selector.nodeLabels",
+                v.resource_name,
+                crate::inventory::MODEL_LABEL,
+                v.model
+            );
+        }
+        match (v.vendor, v.sharing) {
+            (Vendor::Huawei, SharingMode::Partition) => "the Ascend device plugin (MindCluster) writes no node label that tells nodes with static vNPU templates from nodes of whole NPUs of the same chip (it writes accelerator, servertype, node.kubernetes.io/npu.chip.name and mind-cluster/npu-chip-memory on both): label the two kinds of nodes differently (e.g. npu-mode=vnpu and npu-mode=whole) and select them with spec.selector.nodeLabels in each class".to_string(),
+            (Vendor::Huawei, _) => "set accelerator-type on the nodes as in MindCluster's node-label table (module, half or card for first-generation Atlas 800/300T, module-910b-8, module-a3-16, ...), or run an Ascend device plugin that writes node.kubernetes.io/npu.chip.name and servertype; nodes whose NPUs are all cut into static vNPUs need a label of their own, selected with spec.selector.nodeLabels".to_string(),
+            (Vendor::Aws, _) => format!(
+                "label every Neuron node of this instance type {}=device or =core: the view is pinned only where the label names it, so an unlabelled node's device flavor also selects nodes read in the core view",
+                crate::inventory::NEURON_VIEW_LABEL
+            ),
+            _ => "label the nodes so the variants differ (e.g. run the vendor labeller with its sharing/partition labels) or narrow the class with spec.selector.nodeLabels".to_string(),
+        }
     }
 }
 
@@ -137,13 +164,40 @@ pub(crate) fn foreign_nodes(
     variant: &DeviceVariant,
     labels: &BTreeMap<String, String>,
 ) -> Vec<String> {
+    foreign_among(index, variant, labels, None)
+}
+
+/// For a DRA-only variant (its resource is a DeviceClass): the nodes `labels` select
+/// that publish devices of that DeviceClass but none of `variant`'s kind under it. A
+/// node without such devices cannot satisfy the flavor's claims, whatever its labels:
+/// the scheduler places a claim by ResourceSlice, on top of the flavor's nodeLabels.
+pub(crate) fn foreign_nodes_of_class(
+    index: &LabelIndex<'_>,
+    variant: &DeviceVariant,
+    labels: &BTreeMap<String, String>,
+) -> Vec<String> {
+    foreign_among(index, variant, labels, Some(variant.resource_name.as_str()))
+}
+
+/// `class`: only the devices a claim of this DeviceClass can be given count.
+fn foreign_among(
+    index: &LabelIndex<'_>,
+    variant: &DeviceVariant,
+    labels: &BTreeMap<String, String>,
+    class: Option<&str>,
+) -> Vec<String> {
+    let in_scope = |g: &&crate::inventory::DeviceGroup| {
+        class.is_none_or(|c| crate::inventory::dra_device_class_of(g) == Some(c))
+    };
     let mut foreign: Vec<String> = index
         .select(labels)
         .into_iter()
         .map(|i| index.nodes[i])
+        .filter(|n| class.is_none() || n.groups.iter().any(|g| in_scope(&g)))
         .filter(|n| {
             !n.groups
                 .iter()
+                .filter(in_scope)
                 .any(|g| same_device_kind(&g.variant, variant))
         })
         .map(|n| n.name.clone())
