@@ -169,14 +169,19 @@ fn main() {
             w
         },
     );
-    measure::<Workload, _>("typed slim view (a Workload the check works on)", &texts, (), |t| {
-        let mut w: Workload = serde_json::from_str(t).expect("a Workload");
-        w.slim(
-            "kaccel.io/",
-            kaccel::ledger::admission::is_accelerator_resource,
-        );
-        w
-    });
+    measure::<Workload, _>(
+        "typed slim view (a Workload the check works on)",
+        &texts,
+        (),
+        |t| {
+            let mut w: Workload = serde_json::from_str(t).expect("a Workload");
+            w.slim(
+                "kaccel.io/",
+                kaccel::ledger::admission::is_accelerator_resource,
+            );
+            w
+        },
+    );
     measure::<Workload, _>(
         "identity only (settled history and Workloads without the check)",
         &texts,

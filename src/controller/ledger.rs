@@ -58,8 +58,8 @@ use crate::ledger::entry::{Balances, Entry, EntryKind, format_micros, void_key};
 use crate::ledger::export::rfc3339;
 use crate::ledger::lifecycle::{
     FINALIZER, RESERVATION_ANNOTATION, RESERVATION_ANNOTATION_POINTER, ReservationRecord,
-    STOPPED_ANNOTATION, check_state, condition, counted_by_kueue, deletion_time, ended_at,
-    evicted_since_admission, holds_quota, is_finished, record_of,
+    STOPPED_ANNOTATION, check_state, condition, deletion_time, ended_at, evicted_since_admission,
+    holds_quota, is_finished, record_of,
 };
 use crate::ledger::pricing::rate_errors;
 use crate::ledger::store::{LedgerStore, OpenReservation, Store, StoreError};
@@ -178,6 +178,10 @@ impl LedgerError {
 fn store_unreachable(e: &StoreError) -> bool {
     matches!(e, StoreError::Unreachable { .. } | StoreError::Postgres(_))
 }
+
+/// Workload reconciles running at once. Each is a few store round trips and
+/// API writes; 32 keeps a burst of admissions moving on 2 cores.
+const RECONCILE_CONCURRENCY: u16 = 32;
 
 pub fn workload_resource() -> ApiResource {
     ApiResource::from_gvk(&GroupVersionKind::gvk(
@@ -305,7 +309,13 @@ impl LedgerRuntime {
             .modify(move |w| slim_workload(w, &check))
             .reflect(writer)
             .applied_objects();
+        // Bounded: unbounded, every Workload listed at start (a cluster's whole
+        // history) would get a reconcile future at once, each holding the
+        // check's whole state machine, hundreds of MiB for a few 10,000s.
         let controller = Controller::for_stream(stream, workloads.clone())
+            .with_config(
+                kube::runtime::controller::Config::default().concurrency(RECONCILE_CONCURRENCY),
+            )
             .reconcile_all_on(super::receiver_stream(trigger_rx));
         let ctx = self.clone();
         let workload_task = controller
@@ -980,6 +990,7 @@ impl LedgerRuntime {
                 continue;
             }
             let started = std::time::Instant::now();
+            let cpu_started = super::metrics::process_cpu_seconds();
             let before = self.shared.budget_views();
             // Grants, top-ups and expiries carry no workload: one query per pass
             // finds those of every budget (a few per period each).
@@ -1053,6 +1064,9 @@ impl LedgerRuntime {
             self.metrics
                 .budget_pass_duration
                 .observe(started.elapsed().as_secs_f64());
+            self.metrics
+                .budget_pass_cpu
+                .observe(super::metrics::process_cpu_seconds() - cpu_started);
             let credits_returned = views.iter().any(|(name, v)| {
                 before
                     .get(name)
@@ -1255,13 +1269,15 @@ impl LedgerRuntime {
 
 /// What the credit check keeps of a Workload in its cache.
 ///
-/// - Neither kaccel's finalizer nor kaccel's check on it, or finished with
-///   kaccel's finalizer gone (settled): identity only. The reconcile ignores such
-///   a Workload, and the budget pass skips it; these are what a cluster keeps by
-///   the ten thousand. A later change brings the whole object again with its
-///   watch event, so one that becomes relevant is cached whole then.
-/// - Otherwise the typed view less what deserialising could not skip (managed
-///   fields, labels, foreign annotations, CPU and memory usage).
+/// - Charged (kaccel's finalizer), or holding quota unfinished with kaccel's
+///   check on it: the typed view less what deserialising could not skip
+///   (managed fields, labels, foreign annotations, CPU and memory usage).
+/// - Anything else, identity only: a Workload waiting for quota, one without
+///   kaccel's check, and finished history whose settlement is done (the
+///   finalizer gone). The reconcile has nothing to do for those and the budget
+///   pass skips them; they are what a cluster keeps by the ten thousand. A
+///   change brings the whole object again with its watch event, so one that
+///   gets quota is cached whole then.
 fn slim_workload(w: &mut Workload, check: &str) {
     let charged = w
         .metadata
@@ -1270,19 +1286,21 @@ fn slim_workload(w: &mut Workload, check: &str) {
         .flatten()
         .any(|f| f == FINALIZER);
     let has_check = w.status.admission_checks.iter().any(|c| c.name == check);
-    if !charged && (!has_check || w.is_true("Finished")) {
-        w.keep_identity_only();
-    } else {
+    let working = has_check && w.is_true("QuotaReserved") && !w.is_true("Finished");
+    if charged || working {
         w.slim(
             "kaccel.io/",
             crate::ledger::admission::is_accelerator_resource,
         );
+    } else {
+        w.keep_identity_only();
     }
 }
 
 /// The JSON of a cached Workload the reconciliation against Kueue must look at
 /// (charged: kaccel's finalizer; or counted by Kueue with kaccel's check on it),
-/// `None` for the rest.
+/// `None` for the rest, decided on the typed view so a pass builds JSON only
+/// for open work.
 fn ledger_relevant(w: &Workload, check: &str) -> Option<Value> {
     let charged = w
         .metadata
@@ -1290,12 +1308,9 @@ fn ledger_relevant(w: &Workload, check: &str) -> Option<Value> {
         .iter()
         .flatten()
         .any(|f| f == FINALIZER);
-    let has_check = w.status.admission_checks.iter().any(|c| c.name == check);
-    if !charged && !has_check {
-        return None;
-    }
-    let v = w.to_value();
-    (charged || counted_by_kueue(&v)).then_some(v)
+    let counted =
+        || w.counted_by_kueue() && w.status.admission_checks.iter().any(|c| c.name == check);
+    (charged || counted()).then(|| w.to_value())
 }
 
 fn namespace_and_name(v: &Value) -> (&str, &str) {
@@ -1442,8 +1457,11 @@ mod tests {
         // Finished but not yet settled: kept whole.
         let unsettled = workload(finished, check.clone(), json!([FINALIZER]));
         assert!(!identity(&unsettled) && unsettled.is_true("Finished"));
-        // Waiting on the check: kept whole.
-        let waiting = workload(json!([]), check, json!([]));
+        // Still waiting for quota: nothing for the check to do yet.
+        assert!(identity(&workload(json!([]), check.clone(), json!([]))));
+        // Holding quota with the check on it: kept whole.
+        let reserved = json!([{"type": "QuotaReserved", "status": "True", "lastTransitionTime": "2026-12-01T00:00:00Z"}]);
+        let waiting = workload(reserved, check, json!([]));
         assert_eq!(waiting.status.admission_checks.len(), 1);
         assert_eq!(waiting.spec.queue_name.as_deref(), Some("q"));
     }

@@ -201,6 +201,17 @@ impl Workload {
             .any(|c| c.type_ == type_ && c.status == "True")
     }
 
+    /// Whether Kueue counts the Workload in its ClusterQueue's usage: the typed
+    /// twin of `ledger::lifecycle::counted_by_kueue` (quota reserved, not
+    /// finished, and not deactivated-and-evicted), for filtering the cache
+    /// without building JSON.
+    pub fn counted_by_kueue(&self) -> bool {
+        let active = self.spec.active.unwrap_or(true);
+        self.is_true("QuotaReserved")
+            && !self.is_true("Finished")
+            && (active || !self.is_true("Evicted"))
+    }
+
     /// The JSON the ledger's pure functions read (apiVersion and kind included).
     pub fn to_value(&self) -> Value {
         let mut v = serde_json::to_value(self).expect("a Workload serialises");
@@ -321,6 +332,35 @@ mod tests {
         assert_eq!(counted_by_kueue(&full), counted_by_kueue(&slim));
         assert_eq!(is_finished(&full), is_finished(&slim));
         assert_eq!(record_of(&full).is_err(), record_of(&slim).is_err());
+    }
+
+    #[test]
+    fn counted_by_kueue_agrees_with_the_ledgers_reading() {
+        for bits in 0u8..32 {
+            let on = |b: u8| {
+                if bits & (1 << b) != 0 {
+                    "True"
+                } else {
+                    "False"
+                }
+            };
+            let v = json!({
+                "metadata": {"name": "w"},
+                "spec": {"active": bits & 16 == 0},
+                "status": {"conditions": [
+                    {"type": "QuotaReserved", "status": on(0)},
+                    {"type": "Finished", "status": on(1)},
+                    {"type": "Evicted", "status": on(2)},
+                    {"type": "Admitted", "status": on(3)},
+                ]}
+            });
+            let w: Workload = serde_json::from_value(v.clone()).unwrap();
+            assert_eq!(
+                w.counted_by_kueue(),
+                crate::ledger::lifecycle::counted_by_kueue(&v),
+                "{v}"
+            );
+        }
     }
 
     #[test]
