@@ -260,13 +260,6 @@ pub fn ended_at(
             .and_then(|a| a.get(platform_annotation))
             .is_some()
         || matches!(condition(workload, "Preempted"), Some((true, _, _)));
-    if let Some((true, Some(t), _)) = condition(workload, "Finished") {
-        return Some(Ended {
-            at: clamp(t),
-            platform_preempted: false,
-            reason: "finished".into(),
-        });
-    }
     let reason = |what: &str| match evicted {
         Some((true, _, r)) if !r.is_empty() => format!("{what}; {EVICTED_PREFIX}{r}"),
         _ => what.to_string(),
@@ -274,15 +267,26 @@ pub fn ended_at(
     // Deactivated (spec.active false, by the user, kaccel's health loop or Kueue's
     // maximumExecutionTimeSeconds): Kueue drops the Workload from its quota usage
     // as soon as it marks it evicted, even while QuotaReserved stays True until
-    // its pods are gone, so the charge ends at the eviction too.
+    // its pods are gone, so the charge ends at the eviction too, also when the
+    // Workload is marked Finished after that (its pods ended later).
     let active = workload
         .pointer("/spec/active")
         .and_then(Value::as_bool)
         .unwrap_or(true);
-    if !active
-        && let Some((true, Some(t), _)) = evicted
-        && t >= record.admitted_at
+    let deactivated_at = match evicted {
+        Some((true, Some(t), _)) if !active && t >= record.admitted_at => Some(t),
+        _ => None,
+    };
+    if let Some((true, Some(t), _)) = condition(workload, "Finished")
+        && deactivated_at.is_none_or(|d| clamp(t) <= d)
     {
+        return Some(Ended {
+            at: clamp(t),
+            platform_preempted: false,
+            reason: "finished".into(),
+        });
+    }
+    if let Some(t) = deactivated_at {
         return Some(Ended {
             at: t,
             platform_preempted: preempted,
@@ -448,6 +452,19 @@ mod tests {
         deactivated["spec"] = json!({"active": false});
         let e = ended_at(&deactivated, &rec, "x").unwrap();
         assert_eq!((e.at, e.platform_preempted), (1_060, false));
+        // Deactivated and evicted, then marked Finished once its pods ended (the
+        // crash test's w158): Kueue stopped counting it at the eviction.
+        let mut late_finish = deactivated.clone();
+        late_finish["status"]["conditions"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"type": "Finished", "status": "True", "lastTransitionTime": time(1_070)}));
+        let e = ended_at(&late_finish, &rec, "x").unwrap();
+        assert_eq!((e.at, e.reason.starts_with("deactivated")), (1_060, true));
+        // Finished first, deactivated after: the finish ends it.
+        late_finish["status"]["conditions"][2]["lastTransitionTime"] = json!(time(1_050));
+        let e = ended_at(&late_finish, &rec, "x").unwrap();
+        assert_eq!((e.at, e.reason.as_str()), (1_050, "finished"));
         // Deactivated but not yet marked evicted: still counted, still running.
         deactivated["status"]["conditions"][1]["status"] = json!("False");
         assert_eq!(ended_at(&deactivated, &rec, "x"), None);
