@@ -1224,10 +1224,7 @@ impl LedgerRuntime {
                 // (removed by hand before settlement): settle it from the whole
                 // object, as its own reconcile would have, since the cache keeps
                 // a finished, unfinalized Workload as identity only.
-                w.slim(
-                    "kaccel.io/",
-                    crate::ledger::admission::is_accelerator_resource,
-                );
+                slim_view(&mut w);
                 if w.is_true("Finished") || w.metadata.deletion_timestamp.is_some() {
                     tracing::warn!(key = %e.key, "settling a finished Workload whose finalizer was removed before its settlement");
                     self.reconcile_workload(Arc::new(w)).await?;
@@ -1279,22 +1276,20 @@ impl LedgerRuntime {
 ///   change brings the whole object again with its watch event, so one that
 ///   gets quota is cached whole then.
 fn slim_workload(w: &mut Workload, check: &str) {
-    let charged = w
-        .metadata
-        .finalizers
-        .iter()
-        .flatten()
-        .any(|f| f == FINALIZER);
-    let has_check = w.status.admission_checks.iter().any(|c| c.name == check);
-    let working = has_check && w.is_true("QuotaReserved") && !w.is_true("Finished");
-    if charged || working {
-        w.slim(
-            "kaccel.io/",
-            crate::ledger::admission::is_accelerator_resource,
-        );
+    let working = w.has_check(check) && w.is_true("QuotaReserved") && !w.is_true("Finished");
+    if w.has_finalizer(FINALIZER) || working {
+        slim_view(w);
     } else {
         w.keep_identity_only();
     }
+}
+
+/// The typed view of a Workload the check works on.
+fn slim_view(w: &mut Workload) {
+    w.slim(
+        "kaccel.io/",
+        crate::ledger::admission::is_accelerator_resource,
+    );
 }
 
 /// The JSON of a cached Workload the reconciliation against Kueue must look at
@@ -1302,15 +1297,8 @@ fn slim_workload(w: &mut Workload, check: &str) {
 /// `None` for the rest, decided on the typed view so a pass builds JSON only
 /// for open work.
 fn ledger_relevant(w: &Workload, check: &str) -> Option<Value> {
-    let charged = w
-        .metadata
-        .finalizers
-        .iter()
-        .flatten()
-        .any(|f| f == FINALIZER);
-    let counted =
-        || w.counted_by_kueue() && w.status.admission_checks.iter().any(|c| c.name == check);
-    (charged || counted()).then(|| w.to_value())
+    let counted = || w.counted_by_kueue() && w.has_check(check);
+    (w.has_finalizer(FINALIZER) || counted()).then(|| w.to_value())
 }
 
 fn namespace_and_name(v: &Value) -> (&str, &str) {

@@ -193,6 +193,16 @@ impl Workload {
         };
     }
 
+    /// Whether the Workload carries finalizer `name`.
+    pub fn has_finalizer(&self, name: &str) -> bool {
+        self.metadata.finalizers.iter().flatten().any(|f| f == name)
+    }
+
+    /// Whether AdmissionCheck `name` is on the Workload, in any state.
+    pub fn has_check(&self, name: &str) -> bool {
+        self.status.admission_checks.iter().any(|c| c.name == name)
+    }
+
     /// Whether condition `type_` is `True`.
     pub fn is_true(&self, type_: &str) -> bool {
         self.status
