@@ -505,8 +505,14 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
     }
 
     // Back to key order, so names and output do not depend on discovery order.
-    let mut flavors: BTreeMap<FlavorKey, FlavorAcc> =
-        flavor_keys.iter().cloned().zip(accs).collect();
+    // A key interned by a class whose devices all turned out to be pooled by another
+    // class has no class: it is nobody's flavor, so it is neither checked nor emitted.
+    let mut flavors: BTreeMap<FlavorKey, FlavorAcc> = flavor_keys
+        .iter()
+        .cloned()
+        .zip(accs)
+        .filter(|(_, acc)| !acc.classes.is_empty())
+        .collect();
 
     // Purity: a device flavor whose nodeLabels also select nodes of another variant
     // is refused, and every class that wanted it says so.

@@ -324,6 +324,60 @@ fn an_impure_flavor_is_refused_and_reported() {
     );
 }
 
+/// Shrunk from `dra_and_other_vendor_flavors_are_pure`: a class pooled by zone takes
+/// every A100 first; a second class over the same cards (not split) interns its own
+/// flavor key but gets no device. That key is nobody's flavor: it must be neither
+/// emitted nor refused (a refusal no class reports), only the zoned one exists.
+#[test]
+fn a_flavor_every_class_lost_to_another_pooling_is_nobodys() {
+    let mut node = vendor_fleet::fleet()
+        .into_iter()
+        .find(|n| n.metadata.name.as_deref() == Some("nv-a100-whole"))
+        .unwrap();
+    let zone = "topology.kubernetes.io/zone";
+    node.metadata
+        .labels
+        .as_mut()
+        .unwrap()
+        .insert(zone.into(), "zone-a".into());
+    // The same model under a MIG label set: the unsplit key selects it too, so were
+    // that key checked it would be refused.
+    let mixed = vendor_fleet::fleet()
+        .into_iter()
+        .find(|n| n.metadata.name.as_deref() == Some("nv-a100-mig-mixed"))
+        .unwrap();
+    let mut zoned = class(
+        "a-zoned",
+        SharingMode::Whole,
+        HardwareSelector {
+            vendors: vec![crate::api::Vendor::Nvidia],
+            ..Default::default()
+        },
+    );
+    zoned.spec.pooling.split_by = vec![zone.into()];
+    let all = class("b-all", SharingMode::Whole, HardwareSelector::default());
+    let budgets = vec![budget("team", &["team"], &[("a-zoned", 1), ("b-all", 1)])];
+    let health = HealthSnapshot::default();
+    let (plan, inventory) = run(&[zoned, all], &budgets, &[node, mixed], &health);
+    assert_pure_and_within_variant_capacity(&plan, &inventory, &health);
+    for (name, report) in &plan.flavors {
+        assert!(!report.classes.is_empty(), "flavor {name} has no class");
+    }
+    assert!(
+        plan.impure_flavors.is_empty(),
+        "{:?}",
+        refused_messages(&plan)
+    );
+    assert!(
+        plan.classes["b-all"]
+            .conditions
+            .iter()
+            .any(|c| c.reason == "PoolingConflict"),
+        "{:#?}",
+        plan.classes["b-all"].conditions
+    );
+}
+
 /// Labels the vendor fleet's nodes may lose, as with an older labeller or one run
 /// without its partition flag.
 const DROPPABLE: [&str; 5] = [
