@@ -17,6 +17,11 @@
 #       M synthetic Nodes (`kaccel generate-fleet`, each with 40 container images
 #       in its status as a kubelet reports them), no Workloads
 #
+# KACCEL_BENCH_OPEN (default 100): Workloads admitted through the credit check
+# and left running beside the others (capacity and a budget of their own), so
+# the budget pass is measured with that many open reservations.
+# KACCEL_BENCH_PERF=FILE records a CPU profile of kaccel (perf) over the quiet
+# window in which the budget pass is timed.
 # KACCEL_BENCH_PROFILE (default release) and KACCEL_BENCH_FEATURES (e.g.
 # mimalloc: the allocator comparison) choose the build. Uses a run folder and
 # ports of its own, so a running demo or test cluster is not disturbed; tears its
@@ -82,6 +87,42 @@ else
 fi
 for ns in vision-research vision-prod language research; do kubectl create namespace "$ns" >/dev/null; done
 kubectl apply -f examples/classes.yaml -f examples/budgets.yaml >/dev/null
+OPEN="${KACCEL_BENCH_OPEN:-100}"
+if [[ "$MODE" != nodes ]] && ((OPEN > 0)); then
+  # Capacity and a budget of their own for OPEN long-running Workloads, so the
+  # budget pass is measured with that many open reservations (the example
+  # fleet's large-training capacity is granted to the example teams).
+  python3 - "$OPEN" >"$KACCEL_E2E_RUN/open-capacity.yaml" <<'PY'
+import copy, sys, yaml
+open_n = int(sys.argv[1])
+h100 = next(d for d in yaml.safe_load_all(open("examples/nodes.yaml"))
+            if d and d["metadata"]["labels"].get("nvidia.com/gpu.product") == "NVIDIA-H100-80GB-HBM3")
+for i in range((open_n + 7) // 8):
+    node = copy.deepcopy(h100)
+    name = f"bench-h100-{i:03d}"
+    node["metadata"]["name"] = name
+    node["metadata"]["labels"]["kubernetes.io/hostname"] = name
+    print("---"); print(yaml.safe_dump(node))
+PY
+  "$E2E_DIR/nodes.sh" "$KACCEL_E2E_RUN/open-capacity.yaml" >/dev/null 2>&1
+  kubectl create namespace bench-open >/dev/null
+  kubectl apply -f - >/dev/null <<BUDGET
+apiVersion: kaccel.io/v1alpha1
+kind: CreditBudget
+metadata:
+  name: bench-open
+spec:
+  team: bench-open
+  namespaces: [bench-open]
+  classes:
+    - name: large-training
+      guaranteedDevices: $OPEN
+  credits:
+    perPeriod: "1000000"
+    period: {start: "2026-12-01T00:00:00Z", days: 30}
+  onExhaustion: Hold
+BUDGET
+fi
 cat >"$KACCEL_E2E_RUN/kaccel.yaml" <<CONFIG
 ledger:
   enabled: true
@@ -99,6 +140,8 @@ rss() { awk '/VmRSS/{print int($2/1024)}' "/proc/$1/status"; }
 # utime + stime of a process, in clock ticks.
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 metric() { curl -fsS "http://$HTTP/metrics" | awk -v m="$1" '$1 == m {print $2}'; }
+# A metric summed over its label sets.
+metric_sum() { curl -fsS "http://$HTTP/metrics" | awk -v m="$1" '$1 == m || index($1, m "{") == 1 {s += $2} END {print s + 0}'; }
 report() {
   local k q
   k=$(rss "$KPID") q=$(rss "$QPID")
@@ -110,7 +153,11 @@ report() {
 pass_cpu() {
   local window="$1" t0 t1 a b
   a=$(curl -fsS "http://$HTTP/metrics") t0=$(cpu_ticks "$KPID")
-  sleep "$window"
+  if [[ -n "${KACCEL_BENCH_PERF:-}" ]]; then
+    perf record -g -F 499 -p "$KPID" -o "$KACCEL_BENCH_PERF" -- sleep "$window" >/dev/null 2>&1
+  else
+    sleep "$window"
+  fi
   b=$(curl -fsS "http://$HTTP/metrics") t1=$(cpu_ticks "$KPID")
   { echo "$a" | sed 's/^/A /'; echo "$b" | sed 's/^/B /'; } | awk -v t="$((t1 - t0))" -v hz="$(getconf CLK_TCK)" -v w="$window" '
     { v[$1 " " $2] = $3 }
@@ -144,6 +191,33 @@ delete_inactive() {
   until (($(kubectl get workloads.kueue.x-k8s.io -n "$NS" -l bench.kaccel.io/memory=yes -o name | wc -l) == 0)); do sleep 5; done
 }
 build_label="$PROFILE build${FEATURES:+, $FEATURES}"
+# OPEN Workloads of one GPU each admitted through the credit check and left
+# running (maximumExecutionTimeSeconds 7200): that many open reservations.
+open_reservations() {
+  ((OPEN > 0)) || return 0
+  say "admitting $OPEN long-running Workloads through the credit check (bench-open)"
+  {
+    echo '{"apiVersion": "v1", "kind": "List", "items": ['
+    for ((i = 0; i < OPEN; i++)); do
+      ((i > 0)) && echo ","
+      printf '{"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload", "metadata": {"name": "open-%04d", "namespace": "bench-open", "labels": {"bench.kaccel.io/open": "yes"}}, "spec": {"queueName": "large-training", "maximumExecutionTimeSeconds": 7200, "podSets": [{"name": "main", "count": 1, "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10", "resources": {"requests": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}}]}}}]}}' "$i"
+    done
+    echo "]}"
+  } | kubectl create -f - >/dev/null
+  kubectl wait --for=condition=Admitted workloads.kueue.x-k8s.io -n bench-open -l bench.kaccel.io/open=yes --timeout=300s >/dev/null
+  say "open reservations in the ledger: $(metric_sum kaccel_ledger_open_reservations)"
+}
+# Waits (at most 10 minutes) until Kueue has worked through what was just
+# created: under 10 % of a core over 5 s.
+wait_for_kueue_quiet() {
+  local a b waited=0 hz
+  hz=$(getconf CLK_TCK)
+  while ((waited < 600)); do
+    a=$(cpu_ticks "$QPID"); sleep 5; b=$(cpu_ticks "$QPID"); waited=$((waited + 5))
+    if (((b - a) * 10 < hz * 5)); then say "Kueue quiet after ${waited}s"; return 0; fi
+  done
+  say "Kueue still busy after ${waited}s"
+}
 
 case "$MODE" in
 workloads)
@@ -151,10 +225,12 @@ workloads)
   SETTLE="${2:-120}"
   echo "| $N inactive Workloads ($build_label) | kaccel RSS | Kueue RSS | kaccel/Kueue |"
   echo "|---|---|---|---|"
-  report "before"
+  open_reservations
+  report "before ($OPEN open reservations)"
   create_inactive "$N"
   sleep 5
   report "+0 s (all created)"
+  wait_for_kueue_quiet
   sleep "$SETTLE"
   report "+$SETTLE s (nothing changed)"
   pass_cpu 30
@@ -169,11 +245,13 @@ soak)
   MINUTES="${1:-10}"
   RATE="${2:-10}"
   N="${3:-20000}"
+  open_reservations
   create_inactive "$N"
-  sleep 10
+  wait_for_kueue_quiet
   echo "| soak: $N inactive Workloads + $RATE Workloads/s churn ($build_label) | kaccel RSS | Kueue RSS | kaccel/Kueue |"
   echo "|---|---|---|---|"
   report "before the churn"
+  pass_cpu 30
   KACCEL_CHURN_NAMESPACE="$NS" KACCEL_CHURN_QUEUE=large-training KACCEL_CHURN_RATE="$RATE" \
     KACCEL_CHURN_SECONDS="$((MINUTES * 60))" \
     cargo test --features e2e --test e2e workload_churn -- --ignored --nocapture \

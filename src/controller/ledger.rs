@@ -26,13 +26,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::reflector::Store as Cache;
+use kube::runtime::reflector::{ObjectRef, Store as Cache};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
@@ -305,8 +305,12 @@ impl LedgerRuntime {
         let writer = kube::runtime::reflector::store::Writer::<Workload>::default();
         let workloads = writer.as_reader();
         let check = self.config.admission_check_name.clone();
+        let relevant = Arc::new(RelevantWorkloads::default());
+        let index = relevant.clone();
+        let index_check = check.clone();
         let stream = watcher(api, watcher::Config::default())
             .modify(move |w| slim_workload(w, &check))
+            .inspect_ok(move |event| index.observe(event, &index_check))
             .reflect(writer)
             .applied_objects();
         // Bounded: unbounded, every Workload listed at start (a cluster's whole
@@ -336,7 +340,7 @@ impl LedgerRuntime {
             .for_each(|_| async {});
         let budget_task = self
             .clone()
-            .budget_loop(workloads, cluster_queues, trigger_tx);
+            .budget_loop(workloads, relevant, cluster_queues, trigger_tx);
         tokio::join!(workload_task, budget_task);
     }
 
@@ -970,6 +974,7 @@ impl LedgerRuntime {
     async fn budget_loop(
         self: Arc<Self>,
         workloads: Cache<Workload>,
+        relevant: Arc<RelevantWorkloads>,
         cluster_queues: Cache<DynamicObject>,
         retrigger: UnboundedSender<()>,
     ) {
@@ -1043,7 +1048,7 @@ impl LedgerRuntime {
                 views.insert(name.clone(), view);
             }
             match self
-                .reconcile_with_kueue(&pricing, &workloads, &cluster_queues)
+                .reconcile_with_kueue(&pricing, &workloads, &relevant, &cluster_queues)
                 .await
             {
                 Ok(findings) => {
@@ -1151,17 +1156,23 @@ impl LedgerRuntime {
         &self,
         pricing: &PricingSnapshot,
         workloads: &Cache<Workload>,
+        relevant: &RelevantWorkloads,
         cluster_queues: &Cache<DynamicObject>,
     ) -> Result<BTreeMap<String, Vec<String>>, LedgerError> {
         let open = self.store().open_reservations().await?;
+        self.metrics
+            .ledger_open_reservations
+            .set(i64::try_from(open.len()).unwrap_or(i64::MAX));
         let check = &self.config.admission_check_name;
         // Only Workloads the comparison can count (a charged one carries the
-        // finalizer; one waiting on the check holds quota): finished history,
-        // which a cluster keeps by the ten thousand, is skipped without copying.
-        let relevant: Vec<Value> = workloads
-            .state()
+        // finalizer; one waiting on the check holds quota), looked up by the index
+        // the watch keeps: finished history, which a cluster keeps by the ten
+        // thousand, is not even visited.
+        let relevant: Vec<Value> = relevant
+            .keys()
             .iter()
-            .filter_map(|w| ledger_relevant(w, check))
+            .filter_map(|key| workloads.get(key))
+            .filter_map(|w| ledger_relevant(&w, check))
             .collect();
         let queues: Vec<Value> = cluster_queues
             .state()
@@ -1284,6 +1295,59 @@ fn slim_workload(w: &mut Workload, check: &str) {
     }
 }
 
+/// The keys of the Workloads the reconciliation against Kueue compares
+/// ([`ledger_relevant`]), kept from the watch's events so a budget pass costs in
+/// proportion to open work, not to every Workload the cluster keeps.
+#[derive(Default)]
+struct RelevantWorkloads {
+    state: std::sync::Mutex<RelevantState>,
+}
+
+#[derive(Default)]
+struct RelevantState {
+    keys: std::collections::HashSet<ObjectRef<Workload>>,
+    /// Filled during a (re-)list and swapped in when it is done, as the
+    /// reflector does with its store: a Workload deleted while the watch was
+    /// down is not in the new list.
+    relisting: Option<std::collections::HashSet<ObjectRef<Workload>>>,
+}
+
+impl RelevantWorkloads {
+    fn observe(&self, event: &watcher::Event<Workload>, check: &str) {
+        let mut state = self.state.lock().expect("relevant index lock");
+        match event {
+            watcher::Event::Init => state.relisting = Some(Default::default()),
+            watcher::Event::InitApply(w) => {
+                if ledger_relevant_typed(w, check) {
+                    let key = ObjectRef::from_obj(w);
+                    state.relisting.get_or_insert_default().insert(key);
+                }
+            }
+            watcher::Event::InitDone => {
+                if let Some(keys) = state.relisting.take() {
+                    state.keys = keys;
+                }
+            }
+            watcher::Event::Apply(w) => {
+                let key = ObjectRef::from_obj(w);
+                if ledger_relevant_typed(w, check) {
+                    state.keys.insert(key);
+                } else {
+                    state.keys.remove(&key);
+                }
+            }
+            watcher::Event::Delete(w) => {
+                state.keys.remove(&ObjectRef::from_obj(w));
+            }
+        }
+    }
+
+    fn keys(&self) -> Vec<ObjectRef<Workload>> {
+        let state = self.state.lock().expect("relevant index lock");
+        state.keys.iter().cloned().collect()
+    }
+}
+
 /// The typed view of a Workload the check works on.
 fn slim_view(w: &mut Workload) {
     w.slim(
@@ -1297,8 +1361,11 @@ fn slim_view(w: &mut Workload) {
 /// `None` for the rest, decided on the typed view so a pass builds JSON only
 /// for open work.
 fn ledger_relevant(w: &Workload, check: &str) -> Option<Value> {
-    let counted = || w.counted_by_kueue() && w.has_check(check);
-    (w.has_finalizer(FINALIZER) || counted()).then(|| w.to_value())
+    ledger_relevant_typed(w, check).then(|| w.to_value())
+}
+
+fn ledger_relevant_typed(w: &Workload, check: &str) -> bool {
+    w.has_finalizer(FINALIZER) || (w.counted_by_kueue() && w.has_check(check))
 }
 
 fn namespace_and_name(v: &Value) -> (&str, &str) {
@@ -1418,6 +1485,46 @@ mod tests {
         .expect("a Workload");
         slim_workload(&mut w, "kaccel-credits");
         w
+    }
+
+    #[test]
+    fn relevant_index_follows_the_watch() {
+        let check = json!([{"name": "kaccel-credits", "state": "Ready"}]);
+        let held = json!([{"type": "QuotaReserved", "status": "True", "lastTransitionTime": "2026-12-01T00:00:00Z"}]);
+        let finished = json!([{"type": "Finished", "status": "True", "lastTransitionTime": "2026-12-01T00:10:00Z"}]);
+        let named = |mut w: Workload, name: &str| {
+            w.metadata.name = Some(name.into());
+            w
+        };
+        let charged = named(workload(held.clone(), check.clone(), json!([FINALIZER])), "charged");
+        let settled = named(workload(finished, check.clone(), json!([])), "charged");
+        let waiting = named(workload(held, check.clone(), json!([])), "waiting");
+        let history = named(workload(json!([]), json!([]), json!([])), "history");
+        let index = RelevantWorkloads::default();
+        let names = |index: &RelevantWorkloads| {
+            let mut n: Vec<String> = index.keys().into_iter().map(|k| k.name).collect();
+            n.sort();
+            n
+        };
+        index.observe(&watcher::Event::Init, "kaccel-credits");
+        for w in [&charged, &waiting, &history] {
+            index.observe(&watcher::Event::InitApply(w.clone()), "kaccel-credits");
+        }
+        // Nothing is swapped in before the list is complete.
+        assert!(index.keys().is_empty());
+        index.observe(&watcher::Event::InitDone, "kaccel-credits");
+        assert_eq!(names(&index), ["charged", "waiting"]);
+        // Settled (finalizer released): out; deleted: out.
+        index.observe(&watcher::Event::Apply(settled), "kaccel-credits");
+        index.observe(&watcher::Event::Delete(waiting.clone()), "kaccel-credits");
+        assert!(index.keys().is_empty());
+        index.observe(&watcher::Event::Apply(waiting.clone()), "kaccel-credits");
+        assert_eq!(names(&index), ["waiting"]);
+        // A re-list after the watch was down forgets what is gone.
+        index.observe(&watcher::Event::Init, "kaccel-credits");
+        index.observe(&watcher::Event::InitApply(charged.clone()), "kaccel-credits");
+        index.observe(&watcher::Event::InitDone, "kaccel-credits");
+        assert_eq!(names(&index), ["charged"]);
     }
 
     #[test]

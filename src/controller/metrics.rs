@@ -57,6 +57,8 @@ pub struct Metrics {
     pub ledger_errors: Family<ReasonLabel, Counter>,
     /// 1 while the ledger store answers.
     pub ledger_up: Gauge,
+    /// Open reservations (reserved, not yet settled) at the last budget pass.
+    pub ledger_open_reservations: Gauge,
     /// Reconciliation findings per budget at the last pass (0 = in sync).
     pub ledger_drift: Family<BudgetLabel, Gauge>,
     /// Credit AdmissionCheck answers, by decision.
@@ -69,6 +71,8 @@ pub struct Metrics {
     /// Process CPU time (all threads) spent while one budget pass ran: an upper
     /// bound on the pass's own CPU time.
     pub budget_pass_cpu: Histogram,
+    /// Time spent handing freed heap back to the system (`allocator`).
+    pub allocator_trim: Histogram,
     /// Remaining micro-credits per budget.
     pub budget_remaining: Family<BudgetLabel, Gauge>,
     pub source_up: Family<SourceLabel, Gauge>,
@@ -95,11 +99,13 @@ impl Metrics {
             ledger_entries: Family::default(),
             ledger_errors: Family::default(),
             ledger_up: Gauge::default(),
+            ledger_open_reservations: Gauge::default(),
             ledger_drift: Family::default(),
             check_decisions: Family::default(),
             check_latency: Histogram::new(exponential_buckets(0.005, 2.0, 14)),
             budget_pass_duration: Histogram::new(exponential_buckets(0.0005, 2.0, 14)),
             budget_pass_cpu: Histogram::new(exponential_buckets(0.0005, 2.0, 14)),
+            allocator_trim: Histogram::new(exponential_buckets(0.0001, 2.0, 14)),
             budget_remaining: Family::default(),
             source_up: Family::default(),
             source_errors: Family::default(),
@@ -132,6 +138,11 @@ impl Metrics {
             m.ledger_up.clone(),
         );
         registry.register(
+            "kaccel_ledger_open_reservations",
+            "Reservations not yet settled, at the last budget pass",
+            m.ledger_open_reservations.clone(),
+        );
+        registry.register(
             "kaccel_ledger_drift",
             "Ledger vs Kueue reconciliation findings per budget at the last pass (0 = in sync)",
             m.ledger_drift.clone(),
@@ -150,6 +161,11 @@ impl Metrics {
             "kaccel_ledger_budget_pass_seconds",
             "Wall time of one budget pass of the credit ledger, store round trips included",
             m.budget_pass_duration.clone(),
+        );
+        registry.register(
+            "kaccel_allocator_trim_seconds",
+            "Time spent handing the allocator's freed pages back to the system (every 30 s)",
+            m.allocator_trim.clone(),
         );
         registry.register(
             "kaccel_ledger_budget_pass_cpu_seconds",

@@ -6,6 +6,7 @@
 //! apply / delete, only what differs) -> status (only what differs) -> events.
 //! Only the replica holding the leader Lease reconciles.
 
+mod allocator;
 pub mod config;
 pub mod diff;
 mod health;
@@ -297,6 +298,7 @@ pub async fn run(config: Config) -> Result<(), Error> {
         let _ = shutdown_tx.send(true);
     });
 
+    tokio::spawn(allocator::trim_periodically(metrics.clone()));
     let (caches, watch_events) = start_watches(&client, &config).await?;
     // Health pollers wake the reconcile loop like a watch event does.
     let (wake_tx, wake_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
