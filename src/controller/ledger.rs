@@ -1496,7 +1496,10 @@ mod tests {
             w.metadata.name = Some(name.into());
             w
         };
-        let charged = named(workload(held.clone(), check.clone(), json!([FINALIZER])), "charged");
+        let charged = named(
+            workload(held.clone(), check.clone(), json!([FINALIZER])),
+            "charged",
+        );
         let settled = named(workload(finished, check.clone(), json!([])), "charged");
         let waiting = named(workload(held, check.clone(), json!([])), "waiting");
         let history = named(workload(json!([]), json!([]), json!([])), "history");
@@ -1522,7 +1525,10 @@ mod tests {
         assert_eq!(names(&index), ["waiting"]);
         // A re-list after the watch was down forgets what is gone.
         index.observe(&watcher::Event::Init, "kaccel-credits");
-        index.observe(&watcher::Event::InitApply(charged.clone()), "kaccel-credits");
+        index.observe(
+            &watcher::Event::InitApply(charged.clone()),
+            "kaccel-credits",
+        );
         index.observe(&watcher::Event::InitDone, "kaccel-credits");
         assert_eq!(names(&index), ["charged"]);
     }
