@@ -20,7 +20,7 @@ fn main() -> ExitCode {
             run_crds(out.as_ref(), &mut std::io::stdout().lock()).map_err(|e| e.to_string())
         }
         Command::Inventory(args) => run_inventory(args),
-        Command::Ledger(args) => kaccel::ledger::cli::run(args),
+        Command::Ledger(args) => kaccel::cli::ledger::run(args),
         Command::GenerateFleet { nodes, seed } => {
             run_generate_fleet(*nodes, *seed, &mut std::io::stdout().lock())
                 .map_err(|e| e.to_string())

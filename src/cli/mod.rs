@@ -1,6 +1,7 @@
 //! `kaccel` subcommands.
 
 pub mod inventory;
+pub mod ledger;
 pub mod load;
 pub(crate) mod summary;
 
@@ -57,7 +58,7 @@ pub enum Command {
     },
     /// The credit ledger: export entries (CSV, FOCUS 1.2, JSON lines) and verify
     /// balances.
-    Ledger(crate::ledger::cli::LedgerArgs),
+    Ledger(ledger::LedgerArgs),
     /// Print kaccel's CustomResourceDefinitions (or write them into a folder).
     Crds {
         /// Write one file per CRD into this folder instead of printing.

@@ -17,7 +17,7 @@ pub struct HttpState {
     /// Set once every watch cache has synced.
     pub ready: Arc<AtomicBool>,
     /// Per-device health, served at /devices (read by `kaccel inventory --health-from`).
-    pub tracker: super::health::SharedTracker,
+    pub tracker: super::health_poller::SharedTracker,
 }
 
 pub async fn serve(
@@ -66,7 +66,7 @@ async fn metrics(State(state): State<HttpState>) -> impl IntoResponse {
 /// reasons, normalised fields and raw vendor fields, and every source with whether
 /// it is usable and why not.
 async fn devices(State(state): State<HttpState>) -> impl IntoResponse {
-    let now = super::health::now_seconds();
+    let now = super::health_poller::now_seconds();
     let body = {
         let tracker = state.tracker.lock().expect("tracker lock");
         let sources: Vec<serde_json::Value> = tracker

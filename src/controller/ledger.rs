@@ -39,7 +39,7 @@ use serde_json::{Value, json};
 use tokio::sync::{Mutex, Notify, OnceCell, mpsc::UnboundedSender};
 
 use super::config::Ledger as LedgerConfig;
-use super::health::{EVICTED_FOR_ANNOTATION, now_seconds};
+use super::health_poller::{EVICTED_FOR_ANNOTATION, now_seconds};
 use super::metrics::{BudgetLabel, DecisionLabel, KindLabel, Metrics, ReasonLabel};
 use crate::api::{
     AcceleratorClassSpec, CreditBudgetSpec, Credits, ExhaustionPolicy, RenewalShortPolicy,

@@ -9,7 +9,7 @@
 mod allocator;
 pub mod config;
 pub mod diff;
-mod health;
+mod health_poller;
 mod http;
 mod ledger;
 mod metrics;
@@ -246,7 +246,7 @@ struct Reconciler {
     config: Config,
     metrics: Metrics,
     recorder: Recorder,
-    health: health::SharedTracker,
+    health: health_poller::SharedTracker,
     /// Nodes held back by the share limit at the last reconcile.
     held_back: std::sync::Mutex<std::collections::BTreeSet<String>>,
     /// Workloads kaccel evicted may be waiting to be requeued (checked at start too).
@@ -276,7 +276,7 @@ pub async fn run(config: Config) -> Result<(), Error> {
     let ready = Arc::new(AtomicBool::new(false));
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
 
-    let tracker = health::tracker(&config.health);
+    let tracker = health_poller::tracker(&config.health);
     let http_state = http::HttpState {
         registry: Arc::new(registry),
         ready: ready.clone(),
@@ -316,7 +316,7 @@ pub async fn run(config: Config) -> Result<(), Error> {
             shared,
         }
     });
-    health::spawn_pollers(
+    health_poller::spawn_pollers(
         &client,
         &config.health,
         tracker.clone(),
@@ -631,7 +631,7 @@ impl Reconciler {
             .collect();
         let health = {
             let tracker = self.health.lock().expect("tracker lock");
-            tracker.snapshot(&inventory, health::now_seconds())
+            tracker.snapshot(&inventory, health_poller::now_seconds())
         };
         let mut health = health;
         apply_node_conditions(&mut health, &inventory, &self.config.health.node_conditions);
@@ -769,7 +769,7 @@ impl Reconciler {
 
         // Workloads kaccel evicted go back to their queues once Kueue evicted them.
         if self.requeue_pending.load(Ordering::Relaxed) {
-            let (requeued, waiting) = health::requeue_evicted(&self.client)
+            let (requeued, waiting) = health_poller::requeue_evicted(&self.client)
                 .await
                 .map_err(api_err("requeueing evicted Workloads"))?;
             for w in &requeued {
@@ -914,13 +914,13 @@ impl Reconciler {
                 "uncordoned: the accelerators kaccel cordoned for are healthy again".to_string(),
             ),
         };
-        health::apply_node_action(&self.client, action)
+        health_poller::apply_node_action(&self.client, action)
             .await
             .map_err(api_err(format!("{verb} node {}", action.node())))?;
         if let NodeAction::Cordon { node, reason } = action
             && self.config.health.actions.evict_workloads_on_failed
         {
-            let evicted = health::evict_workloads_on(&self.client, node, reason)
+            let evicted = health_poller::evict_workloads_on(&self.client, node, reason)
                 .await
                 .map_err(api_err(format!("evicting Workloads from node {node}")))?;
             if !evicted.is_empty() {

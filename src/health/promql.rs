@@ -6,7 +6,7 @@
 //! [`Sample`]s (the same shape the text parser produces, so
 //! [`crate::health::exporters::readings`] maps both) and splits them by node with
 //! their age. The HTTP fetch is [`crate::health::scrape::Scraper`]'s; the polling
-//! loop is in `src/controller/health.rs`.
+//! loop is in `src/controller/health_poller.rs`.
 //!
 //! One query per source selects only the series the exporter mapping reads:
 //! `{__name__=~"A|B|...",<selector matchers>}[<staleAfterSeconds>s]`. It is a range

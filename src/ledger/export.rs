@@ -63,7 +63,7 @@ use jiff::Timestamp;
 use jiff::tz::TimeZone;
 
 use super::entry::{Balances, EntryKind, format_micros};
-use super::store::StoredEntry;
+use super::store::{EntryFilter, LedgerStore, StoredEntry, for_each_entry};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
@@ -639,6 +639,25 @@ impl<W: Write> Exporter<W> {
     }
 }
 
+/// Streams the matching entries into `out` in `format`; returns the rows written.
+/// (`kaccel ledger export`, src/cli/ledger.rs, maps its `--format` onto this.)
+pub async fn export_entries<S: LedgerStore, W: Write>(
+    store: &S,
+    filter: &EntryFilter,
+    format: Format,
+    pricing: Pricing,
+    parties: Parties,
+    out: W,
+) -> Result<u64, String> {
+    let mut ex = Exporter::new(out, format, pricing, parties).map_err(|e| e.to_string())?;
+    for_each_entry(store, filter, |e| ex.write(e))
+        .await
+        .map_err(|e| e.to_string())?;
+    let rows = ex.rows();
+    ex.finish().map_err(|e| e.to_string())?;
+    Ok(rows)
+}
+
 // Reading an export back, for checks (tests, the e2e suite, finance scripts).
 
 /// Parses RFC 4180 CSV as written here: an empty unquoted field is NULL (None).
@@ -1207,8 +1226,7 @@ mod tests {
 
     #[tokio::test]
     async fn csv_delta_columns_sum_to_the_store_balances() {
-        use crate::ledger::cli::{ExportFormat, export};
-        use crate::ledger::store::{EntryFilter, LedgerStore, SqliteStore};
+        use crate::ledger::store::{LedgerStore, SqliteStore};
         let mut entries = ledger();
         // A second budget with an expired grant and a run still open (reserved).
         let mut open = charged_run("nlp-q1", "nlp", "u-2");
@@ -1228,10 +1246,10 @@ mod tests {
             .unwrap();
         store.append(&entries).await.unwrap();
         let mut out = Vec::new();
-        export(
+        export_entries(
             &store,
             &EntryFilter::default(),
-            ExportFormat::Csv,
+            Format::Csv,
             Pricing::new("EUR", "1").unwrap(),
             Parties::default(),
             &mut out,

@@ -4,7 +4,6 @@
 pub mod admission;
 pub mod budget;
 pub mod charge;
-pub mod cli;
 #[doc(hidden)]
 pub mod conformance;
 pub mod entry;

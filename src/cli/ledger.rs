@@ -5,11 +5,11 @@ use std::time::Instant;
 
 use clap::{Subcommand, ValueEnum};
 
-use super::Rate;
-use super::conformance::{admission, grant_like};
-use super::entry::{Entry, EntryKind};
-use super::export::{DEFAULT_PROVIDER, Exporter, Format, Parties, Pricing};
-use super::store::{EntryFilter, LedgerStore, Store, for_each_entry, verify};
+use crate::ledger::Rate;
+use crate::ledger::conformance::{admission, grant_like};
+use crate::ledger::entry::{Entry, EntryKind};
+use crate::ledger::export::{DEFAULT_PROVIDER, Format, Parties, Pricing, export_entries};
+use crate::ledger::store::{EntryFilter, LedgerStore, Store, verify};
 
 #[derive(clap::Args, Debug)]
 pub struct LedgerArgs {
@@ -162,10 +162,10 @@ async fn run_async(args: &LedgerArgs) -> Result<(), String> {
                 let _ = writeln!(
                     err,
                     "  budget {name}: granted {} reserved {} spent {} remaining {}",
-                    super::entry::format_micros(b.granted),
-                    super::entry::format_micros(b.reserved),
-                    super::entry::format_micros(b.spent),
-                    super::entry::format_micros(b.remaining())
+                    crate::ledger::entry::format_micros(b.granted),
+                    crate::ledger::entry::format_micros(b.reserved),
+                    crate::ledger::entry::format_micros(b.spent),
+                    crate::ledger::entry::format_micros(b.remaining())
                 );
             }
             for p in &report.problems {
@@ -190,11 +190,11 @@ async fn run_async(args: &LedgerArgs) -> Result<(), String> {
 }
 
 /// The ledger's open reservations against the cluster's Workloads and kaccel's
-/// ClusterQueues ([`super::reconcile::compare`]).
+/// ClusterQueues ([`crate::ledger::reconcile::compare`]).
 async fn reconcile_with_cluster<S: LedgerStore>(
     store: &S,
     check: &str,
-) -> Result<Vec<super::reconcile::Finding>, String> {
+) -> Result<Vec<crate::ledger::reconcile::Finding>, String> {
     use kube::api::{Api, DynamicObject, ListParams};
     use kube::core::{ApiResource, GroupVersionKind};
     let client = kube::Client::try_default()
@@ -229,11 +229,11 @@ async fn reconcile_with_cluster<S: LedgerStore>(
     let queues = list("ClusterQueue", managed).await?;
     let workloads = list("Workload", ListParams::default()).await?;
     let open = store.open_reservations().await.map_err(|e| e.to_string())?;
-    Ok(super::reconcile::compare(
+    Ok(crate::ledger::reconcile::compare(
         &open,
         &workloads,
         &queues,
-        &super::reconcile::queue_budgets(&queues),
+        &crate::ledger::reconcile::queue_budgets(&queues),
         check,
     ))
 }
@@ -252,13 +252,7 @@ pub async fn export<S: LedgerStore, W: Write>(
         ExportFormat::Focus => Format::Focus,
         ExportFormat::Json => Format::Json,
     };
-    let mut ex = Exporter::new(out, format, pricing, parties).map_err(|e| e.to_string())?;
-    for_each_entry(store, filter, |e| ex.write(e))
-        .await
-        .map_err(|e| e.to_string())?;
-    let rows = ex.rows();
-    ex.finish().map_err(|e| e.to_string())?;
-    Ok(rows)
+    export_entries(store, filter, format, pricing, parties, out).await
 }
 
 /// Peak resident memory of this process in KiB (`VmHWM`), if the kernel says.

@@ -1,0 +1,327 @@
+//! The PostgreSQL backend: one tokio-postgres connection, re-dialled when dropped.
+
+use super::row::{RawRow, check, conflict, corrupt_aggregated, merge_open_lines};
+use super::schema::{COLUMNS, SCHEMA_VERSION, migration, open_reservations_sql};
+use super::{
+    AppendOutcome, EntryFilter, KindSums, LedgerStore, OpenReservation, StoreError, StoredEntry,
+    now_unix, redact_url,
+};
+use crate::ledger::entry::Entry;
+
+/// The production store: PostgreSQL over tokio-postgres (no TLS). A dropped
+/// connection is re-established on the next call.
+pub struct PostgresStore {
+    url: String,
+    client: tokio::sync::Mutex<tokio_postgres::Client>,
+}
+
+impl PostgresStore {
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        let client = Self::dial(url).await?;
+        let store = PostgresStore {
+            url: url.to_string(),
+            client: tokio::sync::Mutex::new(client),
+        };
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    async fn dial(url: &str) -> Result<tokio_postgres::Client, StoreError> {
+        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            .await
+            .map_err(|source| StoreError::Unreachable {
+                url: redact_url(url),
+                source,
+            })?;
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::warn!(error = %e, "PostgreSQL ledger connection closed");
+            }
+        });
+        Ok(client)
+    }
+
+    async fn client(
+        &self,
+    ) -> Result<tokio::sync::MutexGuard<'_, tokio_postgres::Client>, StoreError> {
+        let mut guard = self.client.lock().await;
+        if guard.is_closed() {
+            *guard = Self::dial(&self.url).await?;
+        }
+        Ok(guard)
+    }
+
+    async fn migrate(&self) -> Result<(), StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        // Serialise concurrent starters (several replicas, tests in parallel).
+        tx.execute("SELECT pg_advisory_xact_lock(7238011)", &[])
+            .await?;
+        tx.batch_execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)",
+        )
+        .await?;
+        let found: i64 = tx
+            .query_one(
+                "SELECT COALESCE(MAX(version), 0)::BIGINT FROM schema_migrations",
+                &[],
+            )
+            .await?
+            .get(0);
+        if found > SCHEMA_VERSION {
+            return Err(StoreError::SchemaTooNew {
+                found,
+                supported: SCHEMA_VERSION,
+            });
+        }
+        for version in (found + 1)..=SCHEMA_VERSION {
+            tx.batch_execute(&migration(
+                version,
+                "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
+            ))
+            .await?;
+            tx.execute(
+                "INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)",
+                &[&version, &now_unix()],
+            )
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    fn read_row(r: &tokio_postgres::Row) -> Result<StoredEntry, StoreError> {
+        let id: i64 = r.try_get(0)?;
+        let text = |i: usize, column: &'static str| -> Result<String, StoreError> {
+            r.try_get::<_, String>(i)
+                .map_err(|e| StoreError::CorruptRow {
+                    id,
+                    column,
+                    detail: e.to_string(),
+                })
+        };
+        let int = |i: usize, column: &'static str| -> Result<i64, StoreError> {
+            r.try_get::<_, i64>(i).map_err(|e| StoreError::CorruptRow {
+                id,
+                column,
+                detail: e.to_string(),
+            })
+        };
+        RawRow::read(id, text, int)?.into_entry()
+    }
+}
+
+impl LedgerStore for PostgresStore {
+    async fn append(&self, entries: &[Entry]) -> Result<AppendOutcome, StoreError> {
+        for e in entries {
+            check(e)?;
+        }
+        let mut client = self.client().await?;
+        let tx = client.transaction().await?;
+        let insert = tx
+            .prepare(&format!(
+                "INSERT INTO entries ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19) ON CONFLICT (idempotency_key) DO NOTHING"
+            ))
+            .await?;
+        let ints: Vec<[i64; 3]> = entries
+            .iter()
+            .map(|e| [i64::from(e.admission), e.device_units as i64, e.rate as i64])
+            .collect();
+        // Pipelined: all inserts are sent without waiting for each reply.
+        let results = futures::future::try_join_all(entries.iter().zip(&ints).map(|(e, n)| {
+            let kind = e.kind.as_str();
+            let insert = &insert;
+            let tx = &tx;
+            async move {
+                tx.execute(
+                    insert,
+                    &[
+                        &e.key,
+                        &kind,
+                        &e.budget,
+                        &e.team,
+                        &e.namespace,
+                        &e.workload,
+                        &e.workload_uid,
+                        &n[0],
+                        &e.class,
+                        &e.flavor,
+                        &e.resource,
+                        &n[1],
+                        &e.start,
+                        &e.end,
+                        &e.credits,
+                        &e.rate_card,
+                        &e.reason,
+                        &e.created_at,
+                        &n[2],
+                    ],
+                )
+                .await
+            }
+        }))
+        .await?;
+        let mut out = AppendOutcome::default();
+        for (e, n) in entries.iter().zip(results) {
+            if n == 1 {
+                out.inserted += 1;
+                continue;
+            }
+            let row = tx
+                .query_one(
+                    &format!("SELECT id, {COLUMNS} FROM entries WHERE idempotency_key = $1"),
+                    &[&e.key],
+                )
+                .await?;
+            let stored = Self::read_row(&row)?;
+            if !stored.entry.same_content(e) {
+                return Err(conflict(&stored.entry, e));
+            }
+            out.duplicates += 1;
+        }
+        tx.commit().await?;
+        Ok(out)
+    }
+
+    async fn kind_sums(&self, budget: Option<&str>) -> Result<KindSums, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT budget, kind, SUM(credits)::TEXT, MIN(id) FROM entries WHERE ($1::TEXT IS NULL OR budget = $1) GROUP BY budget, kind",
+                &[&budget],
+            )
+            .await?;
+        let mut out = KindSums::new();
+        for r in rows {
+            let b: String = r.try_get(0)?;
+            let k: String = r.try_get(1)?;
+            let sum: String = r.try_get(2)?;
+            // A row of the group, so a bad kind is reported with a real row id.
+            let first_id: i64 = r.try_get(3)?;
+            let kind = k.parse().map_err(|_| StoreError::CorruptRow {
+                id: first_id,
+                column: "kind",
+                detail: format!("{k:?} is not an entry kind (budget {b})"),
+            })?;
+            let sum: i128 = sum.parse().map_err(|_| StoreError::CorruptRow {
+                id: first_id,
+                column: "credits",
+                detail: format!("sum {sum:?} of budget {b} is not an integer"),
+            })?;
+            out.entry(b).or_default().insert(kind, sum);
+        }
+        Ok(out)
+    }
+
+    async fn entries_page(
+        &self,
+        filter: &EntryFilter,
+        after_id: i64,
+        limit: usize,
+    ) -> Result<Vec<StoredEntry>, StoreError> {
+        let client = self.client().await?;
+        let limit = limit as i64;
+        let rows = client
+            .query(
+                &format!(
+                    "SELECT id, {COLUMNS} FROM entries WHERE id > $1 AND ($2::BIGINT IS NULL OR interval_start >= $2) AND ($3::BIGINT IS NULL OR interval_start < $3) AND ($4::TEXT IS NULL OR team = $4) ORDER BY id LIMIT $5"
+                ),
+                &[&after_id, &filter.from, &filter.to, &filter.team, &limit],
+            )
+            .await?;
+        rows.iter().map(Self::read_row).collect()
+    }
+
+    async fn schema_version(&self) -> Result<i64, StoreError> {
+        let client = self.client().await?;
+        Ok(client
+            .query_one(
+                "SELECT COALESCE(MAX(version), 0)::BIGINT FROM schema_migrations",
+                &[],
+            )
+            .await?
+            .get(0))
+    }
+
+    async fn entries_for_workload(
+        &self,
+        workload_uid: &str,
+    ) -> Result<Vec<StoredEntry>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                &format!("SELECT id, {COLUMNS} FROM entries WHERE workload_uid = $1 ORDER BY id"),
+                &[&workload_uid],
+            )
+            .await?;
+        rows.iter().map(Self::read_row).collect()
+    }
+
+    async fn entry_by_key(&self, key: &str) -> Result<Option<StoredEntry>, StoreError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                &format!("SELECT id, {COLUMNS} FROM entries WHERE idempotency_key = $1"),
+                &[&key],
+            )
+            .await?;
+        row.as_ref().map(Self::read_row).transpose()
+    }
+
+    async fn open_reservations(&self) -> Result<Vec<OpenReservation>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                &open_reservations_sql(
+                    "COALESCE(SUM(p.credits), 0)::TEXT",
+                    "MIN(CASE WHEN p.credits < 0 THEN p.id END), NULL::BIGINT",
+                ),
+                &[],
+            )
+            .await?;
+        let mut out = Vec::with_capacity(rows.len());
+        for r in &rows {
+            let reserve = Self::read_row(r)?;
+            if let Some(id) = r.try_get::<_, Option<i64>>(22)? {
+                return Err(corrupt_aggregated(
+                    id,
+                    "credits",
+                    &format!("a post of reservation {}", reserve.entry.key),
+                ));
+            }
+            let posted: String = r.try_get(20)?;
+            let posted: i128 = posted.parse().map_err(|_| StoreError::CorruptRow {
+                id: reserve.id,
+                column: "credits",
+                detail: format!("sum {posted:?} of the posts is not an integer"),
+            })?;
+            let posted_until: i64 = r.try_get(21)?;
+            out.push(OpenReservation::from_row(reserve, posted, posted_until));
+        }
+        Ok(merge_open_lines(out))
+    }
+
+    async fn posted_between(&self, budget: &str, from: i64, to: i64) -> Result<i128, StoreError> {
+        let client = self.client().await?;
+        let row = client
+            .query_one(
+                "SELECT COALESCE(SUM(credits), 0)::TEXT, MIN(CASE WHEN kind = 'Post' AND credits < 0 THEN id END) \
+                 FROM entries WHERE budget = $1 AND kind IN ('Post', 'Correction') AND interval_end >= $2 AND interval_end < $3",
+                &[&budget, &from, &to],
+            )
+            .await?;
+        if let Some(id) = row.try_get::<_, Option<i64>>(1)? {
+            return Err(corrupt_aggregated(
+                id,
+                "credits",
+                &format!("posted credits of budget {budget}"),
+            ));
+        }
+        let sum: String = row.try_get(0)?;
+        sum.parse().map_err(|_| StoreError::CorruptRow {
+            id: 0,
+            column: "credits",
+            detail: format!("sum {sum:?} of budget {budget} is not an integer"),
+        })
+    }
+}

@@ -1,0 +1,525 @@
+//! The SQLite backend: one embedded file, calls on tokio's blocking pool.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use super::row::{RawRow, check, conflict, corrupt_aggregated, merge_open_lines};
+use super::schema::{COLUMNS, SCHEMA_VERSION, migration, open_reservations_sql};
+use super::{
+    AppendOutcome, EntryFilter, KindSums, LedgerStore, OpenReservation, PAGE, StoreError,
+    StoredEntry, now_unix,
+};
+use crate::ledger::entry::Entry;
+
+/// The embedded store: one SQLite file in WAL mode with `synchronous=FULL`, so an
+/// append that returned is on disk. Calls run on tokio's blocking pool.
+#[derive(Clone)]
+pub struct SqliteStore {
+    conn: Arc<Mutex<rusqlite::Connection>>,
+    path: PathBuf,
+}
+
+impl SqliteStore {
+    pub async fn open(path: &Path) -> Result<Self, StoreError> {
+        let path = path.to_path_buf();
+        let p = path.clone();
+        let conn = tokio::task::spawn_blocking(move || Self::open_blocking(&p))
+            .await
+            .map_err(|e| StoreError::Join(e.to_string()))??;
+        Ok(SqliteStore {
+            conn: Arc::new(Mutex::new(conn)),
+            path,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn open_blocking(path: &Path) -> Result<rusqlite::Connection, StoreError> {
+        let open_err = |source| StoreError::SqliteOpen {
+            path: path.to_path_buf(),
+            source,
+        };
+        let mut conn = rusqlite::Connection::open(path).map_err(open_err)?;
+        conn.busy_timeout(std::time::Duration::from_secs(10))
+            .map_err(open_err)?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(open_err)?;
+        conn.pragma_update(None, "synchronous", "FULL")
+            .map_err(open_err)?;
+        let tx = conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(open_err)?;
+        tx.execute_batch(
+            "CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)",
+        )?;
+        let found: i64 = tx.query_row(
+            "SELECT COALESCE(MAX(version), 0) FROM schema_migrations",
+            [],
+            |r| r.get(0),
+        )?;
+        if found > SCHEMA_VERSION {
+            return Err(StoreError::SchemaTooNew {
+                found,
+                supported: SCHEMA_VERSION,
+            });
+        }
+        for version in (found + 1)..=SCHEMA_VERSION {
+            tx.execute_batch(&migration(version, "INTEGER PRIMARY KEY AUTOINCREMENT"))?;
+            tx.execute(
+                "INSERT INTO schema_migrations (version, applied_at) VALUES (?1, ?2)",
+                [version, now_unix()],
+            )?;
+        }
+        tx.commit()?;
+        Ok(conn)
+    }
+
+    async fn with_conn<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut rusqlite::Connection) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let conn = self.conn.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut guard = conn
+                .lock()
+                .map_err(|_| StoreError::Join("SQLite connection lock poisoned".into()))?;
+            f(&mut guard)
+        })
+        .await
+        .map_err(|e| StoreError::Join(e.to_string()))?
+    }
+
+    fn read_row(r: &rusqlite::Row<'_>) -> Result<StoredEntry, StoreError> {
+        let id: i64 = r.get(0)?;
+        let text = |i: usize, column: &'static str| -> Result<String, StoreError> {
+            match r.get_ref(i)? {
+                rusqlite::types::ValueRef::Text(t) => {
+                    String::from_utf8(t.to_vec()).map_err(|_| StoreError::CorruptRow {
+                        id,
+                        column,
+                        detail: "not UTF-8 text".into(),
+                    })
+                }
+                other => Err(StoreError::CorruptRow {
+                    id,
+                    column,
+                    detail: format!("expected text, found {:?}", other.data_type()),
+                }),
+            }
+        };
+        let int = |i: usize, column: &'static str| -> Result<i64, StoreError> {
+            match r.get_ref(i)? {
+                rusqlite::types::ValueRef::Integer(v) => Ok(v),
+                other => Err(StoreError::CorruptRow {
+                    id,
+                    column,
+                    detail: format!("expected an integer, found {:?}", other.data_type()),
+                }),
+            }
+        };
+        RawRow::read(id, text, int)?.into_entry()
+    }
+}
+
+impl LedgerStore for SqliteStore {
+    async fn append(&self, entries: &[Entry]) -> Result<AppendOutcome, StoreError> {
+        for e in entries {
+            check(e)?;
+        }
+        let entries = entries.to_vec();
+        self.with_conn(move |conn| {
+            let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+            let mut out = AppendOutcome::default();
+            {
+                let mut insert = tx.prepare_cached(&format!(
+                    "INSERT INTO entries ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19) ON CONFLICT (idempotency_key) DO NOTHING"
+                ))?;
+                let mut existing = tx.prepare_cached(&format!(
+                    "SELECT id, {COLUMNS} FROM entries WHERE idempotency_key = ?1"
+                ))?;
+                for e in &entries {
+                    let n = insert.execute(rusqlite::params![
+                        e.key,
+                        e.kind.as_str(),
+                        e.budget,
+                        e.team,
+                        e.namespace,
+                        e.workload,
+                        e.workload_uid,
+                        i64::from(e.admission),
+                        e.class,
+                        e.flavor,
+                        e.resource,
+                        e.device_units as i64,
+                        e.start,
+                        e.end,
+                        e.credits,
+                        e.rate_card,
+                        e.reason,
+                        e.created_at,
+                        e.rate as i64,
+                    ])?;
+                    if n == 1 {
+                        out.inserted += 1;
+                        continue;
+                    }
+                    let stored = {
+                        let mut rows = existing.query([&e.key])?;
+                        let row = rows.next()?.ok_or_else(|| StoreError::InvalidEntry {
+                            key: e.key.clone(),
+                            reason: "insert conflicted but no row holds the key".into(),
+                        })?;
+                        Self::read_row(row)?
+                    };
+                    if !stored.entry.same_content(e) {
+                        return Err(conflict(&stored.entry, e));
+                    }
+                    out.duplicates += 1;
+                }
+            }
+            tx.commit()?;
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn kind_sums(&self, budget: Option<&str>) -> Result<KindSums, StoreError> {
+        let budget = budget.map(str::to_string);
+        self.with_conn(move |conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT budget, kind, SUM(credits), MIN(id) FROM entries WHERE (?1 IS NULL OR budget = ?1) GROUP BY budget, kind",
+            )?;
+            let mut rows = stmt.query([budget])?;
+            let mut out = KindSums::new();
+            while let Some(r) = rows.next()? {
+                let b: String = r.get(0)?;
+                let k: String = r.get(1)?;
+                let sum: i64 = r.get(2)?;
+                // A row of the group, so a bad kind is reported with a real row id.
+                let first_id: i64 = r.get(3)?;
+                let kind = k.parse().map_err(|_| StoreError::CorruptRow {
+                    id: first_id,
+                    column: "kind",
+                    detail: format!("{k:?} is not an entry kind (budget {b})"),
+                })?;
+                out.entry(b).or_default().insert(kind, i128::from(sum));
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn entries_page(
+        &self,
+        filter: &EntryFilter,
+        after_id: i64,
+        limit: usize,
+    ) -> Result<Vec<StoredEntry>, StoreError> {
+        let filter = filter.clone();
+        self.with_conn(move |conn| {
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT id, {COLUMNS} FROM entries WHERE id > ?1 AND (?2 IS NULL OR interval_start >= ?2) AND (?3 IS NULL OR interval_start < ?3) AND (?4 IS NULL OR team = ?4) ORDER BY id LIMIT ?5"
+            ))?;
+            let mut rows = stmt.query(rusqlite::params![
+                after_id,
+                filter.from,
+                filter.to,
+                filter.team,
+                limit as i64
+            ])?;
+            let mut out = Vec::with_capacity(limit.min(PAGE));
+            while let Some(r) = rows.next()? {
+                out.push(Self::read_row(r)?);
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn schema_version(&self) -> Result<i64, StoreError> {
+        self.with_conn(|conn| {
+            Ok(conn.query_row(
+                "SELECT COALESCE(MAX(version), 0) FROM schema_migrations",
+                [],
+                |r| r.get(0),
+            )?)
+        })
+        .await
+    }
+
+    async fn entries_for_workload(
+        &self,
+        workload_uid: &str,
+    ) -> Result<Vec<StoredEntry>, StoreError> {
+        let uid = workload_uid.to_string();
+        self.with_conn(move |conn| {
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT id, {COLUMNS} FROM entries WHERE workload_uid = ?1 ORDER BY id"
+            ))?;
+            let mut rows = stmt.query([uid])?;
+            let mut out = Vec::new();
+            while let Some(r) = rows.next()? {
+                out.push(Self::read_row(r)?);
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn entry_by_key(&self, key: &str) -> Result<Option<StoredEntry>, StoreError> {
+        let key = key.to_string();
+        self.with_conn(move |conn| {
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT id, {COLUMNS} FROM entries WHERE idempotency_key = ?1"
+            ))?;
+            let mut rows = stmt.query([key])?;
+            rows.next()?.map(Self::read_row).transpose()
+        })
+        .await
+    }
+
+    async fn open_reservations(&self) -> Result<Vec<OpenReservation>, StoreError> {
+        self.with_conn(move |conn| {
+            let mut stmt = conn.prepare_cached(&open_reservations_sql(
+                "SUM(p.credits)",
+                "MIN(CASE WHEN typeof(p.credits) <> 'integer' OR p.credits < 0 THEN p.id END), \
+                 MIN(CASE WHEN typeof(p.interval_end) <> 'integer' THEN p.id END)",
+            ))?;
+            let mut rows = stmt.query([])?;
+            let mut out = Vec::new();
+            while let Some(r) = rows.next()? {
+                let reserve = Self::read_row(r)?;
+                let within = || format!("a post of reservation {}", reserve.entry.key);
+                if let Some(id) = r.get::<_, Option<i64>>(22)? {
+                    return Err(corrupt_aggregated(id, "credits", &within()));
+                }
+                if let Some(id) = r.get::<_, Option<i64>>(23)? {
+                    return Err(corrupt_aggregated(id, "interval_end", &within()));
+                }
+                let posted: Option<i64> = r.get(20)?;
+                let posted_until: i64 = r.get(21)?;
+                out.push(OpenReservation::from_row(
+                    reserve,
+                    i128::from(posted.unwrap_or(0)),
+                    posted_until,
+                ));
+            }
+            Ok(merge_open_lines(out))
+        })
+        .await
+    }
+
+    async fn posted_between(&self, budget: &str, from: i64, to: i64) -> Result<i128, StoreError> {
+        let budget = budget.to_string();
+        self.with_conn(move |conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT SUM(credits), MIN(CASE WHEN typeof(credits) <> 'integer' OR (kind = 'Post' AND credits < 0) THEN id END) \
+                 FROM entries WHERE budget = ?1 AND kind IN ('Post', 'Correction') AND interval_end >= ?2 AND interval_end < ?3",
+            )?;
+            // The sum is read as any value: a corrupt amount makes it REAL, and
+            // the check column names the row.
+            let (sum, bad): (rusqlite::types::Value, Option<i64>) =
+                stmt.query_row(rusqlite::params![budget, from, to], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })?;
+            let corrupt = |id| {
+                corrupt_aggregated(
+                    id,
+                    "credits",
+                    &format!("posted credits of budget {budget}"),
+                )
+            };
+            if let Some(id) = bad {
+                return Err(corrupt(id));
+            }
+            match sum {
+                rusqlite::types::Value::Null => Ok(0),
+                rusqlite::types::Value::Integer(v) => Ok(i128::from(v)),
+                _ => Err(corrupt(0)),
+            }
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::store::schema::migration_1;
+    use crate::ledger::store::{for_each_entry, verify};
+
+    /// A version-1 SQLite ledger as kaccel 1 wrote it: the v1 DDL, version 1
+    /// recorded, rows inserted directly.
+    fn v1_file(path: &Path, entries: &[Entry]) {
+        let conn = rusqlite::Connection::open(path).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE schema_migrations (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL);
+             INSERT INTO schema_migrations (version, applied_at) VALUES (1, 1767225600);",
+        )
+        .unwrap();
+        conn.execute_batch(&migration_1("INTEGER PRIMARY KEY AUTOINCREMENT"))
+            .unwrap();
+        for e in entries {
+            conn.execute(
+                &format!(
+                    "INSERT INTO entries ({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
+                    COLUMNS.trim_end_matches(", rate")
+                ),
+                rusqlite::params![
+                    e.key, e.kind.as_str(), e.budget, e.team, e.namespace, e.workload,
+                    e.workload_uid, i64::from(e.admission), e.class, e.flavor, e.resource,
+                    e.device_units as i64, e.start, e.end, e.credits, e.rate_card, e.reason,
+                    e.created_at,
+                ],
+            )
+            .unwrap();
+        }
+    }
+
+    fn sqlite_indexes(path: &Path) -> Vec<String> {
+        let conn = rusqlite::Connection::open(path).unwrap();
+        let mut stmt = conn
+            .prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'entries' AND sql IS NOT NULL ORDER BY name")
+            .unwrap();
+        stmt.query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn sqlite_version_1_is_upgraded_in_place() {
+        use crate::ledger::conformance::lifecycle;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v1.db");
+        let mut entries = lifecycle("b1", "t", "u1", 2, 3);
+        let mut open = lifecycle("b2", "t", "u2", 1, 1);
+        open.pop();
+        entries.extend(open);
+        v1_file(&path, &entries);
+        // Version 3 adds the rate; rows written before read it as 0.
+        for e in &mut entries {
+            e.rate = 0;
+        }
+        assert_eq!(
+            sqlite_indexes(&path),
+            ["entries_budget_created", "entries_interval_start"]
+        );
+
+        let store = SqliteStore::open(&path).await.unwrap();
+        assert_eq!(store.schema_version().await.unwrap(), 3);
+        assert_eq!(
+            sqlite_indexes(&path),
+            [
+                "entries_budget_created",
+                "entries_budget_kind",
+                "entries_interval_start",
+                "entries_reserves",
+                "entries_workload_uid",
+            ]
+        );
+        // Data intact, ids kept.
+        let mut all = Vec::new();
+        for_each_entry(&store, &EntryFilter::default(), |s: &StoredEntry| {
+            all.push(s.clone());
+            Ok::<_, StoreError>(())
+        })
+        .await
+        .unwrap();
+        assert_eq!(
+            all.iter().map(|s| s.id).collect::<Vec<_>>(),
+            (1..=9).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            all.into_iter().map(|s| s.entry).collect::<Vec<_>>(),
+            entries
+        );
+        assert!(verify(&store).await.unwrap().ok());
+        let open = store.open_reservations().await.unwrap();
+        assert_eq!(open.len(), 1);
+        assert_eq!((open[0].reserve.id, open[0].posted), (8, 4_000_000));
+        assert_eq!(
+            store.posted_between("b1", 0, i64::MAX).await.unwrap(),
+            24_000_000
+        );
+        // New entries get the next ids.
+        let more = lifecycle("b3", "t", "u3", 1, 0);
+        store.append(&more).await.unwrap();
+        assert_eq!(
+            store.entry_by_key(&more[0].key).await.unwrap().unwrap().id,
+            10
+        );
+        drop(store);
+
+        // Reopening applies nothing twice.
+        let store = SqliteStore::open(&path).await.unwrap();
+        assert_eq!(store.schema_version().await.unwrap(), 3);
+        let versions: Vec<i64> = store
+            .with_conn(|conn| {
+                let mut stmt =
+                    conn.prepare("SELECT version FROM schema_migrations ORDER BY version")?;
+                let v = stmt
+                    .query_map([], |r| r.get(0))?
+                    .collect::<Result<_, _>>()?;
+                Ok(v)
+            })
+            .await
+            .unwrap();
+        assert_eq!(versions, [1, 2, 3]);
+    }
+
+    /// The admission queries use the migration-2 indexes rather than scanning
+    /// the table.
+    #[tokio::test]
+    async fn sqlite_admission_queries_use_indexes() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&dir.path().join("l.db")).await.unwrap();
+        let plans = store
+            .with_conn(|conn| {
+                let plan = |sql: &str| -> Result<String, StoreError> {
+                    let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}"))?;
+                    let rows = stmt
+                        .query_map([], |r| r.get::<_, String>(3))?
+                        .collect::<Result<Vec<_>, _>>()?;
+                    Ok(rows.join("; "))
+                };
+                Ok([
+                    plan(&format!("SELECT id, {COLUMNS} FROM entries WHERE workload_uid = 'u' ORDER BY id"))?,
+                    plan(&open_reservations_sql("SUM(p.credits)", "NULL, NULL"))?,
+                    plan("SELECT SUM(credits) FROM entries WHERE budget = 'b' AND kind IN ('Post', 'Correction') AND interval_end >= 1 AND interval_end < 2")?,
+                ])
+            })
+            .await
+            .unwrap();
+        for plan in &plans {
+            eprintln!("{plan}");
+        }
+        assert!(
+            plans[0].contains("USING INDEX entries_workload_uid"),
+            "{}",
+            plans[0]
+        );
+        assert!(
+            plans[1].contains("USING INDEX entries_reserves"),
+            "{}",
+            plans[1]
+        );
+        assert!(
+            plans[1].contains("SEARCH p USING INDEX entries_workload_uid"),
+            "{}",
+            plans[1]
+        );
+        assert!(
+            plans[1].contains("SEARCH v USING INDEX entries_workload_uid"),
+            "{}",
+            plans[1]
+        );
+        assert!(
+            plans[2].contains("USING INDEX entries_budget_kind"),
+            "{}",
+            plans[2]
+        );
+    }
+}
