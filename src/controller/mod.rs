@@ -8,10 +8,10 @@
 
 mod allocator;
 pub mod config;
+mod credits;
 pub mod diff;
 mod health_poller;
 mod http;
-mod ledger;
 mod metrics;
 
 use std::collections::BTreeMap;
@@ -262,8 +262,8 @@ struct Reconciler {
 
 /// The ledger's tasks and what they share with the planner loop.
 struct LedgerParts {
-    shared: Arc<ledger::LedgerShared>,
-    runtime: Arc<ledger::LedgerRuntime>,
+    shared: Arc<credits::LedgerShared>,
+    runtime: Arc<credits::LedgerRuntime>,
 }
 
 /// Run the controller until SIGTERM / Ctrl-C.
@@ -303,9 +303,9 @@ pub async fn run(config: Config) -> Result<(), Error> {
     // Health pollers wake the reconcile loop like a watch event does.
     let (wake_tx, wake_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
     let ledger = config.ledger.enabled.then(|| {
-        let shared = Arc::new(ledger::LedgerShared::default());
+        let shared = Arc::new(credits::LedgerShared::default());
         LedgerParts {
-            runtime: ledger::LedgerRuntime::new(
+            runtime: credits::LedgerRuntime::new(
                 client.clone(),
                 config.ledger.clone(),
                 &config.field_manager,
@@ -644,7 +644,7 @@ impl Reconciler {
         });
 
         if let Some(l) = &self.ledger {
-            l.shared.set_pricing(ledger::PricingSnapshot {
+            l.shared.set_pricing(credits::PricingSnapshot {
                 ready: true,
                 flavor_models: planned
                     .flavors
@@ -1138,7 +1138,7 @@ impl Reconciler {
         budgets: &[CreditBudget],
         planned: &Plan,
         missing: &std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
-        ledger_views: &BTreeMap<String, ledger::BudgetLedgerView>,
+        ledger_views: &BTreeMap<String, credits::BudgetLedgerView>,
         name_conflicts: &BTreeMap<String, Vec<String>>,
     ) -> Result<(), Error> {
         let now = Time(k8s_openapi::jiff::Timestamp::now());
@@ -1176,7 +1176,7 @@ impl Reconciler {
                 desired.push(ledger_condition(view));
                 desired.push(overdraft_condition(view));
             }
-            let figure = |f: fn(&ledger::BudgetLedgerView) -> i128| {
+            let figure = |f: fn(&credits::BudgetLedgerView) -> i128| {
                 view.map(|v| crate::ledger::entry::format_micros(f(v)))
             };
             let time = |t: Option<i64>| {
@@ -1380,7 +1380,7 @@ pub(super) async fn publish_event(
 }
 
 /// `LedgerInSync` on a budget: the ledger answers and matches Kueue.
-fn ledger_condition(view: Option<&ledger::BudgetLedgerView>) -> crate::api::DesiredCondition {
+fn ledger_condition(view: Option<&credits::BudgetLedgerView>) -> crate::api::DesiredCondition {
     use crate::api::DesiredCondition;
     match view {
         None => DesiredCondition::new(
@@ -1421,7 +1421,7 @@ fn ledger_condition(view: Option<&ledger::BudgetLedgerView>) -> crate::api::Desi
 
 /// `Overdrawn` on a budget: running work renewed its reservations into the
 /// overdraft the budget allows (`remaining` below zero). Visible, never silent.
-fn overdraft_condition(view: Option<&ledger::BudgetLedgerView>) -> crate::api::DesiredCondition {
+fn overdraft_condition(view: Option<&credits::BudgetLedgerView>) -> crate::api::DesiredCondition {
     use crate::api::{DesiredCondition, OVERDRAWN};
     match view.map(|v| v.balances.remaining()) {
         Some(remaining) if remaining < 0 => DesiredCondition::new(

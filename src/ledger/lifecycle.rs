@@ -1,7 +1,7 @@
 //! The pure lifecycle of a charged Workload, between Kueue's status and ledger
 //! entries: which admission is recorded, whether it ended and when, which
 //! periodic posts are due, and the refund of a platform-caused preemption. The
-//! AdmissionCheck controller (`src/controller/ledger.rs`) is the I/O around it.
+//! AdmissionCheck controller (`src/controller/credits/`) is the I/O around it.
 //!
 //! Every time used here comes from the Workload (Kueue's condition times, the
 //! deletion timestamp) or from the recorded admission, never from "now" except

@@ -1,0 +1,596 @@
+//! The credit AdmissionCheck: one reconcile per Workload (reserve, post, renew,
+//! settle, release the finalizer) and the check state the user reads.
+
+use super::*;
+
+impl LedgerRuntime {
+    pub(super) async fn reconcile_workload(
+        &self,
+        obj: Arc<Workload>,
+    ) -> Result<Action, LedgerError> {
+        let v = obj.to_value();
+        let namespace = obj.namespace().unwrap_or_default();
+        let name = obj.name_any();
+        let shown = format!("{namespace}/{name}");
+        let uid = obj.uid().unwrap_or_default();
+        let check = check_state(&v, &self.config.admission_check_name);
+        let has_finalizer = obj.finalizers().iter().any(|f| f == FINALIZER);
+        if check.is_none() && !has_finalizer {
+            return Ok(Action::await_change());
+        }
+        let record = record_of(&v).map_err(|message| LedgerError::BadWorkload {
+            workload: shown.clone(),
+            message: format!("{message}; remove the annotation to let kaccel charge it again"),
+        })?;
+        let now = now_seconds();
+        let pricing = self.shared.pricing();
+        let mut requeue: Option<i64> = None;
+
+        // 1. The recorded admission: renewals and periodic posts while it runs, or
+        // the settlement once it ended.
+        let mut recorded: Option<(Charge, ChargeState)> = None;
+        if let Some(rec) = &record {
+            let entries = self.store().entries_for_workload(&uid).await?;
+            let charge = rec.charge(&namespace, &name, &uid);
+            let mut state = ChargeState::of(&charge, entries.iter().map(|s| &s.entry));
+            if state.terms > 0 && !state.voided {
+                match ended_at(&v, rec, EVICTED_FOR_ANNOTATION) {
+                    Some(end) => {
+                        let mut out = charge.settle(&state, &end, now);
+                        let refunds = pricing
+                            .budgets
+                            .get(&rec.budget)
+                            .is_some_and(|b| b.admission.refund_preemption);
+                        if refunds {
+                            state.apply(&charge, &out);
+                            out.extend(charge.preemption_refunds(&state.posted, &end));
+                        }
+                        self.append(&out).await?;
+                        tracing::info!(workload = %shown, admission = rec.admission, ended = %end.reason, "settled");
+                        // Credits came back: waiting Workloads may fit now.
+                        let _ = self.wake_planner.send(());
+                    }
+                    None => {
+                        // A Workload kaccel (or anyone) deactivated is on its way
+                        // out: no renewal; what it still uses is charged as overrun.
+                        let active = v
+                            .pointer("/spec/active")
+                            .and_then(Value::as_bool)
+                            .unwrap_or(true);
+                        let renews = active && !is_bounded(&v);
+                        if renews && now >= charge.renewal_due_at(state.terms) {
+                            self.renew(&v, &charge, &mut state, &pricing, now).await?;
+                        }
+                        let (posts, next_post) =
+                            charge.due_posts(&state, now, self.config.post_interval_seconds);
+                        self.append(&posts).await?;
+                        state.apply(&charge, &posts);
+                        let next_renewal = charge.renewal_due_at(state.terms);
+                        requeue = Some(if renews && next_renewal > now {
+                            next_post.min(next_renewal)
+                        } else {
+                            next_post
+                        });
+                    }
+                }
+            }
+            if state.terms > 0 {
+                recorded = Some((charge, state));
+            }
+        }
+
+        // 2. Answer a Pending check of a Workload holding quota.
+        let finished = is_finished(&v);
+        let deleting = deletion_time(&v).is_some();
+        if let Some((state, message)) = check
+            && matches!(state, "Pending")
+            && holds_quota(&v)
+            && !finished
+            && !deleting
+            && !evicted_since_admission(&v)
+        {
+            let admission = admission_number(&v).map_err(|source| LedgerError::Admission {
+                workload: shown.clone(),
+                source,
+            })?;
+            match (&record, &recorded) {
+                (Some(rec), Some((charge, _))) if rec.admission == admission => {
+                    // Reserved before a crash (or the cache lags the check write).
+                    self.set_check(&v, "Ready", &ready_note(rec, charge, &v), None)
+                        .await?;
+                }
+                _ => {
+                    if let Some(after) = self
+                        .decide(&v, &shown, &uid, admission, message, &pricing, now)
+                        .await?
+                    {
+                        requeue = Some(requeue.map_or(after, |r| r.min(after)));
+                    }
+                }
+            }
+        }
+
+        // 3. The finalizer goes once a finished or deleted Workload is settled
+        // (a failed settlement returned early above).
+        if has_finalizer && (finished || deleting) {
+            self.release(&v).await?;
+        }
+
+        Ok(match requeue {
+            Some(at) => Action::requeue(Duration::from_secs(
+                at.saturating_sub(now).clamp(1, 3600) as u64
+            )),
+            None => Action::await_change(),
+        })
+    }
+
+    /// Prices the admission and reserves, waits or rejects. Returns when to look
+    /// again (unix seconds) while waiting.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn decide(
+        &self,
+        v: &Value,
+        shown: &str,
+        uid: &str,
+        admission: u32,
+        current_message: &str,
+        pricing: &PricingSnapshot,
+        now: i64,
+    ) -> Result<Option<i64>, LedgerError> {
+        let retry_at = now + i64::from(self.config.retry_after_seconds);
+        let cluster_queue = v
+            .pointer("/status/admission/clusterQueue")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let Some((budget_name, class_name)) = pricing.queues.get(cluster_queue) else {
+            if pricing.ready {
+                let note = format!(
+                    "ClusterQueue {cluster_queue:?} is not one kaccel generated for a CreditBudget: no budget pays for it"
+                );
+                self.set_check(v, "Pending", &note, None).await?;
+            }
+            return Ok(Some(retry_at));
+        };
+        let Some(budget) = pricing.budgets.get(budget_name) else {
+            return Ok(Some(retry_at));
+        };
+        if let Some(message) = pricing.rate_problem(class_name) {
+            return self.reject(v, &message).await;
+        }
+        let usage = usage_from_workload(v).map_err(|source| LedgerError::Admission {
+            workload: shown.to_string(),
+            source,
+        })?;
+        // A flavor the last plan did not know yet (just created): look again soon.
+        if usage
+            .iter()
+            .any(|u| !pricing.flavor_models.contains_key(&u.flavor))
+        {
+            return Ok(Some(now + 2));
+        }
+        let default_horizon = budget
+            .admission
+            .default_horizon_seconds
+            .unwrap_or(self.config.default_horizon_seconds);
+        let horizon = horizon_seconds(v, default_horizon);
+        let rates = |u: &FlavorUsage| {
+            let model = pricing.flavor_models.get(&u.flavor)?;
+            let (spec, generation) = pricing.classes.get(class_name)?;
+            // Cannot fail: rate_problem above rejected every rate that does not
+            // parse (pricing's rate_errors_agree_with_resolve_rate).
+            rate_info(class_name, spec, *generation, model).ok()
+        };
+        // Too large to price (overflow) is a property of the admission: retrying
+        // cannot help, so the Workload is rejected with the reason.
+        let priced = match reservation(&usage, &rates, horizon) {
+            Ok(priced) => priced,
+            Err(e) => {
+                let message = format!(
+                    "cannot price this admission: {e}; ask for fewer devices or a shorter spec.maximumExecutionTimeSeconds"
+                );
+                return self.reject(v, &message).await;
+            }
+        };
+        let admitted_at = match condition(v, "QuotaReserved") {
+            Some((true, Some(t), _)) => t,
+            _ => now,
+        };
+        let (namespace, name) = namespace_and_name(v);
+        let workload = WorkloadView {
+            namespace: namespace.into(),
+            name: name.into(),
+            uid: uid.into(),
+            admission,
+            admitted_at,
+            now,
+        };
+        let guard = self.reserve_lock.lock().await;
+        let balances = self.balances_of(budget_name).await?;
+        let view = BudgetView {
+            budget: budget_name.clone(),
+            team: budget.team.clone(),
+            balances,
+        };
+        match decide(&view, &workload, &priced) {
+            Decision::Reserve { entries } => {
+                let record = (!entries.is_empty()).then(|| {
+                    ReservationRecord::from_lines(
+                        admission,
+                        budget_name,
+                        &budget.team,
+                        cluster_queue,
+                        admitted_at,
+                        horizon,
+                        &priced.lines,
+                    )
+                });
+                if let Some(record) = &record {
+                    // The record (and finalizer) first: once the Reserve entry exists,
+                    // the Workload cannot go away unsettled.
+                    self.set_record(v, record).await?;
+                    self.append(&entries).await?;
+                }
+                drop(guard);
+                let note = match &record {
+                    Some(record) => ready_note(
+                        record,
+                        &record.charge(&workload.namespace, &workload.name, uid),
+                        v,
+                    ),
+                    None => "no accelerator devices to charge".to_string(),
+                };
+                self.set_check(v, "Ready", &note, None).await?;
+                self.count_decision("reserve");
+                let latency = (k8s_openapi::jiff::Timestamp::now().as_millisecond() as f64
+                    / 1000.0
+                    - admitted_at as f64)
+                    .max(0.0);
+                self.metrics.check_latency.observe(latency);
+                let _ = self.wake_planner.send(());
+                Ok(None)
+            }
+            Decision::Wait { message } => {
+                drop(guard);
+                self.count_decision("wait");
+                match budget.admission.when_short {
+                    ShortPolicy::Retry => {
+                        self.set_check(v, "Retry", &message, Some(self.config.retry_after_seconds))
+                            .await?;
+                        Ok(None)
+                    }
+                    ShortPolicy::Pending => {
+                        if message != current_message {
+                            self.set_check(v, "Pending", &message, None).await?;
+                        }
+                        Ok(Some(retry_at))
+                    }
+                }
+            }
+            Decision::Reject { message } => {
+                drop(guard);
+                self.reject(v, &message).await
+            }
+        }
+    }
+
+    /// A budget's balances from the cache, or the store when not cached. Callers
+    /// hold `reserve_lock` when they decide on the figures.
+    pub(super) async fn balances_of(&self, budget: &str) -> Result<Balances, LedgerError> {
+        let cached = self
+            .balances
+            .lock()
+            .expect("balances lock")
+            .get(budget)
+            .copied();
+        if let Some(b) = cached {
+            return Ok(b);
+        }
+        let b = self.store().balances(budget).await?;
+        self.balances
+            .lock()
+            .expect("balances lock")
+            .insert(budget.to_string(), b);
+        Ok(b)
+    }
+
+    /// Reserves the next term of a running admission if its budget covers it (or
+    /// allows the overdraft); else stops the Workload through Kueue.
+    pub(super) async fn renew(
+        &self,
+        v: &Value,
+        charge: &Charge,
+        state: &mut ChargeState,
+        pricing: &PricingSnapshot,
+        now: i64,
+    ) -> Result<(), LedgerError> {
+        let rule = pricing
+            .budgets
+            .get(&charge.owner.budget)
+            .map(|b| renewal_rule(&b.admission))
+            .unwrap_or_default();
+        let guard = self.reserve_lock.lock().await;
+        let balances = self.balances_of(&charge.owner.budget).await?;
+        match charge.decide_renewal(state.terms, &balances, rule, now) {
+            Renewal::Renew { entries, overdraft } => {
+                self.append(&entries).await?;
+                drop(guard);
+                state.apply(charge, &entries);
+                self.count_decision(if overdraft {
+                    "renew_overdraft"
+                } else {
+                    "renew"
+                });
+                if overdraft {
+                    tracing::warn!(budget = %charge.owner.budget, workload = %charge.owner.workload, "reservation renewed into an overdraft");
+                }
+                let _ = self.wake_planner.send(());
+            }
+            Renewal::Stop { message } => {
+                drop(guard);
+                let drains = pricing
+                    .budgets
+                    .get(&charge.owner.budget)
+                    .is_some_and(|b| b.on_exhaustion == ExhaustionPolicy::HoldAndDrain);
+                if drains {
+                    // HoldAndDrain: the Workload runs on, charged as used (overrun),
+                    // until its spending uses up the grant and the queue drains
+                    // (Kueue evicts and requeues it; a top-up brings it back).
+                    self.count_decision("await_drain");
+                    tracing::info!(workload = %charge.owner.workload, %message, "renewal not covered; HoldAndDrain will stop it when the grant is spent");
+                } else {
+                    self.count_decision("stop");
+                    self.stop_workload(v, &message).await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Deactivates a Workload whose renewal the budget cannot cover (Kueue evicts
+    /// it and stops counting it), with the reason in an annotation and an Event.
+    pub(super) async fn stop_workload(&self, v: &Value, message: &str) -> Result<(), LedgerError> {
+        let (namespace, name) = namespace_and_name(v);
+        let patch = json!({
+            "metadata": {"annotations": {STOPPED_ANNOTATION: message}},
+            "spec": {"active": false},
+        });
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), namespace, &workload_resource());
+        api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|source| LedgerError::Api {
+                action: format!("stopping Workload {namespace}/{name} for want of credits"),
+                source,
+            })?;
+        self.metrics.write("Workload", "stop");
+        tracing::warn!(workload = %format!("{namespace}/{name}"), %message, "stopped a Workload its budget cannot cover");
+        let reference = ObjectReference {
+            api_version: Some(format!("{}/{}", crate::kueue::GROUP, crate::kueue::VERSION)),
+            kind: Some("Workload".into()),
+            namespace: Some(namespace.into()),
+            name: Some(name.into()),
+            uid: v
+                .pointer("/metadata/uid")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            ..Default::default()
+        };
+        let event = Event {
+            type_: EventType::Warning,
+            reason: "CreditsExhausted".into(),
+            note: Some(message.chars().take(1000).collect()),
+            action: "StopWorkload".into(),
+            secondary: None,
+        };
+        crate::controller::publish_event(&self.recorder, &self.metrics, &event, &reference).await;
+        Ok(())
+    }
+
+    pub(super) async fn reject(
+        &self,
+        v: &Value,
+        message: &str,
+    ) -> Result<Option<i64>, LedgerError> {
+        self.count_decision("reject");
+        self.set_check(v, "Rejected", message, None).await?;
+        Ok(None)
+    }
+
+    pub(super) fn count_decision(&self, decision: &str) {
+        self.metrics
+            .check_decisions
+            .get_or_create(&DecisionLabel {
+                decision: decision.into(),
+            })
+            .inc();
+    }
+
+    /// Writes kaccel's check state on the Workload (server-side apply of its own
+    /// entry of the `admissionChecks` map list; other checks are untouched).
+    pub(super) async fn set_check(
+        &self,
+        v: &Value,
+        state: &str,
+        message: &str,
+        requeue_after: Option<u32>,
+    ) -> Result<(), LedgerError> {
+        let (namespace, name) = namespace_and_name(v);
+        let check = &self.config.admission_check_name;
+        let current = check_state(v, check);
+        if current == Some((state, message)) && state != "Retry" {
+            return Ok(());
+        }
+        // The transition time moves only when the state does.
+        let transition = match current {
+            Some((s, _)) if s == state => v
+                .pointer("/status/admissionChecks")
+                .and_then(Value::as_array)
+                .and_then(|a| a.iter().find(|c| c["name"] == check.as_str()))
+                .and_then(|c| c["lastTransitionTime"].as_str())
+                .map(str::to_string)
+                .unwrap_or_else(|| rfc3339(now_seconds())),
+            _ => rfc3339(now_seconds()),
+        };
+        let mut entry = json!({
+            "name": check,
+            "state": state,
+            "message": message.chars().take(4000).collect::<String>(),
+            "lastTransitionTime": transition,
+        });
+        if let Some(after) = requeue_after {
+            entry["requeueAfterSeconds"] = json!(after);
+        }
+        let patch = json!({
+            "apiVersion": format!("{}/{}", crate::kueue::GROUP, crate::kueue::VERSION),
+            "kind": "Workload",
+            "metadata": {"name": name, "namespace": namespace},
+            "status": {"admissionChecks": [entry]},
+        });
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), namespace, &workload_resource());
+        api.patch_status(
+            name,
+            &PatchParams::apply(&self.field_manager).force(),
+            &Patch::Apply(&patch),
+        )
+        .await
+        .map_err(|source| LedgerError::Api {
+            action: format!("setting the credit check {state} on Workload {namespace}/{name}"),
+            source,
+        })?;
+        self.metrics.write("Workload", "check");
+        Ok(())
+    }
+
+    /// Sets kaccel's finalizer and reservation record on a Workload, by
+    /// server-side apply of just those two fields.
+    pub(super) async fn set_record(
+        &self,
+        v: &Value,
+        record: &ReservationRecord,
+    ) -> Result<(), LedgerError> {
+        let (namespace, name) = namespace_and_name(v);
+        let patch = json!({
+            "apiVersion": format!("{}/{}", crate::kueue::GROUP, crate::kueue::VERSION),
+            "kind": "Workload",
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "finalizers": [FINALIZER],
+                "annotations": {RESERVATION_ANNOTATION: record.to_annotation()},
+            },
+        });
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), namespace, &workload_resource());
+        api.patch(
+            name,
+            &PatchParams::apply(&self.field_manager).force(),
+            &Patch::Apply(&patch),
+        )
+        .await
+        .map_err(|source| LedgerError::Api {
+            action: format!("writing kaccel's finalizer on Workload {namespace}/{name}"),
+            source,
+        })?;
+        self.metrics.write("Workload", "finalizer");
+        Ok(())
+    }
+
+    /// Removes kaccel's finalizer and record from a settled Workload. A JSON patch
+    /// of exactly those entries, guarded by the resourceVersion read: releasing by
+    /// server-side apply left the finalizer behind whenever another writer had
+    /// re-sent the list meanwhile (Kueue drops its own finalizer with a patch of
+    /// the whole list, which makes it a co-owner of ours). A stale read fails the
+    /// test and is retried.
+    pub(super) async fn release(&self, v: &Value) -> Result<(), LedgerError> {
+        let (namespace, name) = namespace_and_name(v);
+        let Some(index) = v
+            .pointer("/metadata/finalizers")
+            .and_then(Value::as_array)
+            .and_then(|f| f.iter().position(|f| f == FINALIZER))
+        else {
+            return Ok(());
+        };
+        let mut ops = vec![
+            json!({"op": "test", "path": "/metadata/resourceVersion",
+                   "value": v.pointer("/metadata/resourceVersion")}),
+            json!({"op": "remove", "path": format!("/metadata/finalizers/{index}")}),
+        ];
+        if v.pointer("/metadata/annotations")
+            .and_then(|a| a.get(RESERVATION_ANNOTATION))
+            .is_some()
+        {
+            ops.push(json!({"op": "remove", "path": RESERVATION_ANNOTATION_POINTER}));
+        }
+        let patch = serde_json::from_value(Value::Array(ops)).expect("a valid JSON patch");
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), namespace, &workload_resource());
+        match api
+            .patch(name, &PatchParams::default(), &Patch::Json::<()>(patch))
+            .await
+        {
+            Ok(_) => {}
+            // Gone already (its finalizer was the last): nothing to remove.
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(source) => {
+                return Err(LedgerError::Api {
+                    action: format!("removing kaccel's finalizer from Workload {namespace}/{name}"),
+                    source,
+                });
+            }
+        }
+        self.metrics.write("Workload", "finalizer");
+        Ok(())
+    }
+}
+
+pub(super) fn namespace_and_name(v: &Value) -> (&str, &str) {
+    let text = |p: &str| v.pointer(p).and_then(Value::as_str).unwrap_or_default();
+    (text("/metadata/namespace"), text("/metadata/name"))
+}
+
+/// The check's message once credits are reserved (the same words whichever path
+/// sets it, so a replay writes nothing).
+pub(super) fn ready_note(record: &ReservationRecord, charge: &Charge, workload: &Value) -> String {
+    let mut cards: Vec<&str> = record.lines.iter().map(|l| l.rate_card.as_str()).collect();
+    cards.sort_unstable();
+    cards.dedup();
+    let span = if is_bounded(workload) {
+        format!("for up to {}s", record.horizon_seconds)
+    } else {
+        format!(
+            "for the first {}s, renewed every {}s while it runs",
+            record.horizon_seconds, record.horizon_seconds
+        )
+    };
+    format!(
+        "reserved {} credits of budget {} {span} (rate card {})",
+        format_micros(i128::try_from(charge.term_price(0)).unwrap_or(i128::MAX)),
+        record.budget,
+        cards.join(", ")
+    )
+}
+
+/// A Workload with `spec.maximumExecutionTimeSeconds`: Kueue stops it at its
+/// horizon, so its reservation is never renewed (the eviction's lag is charged
+/// as overrun).
+pub(super) fn is_bounded(workload: &Value) -> bool {
+    workload
+        .pointer("/spec/maximumExecutionTimeSeconds")
+        .and_then(Value::as_u64)
+        .is_some_and(|s| s > 0)
+}
+
+/// A budget's rule for renewals it cannot cover (an unparsable limit allows no
+/// overdraft; the budget's Invalid condition names it).
+pub(super) fn renewal_rule(policy: &crate::api::AdmissionPolicy) -> RenewalRule {
+    let limit = policy
+        .overdraft_limit
+        .as_deref()
+        .and_then(|l| l.parse::<Credits>().ok());
+    RenewalRule {
+        allow_overdraft: policy.when_renewal_short == Some(RenewalShortPolicy::Overdraft)
+            && limit.is_some(),
+        overdraft_limit: limit.unwrap_or(Credits::ZERO),
+    }
+}

@@ -1,0 +1,505 @@
+//! The credit ledger at run time: kaccel's Kueue AdmissionCheck and the budget
+//! loop. Thin I/O around the pure layers in `src/ledger` (pricing and the
+//! reserve/wait/reject decision in `admission`, the Workload lifecycle in
+//! `lifecycle`, periods and top-ups in `budget`).
+//!
+//! Workloads (one reconcile per Workload at a time, from kube-runtime's
+//! Controller):
+//! 1. post usage of the recorded admission per interval; settle it (last post +
+//!    void, and a refund for platform preemption when the budget says so) once
+//!    it ended — finished, quota released, re-admitted or deleted;
+//! 2. answer a Pending check of a Workload holding quota: record the priced
+//!    admission with a finalizer, append the Reserve entry, and only then set
+//!    the check Ready; or leave it Pending / Retry with the message the user
+//!    sees; or Rejected when nothing prices the devices;
+//! 3. drop the finalizer once a finished or deleted Workload is settled.
+//!
+//! Budgets (every `budgetIntervalSeconds`): period grants, expiries and top-ups;
+//! balances, burn rate and exhaustion for the status and the planner's Hold;
+//! and the reconciliation of open reservations against Kueue.
+//!
+//! Every error is retried with backoff: an unreachable store delays answers, it
+//! never loses an entry (entries are derived again from Kueue's state with the
+//! same idempotency keys).
+//!
+//! Layout: this file holds the shared state and the task wiring;
+//! `admission_check` the per-Workload reconcile, `budget_loop` the budget pass
+//! and the reconciliation against Kueue, `workload_cache` what is cached of a
+//! Workload and the index of open work.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{ObjectRef, Store as Cache};
+use kube::runtime::{Controller, WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+use tokio::sync::{Mutex, Notify, OnceCell, mpsc::UnboundedSender};
+
+use super::config::Ledger as LedgerConfig;
+use super::health_poller::{EVICTED_FOR_ANNOTATION, now_seconds};
+use super::metrics::{BudgetLabel, DecisionLabel, KindLabel, Metrics, ReasonLabel};
+use crate::api::{
+    AcceleratorClassSpec, CreditBudgetSpec, Credits, ExhaustionPolicy, RenewalShortPolicy,
+    ShortPolicy,
+};
+use crate::kueue::workload::Workload;
+use crate::ledger::admission::{
+    AdmissionError, BudgetView, Decision, FlavorUsage, WorkloadView, admission_number, decide,
+    horizon_seconds, rate_info, reservation, usage_from_workload,
+};
+use crate::ledger::budget::{
+    budget_entries, burn_rate_per_hour, current_period, is_exhausted, projected_exhaustion,
+};
+use crate::ledger::charge::{Charge, ChargeState, Renewal, RenewalRule};
+use crate::ledger::entry::{Balances, Entry, EntryKind, format_micros, void_key};
+use crate::ledger::export::rfc3339;
+use crate::ledger::lifecycle::{
+    FINALIZER, RESERVATION_ANNOTATION, RESERVATION_ANNOTATION_POINTER, ReservationRecord,
+    STOPPED_ANNOTATION, check_state, condition, deletion_time, ended_at, evicted_since_admission,
+    holds_quota, is_finished, record_of,
+};
+use crate::ledger::pricing::rate_errors;
+use crate::ledger::store::{LedgerStore, OpenReservation, Store, StoreError};
+
+/// What the planner knows that the check needs to price an admission; replaced
+/// after every plan.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PricingSnapshot {
+    /// False until the first plan ran.
+    pub ready: bool,
+    /// ResourceFlavor name -> device model.
+    pub flavor_models: BTreeMap<String, String>,
+    /// AcceleratorClass name -> (spec, generation).
+    pub classes: BTreeMap<String, (AcceleratorClassSpec, Option<i64>)>,
+    /// ClusterQueue name -> (budget, class).
+    pub queues: BTreeMap<String, (String, String)>,
+    /// CreditBudget name -> spec.
+    pub budgets: BTreeMap<String, CreditBudgetSpec>,
+}
+
+impl PricingSnapshot {
+    /// Why `class` cannot price any admission (a rate field that does not parse or
+    /// is too large, which an older CRD without the CEL rule lets in), naming
+    /// the fields and the fix; `None` when every rate of the class prices.
+    pub fn rate_problem(&self, class: &str) -> Option<String> {
+        let (spec, _) = self.classes.get(class)?;
+        let errors = rate_errors(&spec.credits);
+        (!errors.is_empty()).then(|| {
+            let fields: Vec<String> = errors.iter().map(|(f, p)| format!("{f}: {p}")).collect();
+            format!(
+                "AcceleratorClass {class} has no usable credit rate ({}): fix the class (it is marked Invalid), then submit the Workload again",
+                fields.join("; ")
+            )
+        })
+    }
+}
+
+/// The ledger's view of a budget, for its status, the planner's Hold and metrics.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct BudgetLedgerView {
+    pub balances: Balances,
+    pub burn_per_hour: i128,
+    pub projected_exhaustion: Option<i64>,
+    pub period: Option<(i64, i64)>,
+    pub exhausted: bool,
+    /// A problem the user must fix (a changed top-up, a bad amount) or the store
+    /// being unreachable.
+    pub error: Option<String>,
+    /// Reconciliation findings of the last pass (empty = ledger matches Kueue).
+    pub drift: Vec<String>,
+}
+
+/// Shared between the planner loop and the ledger tasks.
+#[derive(Default)]
+pub struct LedgerShared {
+    pricing: RwLock<Arc<PricingSnapshot>>,
+    budgets: RwLock<BTreeMap<String, BudgetLedgerView>>,
+    /// Wakes the budget loop before its next tick: the pricing inputs changed, or
+    /// entries were written (a reservation may have used the last credits).
+    budget_pass_due: Notify,
+}
+
+impl LedgerShared {
+    /// Replaces the snapshot; the budget loop runs at once only when it changed
+    /// (the planner re-plans on every Kueue status update, most change nothing here).
+    pub fn set_pricing(&self, snapshot: PricingSnapshot) {
+        let mut current = self.pricing.write().expect("pricing lock");
+        if **current != snapshot {
+            *current = Arc::new(snapshot);
+            self.budget_pass_due.notify_one();
+        }
+    }
+
+    fn pricing(&self) -> Arc<PricingSnapshot> {
+        self.pricing.read().expect("pricing lock").clone()
+    }
+
+    pub fn budget_views(&self) -> BTreeMap<String, BudgetLedgerView> {
+        self.budgets.read().expect("budgets lock").clone()
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    #[error("ledger store: {0}")]
+    Store(#[from] StoreError),
+    #[error("Kubernetes API error during {action}: {source}")]
+    Api {
+        action: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("Workload {workload}: {message}")]
+    BadWorkload { workload: String, message: String },
+    #[error("Workload {workload}: {source}")]
+    Admission {
+        workload: String,
+        #[source]
+        source: AdmissionError,
+    },
+}
+
+impl LedgerError {
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            LedgerError::Store(s) if store_unreachable(s) => "store_unreachable",
+            LedgerError::Store(_) => "store",
+            LedgerError::Api { .. } => "api",
+            LedgerError::BadWorkload { .. } => "bad_workload",
+            LedgerError::Admission { .. } => "admission",
+        }
+    }
+}
+
+/// The store could not be reached (as opposed to refusing or failing a query).
+fn store_unreachable(e: &StoreError) -> bool {
+    matches!(e, StoreError::Unreachable { .. } | StoreError::Postgres(_))
+}
+
+/// Workload reconciles running at once. Each is a few store round trips and
+/// API writes; 32 keeps a burst of admissions moving on 2 cores.
+const RECONCILE_CONCURRENCY: u16 = 32;
+
+pub fn workload_resource() -> ApiResource {
+    ApiResource::from_gvk(&GroupVersionKind::gvk(
+        crate::kueue::GROUP,
+        crate::kueue::VERSION,
+        "Workload",
+    ))
+}
+
+fn admission_check_resource() -> ApiResource {
+    ApiResource::from_gvk(&GroupVersionKind::gvk(
+        crate::kueue::GROUP,
+        crate::kueue::VERSION,
+        "AdmissionCheck",
+    ))
+}
+
+/// Everything the ledger tasks share.
+pub struct LedgerRuntime {
+    client: Client,
+    config: LedgerConfig,
+    field_manager: String,
+    metrics: Metrics,
+    shared: Arc<LedgerShared>,
+    /// Opened (with retries) by the budget loop; workloads wait until it is.
+    store: OnceCell<Store>,
+    /// One reservation decision at a time, so two admissions cannot both spend
+    /// the same remaining credits.
+    reserve_lock: Mutex<()>,
+    /// Balances per budget, so a decision does not sum a budget's whole history.
+    /// Kept by applying what this process appends (the leader is the only
+    /// writer) and refreshed from the store every budget pass; a refresh that
+    /// raced a Reserve is dropped ([`Self::reserves_appended`]), and the other
+    /// races can only under-state what remains.
+    balances: std::sync::Mutex<BTreeMap<String, Balances>>,
+    /// Reserve appends so far (changed under `reserve_lock`).
+    reserves_appended: std::sync::atomic::AtomicU64,
+    /// Wakes the planner (Hold, status) when a budget's ledger view changed.
+    wake_planner: UnboundedSender<()>,
+    /// Events on Workloads (a stop for want of credits).
+    recorder: Recorder,
+    /// Findings seen at the previous reconciliation pass: a finding is acted on
+    /// only when it persists, so work in flight (a settlement a moment away) is
+    /// not mistaken for drift.
+    previous_findings: Mutex<BTreeSet<String>>,
+}
+
+impl LedgerRuntime {
+    pub fn new(
+        client: Client,
+        config: LedgerConfig,
+        field_manager: &str,
+        metrics: Metrics,
+        shared: Arc<LedgerShared>,
+        wake_planner: UnboundedSender<()>,
+    ) -> Arc<Self> {
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: "kaccel".into(),
+                instance: std::env::var("POD_NAME").ok(),
+            },
+        );
+        Arc::new(LedgerRuntime {
+            recorder,
+            client,
+            config,
+            field_manager: format!("{field_manager}-credits"),
+            metrics,
+            shared,
+            store: OnceCell::new(),
+            reserve_lock: Mutex::new(()),
+            balances: Default::default(),
+            reserves_appended: Default::default(),
+            wake_planner,
+            previous_findings: Mutex::new(BTreeSet::new()),
+        })
+    }
+
+    /// Runs until aborted (the planner loop aborts it when leadership ends):
+    /// opens the store with retries, then the Workload controller and the budget
+    /// loop side by side.
+    pub async fn run(self: Arc<Self>, cluster_queues: Cache<DynamicObject>) {
+        let url = self.config.store_url();
+        let shown = crate::ledger::store::redact_url(&url);
+        let mut delay = Duration::from_millis(500);
+        loop {
+            match Store::open(&url).await {
+                Ok(store) => {
+                    let _ = self.store.set(store);
+                    self.metrics.ledger_up.set(1);
+                    tracing::info!(store = %shown, "ledger store open");
+                    break;
+                }
+                Err(e) => {
+                    self.metrics.ledger_up.set(0);
+                    self.metrics
+                        .ledger_errors
+                        .get_or_create(&ReasonLabel {
+                            reason: "store_unreachable".into(),
+                        })
+                        .inc();
+                    tracing::error!(store = %shown, error = %e, retry_in = ?delay, "cannot open the ledger store; credit checks stay Pending until it answers");
+                    self.set_admission_check(Some(&format!(
+                        "ledger store {shown} cannot be opened: {e}; kaccel retries, and credit checks stay Pending until it answers"
+                    )))
+                    .await;
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(15));
+                }
+            }
+        }
+        self.set_admission_check(None).await;
+
+        let api: Api<Workload> = Api::all(self.client.clone());
+        let (trigger_tx, trigger_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+        // The cache holds each Workload as the typed, slim view the check reads
+        // (`kueue::workload`): a cluster keeps tens of thousands of finished
+        // Workloads, whose pod templates and managed fields would otherwise all
+        // stay in memory.
+        let writer = kube::runtime::reflector::store::Writer::<Workload>::default();
+        let workloads = writer.as_reader();
+        let check = self.config.admission_check_name.clone();
+        let relevant = Arc::new(RelevantWorkloads::default());
+        let index = relevant.clone();
+        let index_check = check.clone();
+        let stream = watcher(api, watcher::Config::default())
+            .modify(move |w| slim_workload(w, &check))
+            .inspect_ok(move |event| index.observe(event, &index_check))
+            .reflect(writer)
+            .applied_objects();
+        // Bounded: unbounded, every Workload listed at start (a cluster's whole
+        // history) would get a reconcile future at once, each holding the
+        // check's whole state machine, hundreds of MiB for a few 10,000s.
+        let controller = Controller::for_stream(stream, workloads.clone())
+            .with_config(
+                kube::runtime::controller::Config::default().concurrency(RECONCILE_CONCURRENCY),
+            )
+            .reconcile_all_on(super::receiver_stream(trigger_rx));
+        let ctx = self.clone();
+        let workload_task = controller
+            .run(
+                |obj, ctx: Arc<LedgerRuntime>| async move { ctx.reconcile_workload(obj).await },
+                |_obj, err: &LedgerError, ctx: Arc<LedgerRuntime>| {
+                    tracing::warn!(error = %err, "credit check reconcile failed; retrying");
+                    ctx.metrics
+                        .ledger_errors
+                        .get_or_create(&ReasonLabel {
+                            reason: err.metric_label().into(),
+                        })
+                        .inc();
+                    Action::requeue(Duration::from_secs(2))
+                },
+                ctx,
+            )
+            .for_each(|_| async {});
+        let budget_task = self
+            .clone()
+            .budget_loop(workloads, relevant, cluster_queues, trigger_tx);
+        tokio::join!(workload_task, budget_task);
+    }
+
+    fn store(&self) -> &Store {
+        self.store
+            .get()
+            .expect("the store is opened before any task starts")
+    }
+
+    async fn append(&self, entries: &[Entry]) -> Result<(), LedgerError> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        match self.store().append(entries).await {
+            Ok(outcome) => {
+                self.metrics.ledger_up.set(1);
+                {
+                    let mut cache = self.balances.lock().expect("balances lock");
+                    for e in entries {
+                        if outcome.duplicates == 0 {
+                            if let Some(b) = cache.get_mut(&e.budget) {
+                                b.apply(e.kind, e.credits);
+                            }
+                        } else {
+                            // Some were stored already: read the budget again.
+                            cache.remove(&e.budget);
+                        }
+                    }
+                }
+                if entries.iter().any(|e| e.kind == EntryKind::Reserve) {
+                    self.reserves_appended
+                        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+                if outcome.inserted > 0 {
+                    self.shared.budget_pass_due.notify_one();
+                    for e in entries {
+                        self.metrics
+                            .ledger_entries
+                            .get_or_create(&KindLabel {
+                                kind: e.kind.as_str().into(),
+                            })
+                            .inc();
+                    }
+                }
+                Ok(())
+            }
+            Err(e) => {
+                if store_unreachable(&e) {
+                    self.metrics.ledger_up.set(0);
+                }
+                Err(e.into())
+            }
+        }
+    }
+
+    /// Creates kaccel's AdmissionCheck and sets its Active condition (Kueue
+    /// treats ClusterQueues whose checks are not Active as inactive). `problem`
+    /// makes it inactive with that message.
+    async fn set_admission_check(&self, problem: Option<&str>) {
+        let api: Api<DynamicObject> =
+            Api::all_with(self.client.clone(), &admission_check_resource());
+        let name = &self.config.admission_check_name;
+        let params = PatchParams::apply(&self.field_manager).force();
+        let object = json!({
+            "apiVersion": format!("{}/{}", crate::kueue::GROUP, crate::kueue::VERSION),
+            "kind": "AdmissionCheck",
+            "metadata": {"name": name, "labels": {crate::plan::MANAGED_BY_LABEL: crate::plan::MANAGED_BY}},
+            "spec": {"controllerName": self.config.controller_name},
+        });
+        if let Err(e) = api.patch(name, &params, &Patch::Apply(&object)).await {
+            tracing::warn!(error = %e, admission_check = %name, "cannot write the AdmissionCheck");
+            return;
+        }
+        let (status, reason, message) = match problem {
+            None => (
+                "True",
+                "Active",
+                "kaccel charges credits for admissions".to_string(),
+            ),
+            Some(p) => ("False", "LedgerUnavailable", p.to_string()),
+        };
+        let status_patch = json!({
+            "apiVersion": format!("{}/{}", crate::kueue::GROUP, crate::kueue::VERSION),
+            "kind": "AdmissionCheck",
+            "metadata": {"name": name},
+            "status": {"conditions": [{
+                "type": "Active", "status": status, "reason": reason, "message": message,
+                "lastTransitionTime": rfc3339(now_seconds()),
+            }]},
+        });
+        if let Err(e) = api
+            .patch_status(name, &params, &Patch::Apply(&status_patch))
+            .await
+        {
+            tracing::warn!(error = %e, admission_check = %name, "cannot write the AdmissionCheck status");
+        }
+    }
+}
+
+mod admission_check;
+mod budget_loop;
+mod workload_cache;
+
+use workload_cache::{RelevantWorkloads, ledger_relevant, slim_view, slim_workload};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{CreditRate, ModelRate};
+
+    fn snapshot_with_class(per_device_hour: &str, overrides: &[(&str, &str)]) -> PricingSnapshot {
+        let spec: AcceleratorClassSpec = serde_json::from_value(json!({
+            "sharing": "Whole",
+            "credits": { "perDeviceHour": "1" }
+        }))
+        .unwrap();
+        let spec = AcceleratorClassSpec {
+            credits: CreditRate {
+                per_device_hour: per_device_hour.into(),
+                model_overrides: overrides
+                    .iter()
+                    .map(|(m, r)| ModelRate {
+                        model: m.to_string(),
+                        per_device_hour: r.to_string(),
+                    })
+                    .collect(),
+            },
+            ..spec
+        };
+        PricingSnapshot {
+            ready: true,
+            classes: [("gpus".to_string(), (spec, Some(1)))].into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_class_with_an_unusable_rate_rejects_naming_the_fields_and_fix() {
+        let bad = snapshot_with_class("abc", &[("*H100*", "2000000000")]);
+        let message = bad.rate_problem("gpus").expect("a bad rate is a problem");
+        for needle in [
+            "AcceleratorClass gpus",
+            "spec.credits.perDeviceHour: \"abc\" is not a credit amount",
+            "e.g. \"2.5\"",
+            "spec.credits.modelOverrides[0].perDeviceHour",
+            "use a smaller credit unit",
+            "fix the class",
+        ] {
+            assert!(message.contains(needle), "{needle:?} missing: {message}");
+        }
+        assert_eq!(
+            snapshot_with_class("2.5", &[("*H100*", "6")]).rate_problem("gpus"),
+            None
+        );
+        assert_eq!(bad.rate_problem("no-such-class"), None);
+    }
+}

@@ -1,0 +1,235 @@
+//! What the credit check keeps of each Workload, and the index of the ones the
+//! budget pass compares with the ledger.
+
+use super::*;
+
+/// What the credit check keeps of a Workload in its cache.
+///
+/// - Charged (kaccel's finalizer), or holding quota unfinished with kaccel's
+///   check on it: the typed view less what deserialising could not skip
+///   (managed fields, labels, foreign annotations, CPU and memory usage).
+/// - Anything else, identity only: a Workload waiting for quota, one without
+///   kaccel's check, and finished history whose settlement is done (the
+///   finalizer gone). The reconcile has nothing to do for those and the budget
+///   pass skips them; they are what a cluster keeps by the ten thousand. A
+///   change brings the whole object again with its watch event, so one that
+///   gets quota is cached whole then.
+pub(super) fn slim_workload(w: &mut Workload, check: &str) {
+    let working = w.has_check(check) && w.is_true("QuotaReserved") && !w.is_true("Finished");
+    if w.has_finalizer(FINALIZER) || working {
+        slim_view(w);
+    } else {
+        w.keep_identity_only();
+    }
+}
+
+/// The keys of the Workloads the reconciliation against Kueue compares
+/// ([`ledger_relevant`]), kept from the watch's events so a budget pass costs in
+/// proportion to open work, not to every Workload the cluster keeps.
+#[derive(Default)]
+pub(super) struct RelevantWorkloads {
+    state: std::sync::Mutex<RelevantState>,
+}
+
+#[derive(Default)]
+pub(super) struct RelevantState {
+    keys: std::collections::HashSet<ObjectRef<Workload>>,
+    /// Filled during a (re-)list and swapped in when it is done, as the
+    /// reflector does with its store: a Workload deleted while the watch was
+    /// down is not in the new list.
+    relisting: Option<std::collections::HashSet<ObjectRef<Workload>>>,
+}
+
+impl RelevantWorkloads {
+    pub(super) fn observe(&self, event: &watcher::Event<Workload>, check: &str) {
+        let mut state = self.state.lock().expect("relevant index lock");
+        match event {
+            watcher::Event::Init => state.relisting = Some(Default::default()),
+            watcher::Event::InitApply(w) => {
+                if ledger_relevant_typed(w, check) {
+                    let key = ObjectRef::from_obj(w);
+                    state.relisting.get_or_insert_default().insert(key);
+                }
+            }
+            watcher::Event::InitDone => {
+                if let Some(keys) = state.relisting.take() {
+                    state.keys = keys;
+                }
+            }
+            watcher::Event::Apply(w) => {
+                let key = ObjectRef::from_obj(w);
+                if ledger_relevant_typed(w, check) {
+                    state.keys.insert(key);
+                } else {
+                    state.keys.remove(&key);
+                }
+            }
+            watcher::Event::Delete(w) => {
+                state.keys.remove(&ObjectRef::from_obj(w));
+            }
+        }
+    }
+
+    pub(super) fn keys(&self) -> Vec<ObjectRef<Workload>> {
+        let state = self.state.lock().expect("relevant index lock");
+        state.keys.iter().cloned().collect()
+    }
+}
+
+/// The typed view of a Workload the check works on.
+pub(super) fn slim_view(w: &mut Workload) {
+    w.slim(
+        "kaccel.io/",
+        crate::ledger::admission::is_accelerator_resource,
+    );
+}
+
+/// The JSON of a cached Workload the reconciliation against Kueue must look at
+/// (charged: kaccel's finalizer; or counted by Kueue with kaccel's check on it),
+/// `None` for the rest, decided on the typed view so a pass builds JSON only
+/// for open work.
+pub(super) fn ledger_relevant(w: &Workload, check: &str) -> Option<Value> {
+    ledger_relevant_typed(w, check).then(|| w.to_value())
+}
+
+pub(super) fn ledger_relevant_typed(w: &Workload, check: &str) -> bool {
+    w.has_finalizer(FINALIZER) || (w.counted_by_kueue() && w.has_check(check))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn workload(conditions: Value, checks: Value, finalizers: Value) -> Workload {
+        let mut w: Workload = serde_json::from_value(json!({
+            "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+            "metadata": {
+                "name": "w", "namespace": "ns", "uid": "u", "finalizers": finalizers,
+                "annotations": {"kaccel.io/credit-reservation": "{}", "kubectl.kubernetes.io/last-applied-configuration": "{...}"},
+                "managedFields": [{"manager": "kueue", "operation": "Update"}],
+            },
+            "spec": {"queueName": "q", "active": true, "podSets": [{"name": "main", "count": 1, "template": {"spec": {"containers": []}}}]},
+            "status": {"conditions": conditions, "admissionChecks": checks, "resourceRequests": [{"name": "main"}]},
+        }))
+        .expect("a Workload");
+        slim_workload(&mut w, "kaccel-credits");
+        w
+    }
+
+    #[test]
+    fn relevant_index_follows_the_watch() {
+        let check = json!([{"name": "kaccel-credits", "state": "Ready"}]);
+        let held = json!([{"type": "QuotaReserved", "status": "True", "lastTransitionTime": "2026-12-01T00:00:00Z"}]);
+        let finished = json!([{"type": "Finished", "status": "True", "lastTransitionTime": "2026-12-01T00:10:00Z"}]);
+        let named = |mut w: Workload, name: &str| {
+            w.metadata.name = Some(name.into());
+            w
+        };
+        let charged = named(
+            workload(held.clone(), check.clone(), json!([FINALIZER])),
+            "charged",
+        );
+        let settled = named(workload(finished, check.clone(), json!([])), "charged");
+        let waiting = named(workload(held, check.clone(), json!([])), "waiting");
+        let history = named(workload(json!([]), json!([]), json!([])), "history");
+        let index = RelevantWorkloads::default();
+        let names = |index: &RelevantWorkloads| {
+            let mut n: Vec<String> = index.keys().into_iter().map(|k| k.name).collect();
+            n.sort();
+            n
+        };
+        index.observe(&watcher::Event::Init, "kaccel-credits");
+        for w in [&charged, &waiting, &history] {
+            index.observe(&watcher::Event::InitApply(w.clone()), "kaccel-credits");
+        }
+        // Nothing is swapped in before the list is complete.
+        assert!(index.keys().is_empty());
+        index.observe(&watcher::Event::InitDone, "kaccel-credits");
+        assert_eq!(names(&index), ["charged", "waiting"]);
+        // Settled (finalizer released): out; deleted: out.
+        index.observe(&watcher::Event::Apply(settled), "kaccel-credits");
+        index.observe(&watcher::Event::Delete(waiting.clone()), "kaccel-credits");
+        assert!(index.keys().is_empty());
+        index.observe(&watcher::Event::Apply(waiting.clone()), "kaccel-credits");
+        assert_eq!(names(&index), ["waiting"]);
+        // A re-list after the watch was down forgets what is gone.
+        index.observe(&watcher::Event::Init, "kaccel-credits");
+        index.observe(
+            &watcher::Event::InitApply(charged.clone()),
+            "kaccel-credits",
+        );
+        index.observe(&watcher::Event::InitDone, "kaccel-credits");
+        assert_eq!(names(&index), ["charged"]);
+    }
+
+    #[test]
+    fn history_and_foreign_workloads_are_cached_as_identity_only() {
+        let check = json!([{"name": "kaccel-credits", "state": "Ready"}]);
+        let finished = json!([{"type": "Finished", "status": "True", "lastTransitionTime": "2026-12-01T00:10:00Z"}]);
+        let identity = |w: &Workload| {
+            w.spec == Default::default()
+                && w.status == Default::default()
+                && w.metadata.annotations.is_none()
+                && w.metadata.finalizers.is_none()
+                && w.metadata.uid.as_deref() == Some("u")
+                && w.metadata.name.as_deref() == Some("w")
+        };
+        // Settled history: finished, kaccel's finalizer gone.
+        assert!(identity(&workload(
+            finished.clone(),
+            check.clone(),
+            json!([])
+        )));
+        // Not kaccel's: no check of kaccel's, no finalizer.
+        assert!(identity(&workload(json!([]), json!([]), json!([]))));
+        let foreign = json!([{"name": "another-check", "state": "Pending"}]);
+        assert!(identity(&workload(json!([]), foreign, json!([]))));
+        // Finished but not yet settled: kept whole.
+        let unsettled = workload(finished, check.clone(), json!([FINALIZER]));
+        assert!(!identity(&unsettled) && unsettled.is_true("Finished"));
+        // Still waiting for quota: nothing for the check to do yet.
+        assert!(identity(&workload(json!([]), check.clone(), json!([]))));
+        // Holding quota with the check on it: kept whole.
+        let reserved = json!([{"type": "QuotaReserved", "status": "True", "lastTransitionTime": "2026-12-01T00:00:00Z"}]);
+        let waiting = workload(reserved, check, json!([]));
+        assert_eq!(waiting.status.admission_checks.len(), 1);
+        assert_eq!(waiting.spec.queue_name.as_deref(), Some("q"));
+    }
+
+    #[test]
+    fn the_cache_keeps_only_what_the_check_reads() {
+        let w = workload(json!([]), json!([]), json!([FINALIZER]));
+        assert!(w.metadata.managed_fields.is_none());
+        let annotations = w.metadata.annotations.as_ref().unwrap();
+        assert_eq!(
+            annotations.keys().collect::<Vec<_>>(),
+            ["kaccel.io/credit-reservation"]
+        );
+        let v = w.to_value();
+        assert!(v["spec"].get("podSets").is_none());
+        assert_eq!(v["spec"]["queueName"], "q");
+        assert!(v["status"].get("resourceRequests").is_none());
+        assert_eq!(w.finalizers(), [FINALIZER]);
+    }
+
+    #[test]
+    fn the_reconciliation_skips_finished_history() {
+        let check = json!([{"name": "kaccel-credits", "state": "Ready"}]);
+        let reserved = json!({"type": "QuotaReserved", "status": "True", "lastTransitionTime": "2026-12-01T00:00:00Z"});
+        let finished = json!({"type": "Finished", "status": "True", "lastTransitionTime": "2026-12-01T00:10:00Z"});
+        // Charged: the finalizer makes it relevant whatever its state.
+        let charged = workload(
+            json!([reserved, finished]),
+            check.clone(),
+            json!([FINALIZER]),
+        );
+        assert!(ledger_relevant(&charged, "kaccel-credits").is_some());
+        // Waiting on the check while holding quota: counted.
+        let waiting = workload(json!([reserved]), check.clone(), json!([]));
+        assert!(ledger_relevant(&waiting, "kaccel-credits").is_some());
+        assert!(ledger_relevant(&waiting, "another-check").is_none());
+        // Finished and settled: skipped.
+        let history = workload(json!([reserved, finished]), check, json!([]));
+        assert!(ledger_relevant(&history, "kaccel-credits").is_none());
+    }
+}
