@@ -2,6 +2,7 @@
 //! status and the planner, and the reconciliation of open reservations against
 //! Kueue.
 
+use super::workload_cache::{ledger_relevant, slim_view};
 use super::*;
 
 impl LedgerRuntime {

@@ -449,7 +449,7 @@ mod admission_check;
 mod budget_loop;
 mod workload_cache;
 
-use workload_cache::{RelevantWorkloads, ledger_relevant, slim_view, slim_workload};
+use workload_cache::{RelevantWorkloads, slim_workload};
 
 #[cfg(test)]
 mod tests {

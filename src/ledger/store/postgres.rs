@@ -1,7 +1,9 @@
 //! The PostgreSQL backend: one tokio-postgres connection, re-dialled when dropped.
 
-use super::row::{RawRow, check, conflict, corrupt_aggregated, merge_open_lines};
-use super::schema::{COLUMNS, SCHEMA_VERSION, migration, open_reservations_sql};
+use super::row::{RawRow, check, conflict, corrupt_aggregated, group_kind, merge_open_lines};
+use super::schema::{
+    COLUMNS, CREATE_MIGRATIONS_TABLE, migration, open_reservations_sql, pending_migrations,
+};
 use super::{
     AppendOutcome, EntryFilter, KindSums, LedgerStore, OpenReservation, StoreError, StoredEntry,
     now_unix, redact_url,
@@ -57,10 +59,7 @@ impl PostgresStore {
         // Serialise concurrent starters (several replicas, tests in parallel).
         tx.execute("SELECT pg_advisory_xact_lock(7238011)", &[])
             .await?;
-        tx.batch_execute(
-            "CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)",
-        )
-        .await?;
+        tx.batch_execute(CREATE_MIGRATIONS_TABLE).await?;
         let found: i64 = tx
             .query_one(
                 "SELECT COALESCE(MAX(version), 0)::BIGINT FROM schema_migrations",
@@ -68,13 +67,7 @@ impl PostgresStore {
             )
             .await?
             .get(0);
-        if found > SCHEMA_VERSION {
-            return Err(StoreError::SchemaTooNew {
-                found,
-                supported: SCHEMA_VERSION,
-            });
-        }
-        for version in (found + 1)..=SCHEMA_VERSION {
+        for version in pending_migrations(found)? {
             tx.batch_execute(&migration(
                 version,
                 "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
@@ -198,11 +191,7 @@ impl LedgerStore for PostgresStore {
             let sum: String = r.try_get(2)?;
             // A row of the group, so a bad kind is reported with a real row id.
             let first_id: i64 = r.try_get(3)?;
-            let kind = k.parse().map_err(|_| StoreError::CorruptRow {
-                id: first_id,
-                column: "kind",
-                detail: format!("{k:?} is not an entry kind (budget {b})"),
-            })?;
+            let kind = group_kind(first_id, &k, &b)?;
             let sum: i128 = sum.parse().map_err(|_| StoreError::CorruptRow {
                 id: first_id,
                 column: "credits",

@@ -41,6 +41,16 @@ pub(super) fn corrupt_aggregated(id: i64, column: &'static str, within: &str) ->
     StoreError::CorruptRow { id, column, detail }
 }
 
+/// The kind of a `GROUP BY budget, kind` row; a bad one is reported on
+/// `first_id`, a real row of the group.
+pub(super) fn group_kind(first_id: i64, kind: &str, budget: &str) -> Result<EntryKind, StoreError> {
+    kind.parse().map_err(|_| StoreError::CorruptRow {
+        id: first_id,
+        column: "kind",
+        detail: format!("{kind:?} is not an entry kind (budget {budget})"),
+    })
+}
+
 /// Raw column values of a row, before checking (shared by both backends).
 pub(super) struct RawRow {
     id: i64,

@@ -4,6 +4,23 @@
 /// The newest schema version this build knows.
 pub const SCHEMA_VERSION: i64 = 3;
 
+/// The table that records which migrations ran (the same in both backends).
+pub(super) const CREATE_MIGRATIONS_TABLE: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)";
+
+/// The migrations a store at schema version `found` still needs; an error for
+/// a store written by a newer kaccel.
+pub(super) fn pending_migrations(
+    found: i64,
+) -> Result<std::ops::RangeInclusive<i64>, super::StoreError> {
+    if found > SCHEMA_VERSION {
+        return Err(super::StoreError::SchemaTooNew {
+            found,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    Ok((found + 1)..=SCHEMA_VERSION)
+}
+
 pub(super) const COLUMNS: &str = "idempotency_key, kind, budget, team, workload_namespace, workload_name, workload_uid, admission, class, flavor, resource, device_units, interval_start, interval_end, credits, rate_card, reason, created_at, rate";
 
 pub(super) fn migration_1(id_column: &str) -> String {

@@ -3,8 +3,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use super::row::{RawRow, check, conflict, corrupt_aggregated, merge_open_lines};
-use super::schema::{COLUMNS, SCHEMA_VERSION, migration, open_reservations_sql};
+use super::row::{RawRow, check, conflict, corrupt_aggregated, group_kind, merge_open_lines};
+use super::schema::{
+    COLUMNS, CREATE_MIGRATIONS_TABLE, migration, open_reservations_sql, pending_migrations,
+};
 use super::{
     AppendOutcome, EntryFilter, KindSums, LedgerStore, OpenReservation, PAGE, StoreError,
     StoredEntry, now_unix,
@@ -51,21 +53,13 @@ impl SqliteStore {
         let tx = conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
             .map_err(open_err)?;
-        tx.execute_batch(
-            "CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)",
-        )?;
+        tx.execute_batch(CREATE_MIGRATIONS_TABLE)?;
         let found: i64 = tx.query_row(
             "SELECT COALESCE(MAX(version), 0) FROM schema_migrations",
             [],
             |r| r.get(0),
         )?;
-        if found > SCHEMA_VERSION {
-            return Err(StoreError::SchemaTooNew {
-                found,
-                supported: SCHEMA_VERSION,
-            });
-        }
-        for version in (found + 1)..=SCHEMA_VERSION {
+        for version in pending_migrations(found)? {
             tx.execute_batch(&migration(version, "INTEGER PRIMARY KEY AUTOINCREMENT"))?;
             tx.execute(
                 "INSERT INTO schema_migrations (version, applied_at) VALUES (?1, ?2)",
@@ -199,11 +193,7 @@ impl LedgerStore for SqliteStore {
                 let sum: i64 = r.get(2)?;
                 // A row of the group, so a bad kind is reported with a real row id.
                 let first_id: i64 = r.get(3)?;
-                let kind = k.parse().map_err(|_| StoreError::CorruptRow {
-                    id: first_id,
-                    column: "kind",
-                    detail: format!("{k:?} is not an entry kind (budget {b})"),
-                })?;
+                let kind = group_kind(first_id, &k, &b)?;
                 out.entry(b).or_default().insert(kind, i128::from(sum));
             }
             Ok(out)
