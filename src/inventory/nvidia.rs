@@ -60,7 +60,7 @@ pub(crate) fn read(view: &NodeView<'_>, warnings: &mut Vec<String>) -> Vec<Devic
     let mut groups = Vec::new();
     let raw_labels = view.raw_labels(&["nvidia.com/"]);
     let taints = view.taint_keys(&[TAINT_KEY]);
-    let product = view.label(PRODUCT);
+    let product = product_label(view, PRODUCT, warnings);
     let common = Common::read(view, warnings);
     // What every group of this node shares: GFD's node-wide facts, taints, raw labels.
     let mut push = |variant: DeviceVariant,
@@ -157,7 +157,7 @@ pub(crate) fn read(view: &NodeView<'_>, warnings: &mut Vec<String>) -> Vec<Devic
         }
         // GFD labels each MIG resource under its own (original) name.
         let own = format!("{MIG_PREFIX}{profile}");
-        let own_product = view.label(&format!("{own}.product"));
+        let own_product = product_label(view, &format!("{own}.product"), warnings);
         let read = match own_product {
             Some(p) => classify(view, &own, p, renamed_shared, warnings)
                 .map(|(_, sharing, _, pins)| (base_model(p).to_string(), sharing, pins)),
@@ -397,6 +397,25 @@ fn split_mig(product: &str) -> Option<(&str, &str)> {
     let base = &product[..at];
     let profile = &product[at + MIG_INFIX.len()..];
     (!base.is_empty() && !profile.is_empty()).then_some((base, profile))
+}
+
+/// A product label that names a model once GFD's decorations are stripped. A value
+/// that is only a decoration (`-SHARED`) names none: it is treated as missing, so the
+/// devices are listed as unlabelled rather than as a model with an empty name.
+fn product_label<'a>(
+    view: &'a NodeView<'_>,
+    key: &str,
+    warnings: &mut Vec<String>,
+) -> Option<&'a str> {
+    let product = view.label(key)?;
+    if base_model(product).is_empty() {
+        warnings.push(format!(
+            "label {key}={product:?} names no model once GFD's -SHARED / -MIG-<profile> \
+             decorations are removed; treated as missing"
+        ));
+        return None;
+    }
+    Some(product)
 }
 
 /// The product without GFD's `-SHARED` / `-MIG-<profile>` decorations.

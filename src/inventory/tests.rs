@@ -236,6 +236,32 @@ status:
 }
 
 #[test]
+fn a_product_that_is_only_a_decoration_names_no_model() {
+    // Found by `read_node_never_panics`: `-SHARED` alone stripped to an empty model.
+    let n = read_node(&node(
+        r#"
+metadata:
+  name: gpu-odd-01
+  labels:
+    nvidia.com/gpu.product: "-SHARED"
+status:
+  capacity: {nvidia.com/gpu: "1"}
+  allocatable: {nvidia.com/gpu: "1"}
+"#,
+    ));
+    // Unlabelled devices are not offered as a model; they are reported as unclassified.
+    assert!(n.groups.is_empty(), "{:?}", n.groups);
+    assert_eq!(n.unclassified.len(), 1, "{:?}", n.unclassified);
+    assert_eq!(n.unclassified[0].source, "nvidia.com/gpu");
+    assert_eq!(n.unclassified[0].count, 1);
+    assert!(
+        n.warnings.iter().any(|w| w.contains("names no model")),
+        "{:?}",
+        n.warnings
+    );
+}
+
+#[test]
 fn nvidia_time_slicing_renamed_and_mps_without_suffix() {
     let n = read_node(&node(
         r#"
