@@ -53,7 +53,10 @@ fn plan_on_examples_prints_applyable_yaml_and_a_summary() {
 #[test]
 fn plan_of_examples_is_byte_identical_to_the_pinned_output() {
     for (args, pinned) in [
-        (&["plan", "-f", "examples/"][..], "tests/golden/plan-examples.yaml"),
+        (
+            &["plan", "-f", "examples/"][..],
+            "tests/golden/plan-examples.yaml",
+        ),
         (
             &["plan", "-f", "examples/", "-o", "json"][..],
             "tests/golden/plan-examples.json",

@@ -26,6 +26,7 @@ use super::load;
 use crate::api::HealthCounts;
 use crate::health::HealthSnapshot;
 use crate::inventory::{DeviceVariant, Inventory, NodeInventory, parse_count};
+use crate::kueue::workload::Workload;
 
 #[derive(clap::Args, Debug)]
 pub struct InventoryArgs {
@@ -276,7 +277,6 @@ async fn read_kueue(client: &Client) -> Result<KueueObjects, String> {
     for (kind, plural) in [
         ("ResourceFlavor", "ResourceFlavors"),
         ("ClusterQueue", "ClusterQueues"),
-        ("Workload", "Workloads"),
     ] {
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &kueue(kind));
         let list = api.list(&ListParams::default()).await.map_err(|e| {
@@ -294,7 +294,19 @@ async fn read_kueue(client: &Client) -> Result<KueueObjects, String> {
                 .collect::<Vec<Value>>(),
         );
     }
-    let workloads = lists.pop().unwrap_or_default();
+    // Typed: only the fields allocation reads are kept of each Workload.
+    let workloads = Api::<Workload>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| {
+            format!(
+                "cannot list Kueue Workloads ({}/{}): {}",
+                crate::kueue::GROUP,
+                crate::kueue::VERSION,
+                short(&e)
+            )
+        })?
+        .items;
     let cluster_queues = lists.pop().unwrap_or_default();
     let flavors = lists.pop().unwrap_or_default();
     Ok(KueueObjects {
@@ -304,12 +316,13 @@ async fn read_kueue(client: &Client) -> Result<KueueObjects, String> {
     })
 }
 
-/// The Kueue objects allocation is computed from, as JSON.
+/// The Kueue objects allocation is computed from: flavors and queues as JSON,
+/// Workloads typed.
 #[derive(Clone, Debug, Default)]
 pub struct KueueObjects {
     pub flavors: Vec<Value>,
     pub cluster_queues: Vec<Value>,
-    pub workloads: Vec<Value>,
+    pub workloads: Vec<Workload>,
 }
 
 fn short(e: &kube::Error) -> String {
@@ -323,14 +336,6 @@ fn short(e: &kube::Error) -> String {
 /// `nvidia.com/gpu`), not cpu, memory, pods, ephemeral storage or hugepages.
 fn is_device_resource(name: &str) -> bool {
     name.contains('/') && !name.starts_with("kubernetes.io/") && !name.starts_with("hugepages-")
-}
-
-fn condition_true(obj: &Value, type_: &str) -> bool {
-    obj.pointer("/status/conditions")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .any(|c| c["type"] == type_ && c["status"] == "True")
 }
 
 fn labels_of(obj: &Value) -> BTreeMap<String, String> {
@@ -423,31 +428,27 @@ pub fn allocation(inventory: &Inventory, kueue: &KueueObjects) -> Allocation {
     }
     let mut warnings = Vec::new();
     for wl in workloads {
-        if !condition_true(wl, "Admitted") || condition_true(wl, "Finished") {
+        if !wl.is_true("Admitted") || wl.is_true("Finished") {
             continue;
         }
         let name = format!(
             "{}/{}",
-            wl.pointer("/metadata/namespace")
-                .and_then(Value::as_str)
-                .unwrap_or(""),
-            wl.pointer("/metadata/name")
-                .and_then(Value::as_str)
-                .unwrap_or("")
+            wl.metadata.namespace.as_deref().unwrap_or(""),
+            wl.metadata.name.as_deref().unwrap_or("")
         );
         let mut counted: BTreeSet<(String, String)> = BTreeSet::new();
         let assignments = wl
-            .pointer("/status/admission/podSetAssignments")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten();
+            .status
+            .admission
+            .iter()
+            .flat_map(|a| &a.pod_set_assignments);
         for psa in assignments {
-            let usage = psa["resourceUsage"].as_object().into_iter().flatten();
+            let usage = psa.resource_usage.iter().flatten();
             for (resource, quantity) in usage {
                 if !is_device_resource(resource) {
                     continue;
                 }
-                let Some(flavor) = psa["flavors"][resource.as_str()].as_str() else {
+                let Some(flavor) = psa.flavors.as_ref().and_then(|f| f.get(resource)) else {
                     warnings.push(format!(
                         "Workload {name}: {resource} has usage but no flavor"
                     ));
@@ -819,8 +820,8 @@ mod tests {
         })
     }
 
-    fn workload(name: &str, flavor: &str, gpus: &str, conditions: &[(&str, &str)]) -> Value {
-        json!({
+    fn workload(name: &str, flavor: &str, gpus: &str, conditions: &[(&str, &str)]) -> Workload {
+        serde_json::from_value(json!({
             "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
             "metadata": {"name": name, "namespace": "team"},
             "status": {
@@ -831,7 +832,8 @@ mod tests {
                     "resourceUsage": {"nvidia.com/gpu": gpus, "cpu": "16"}
                 }]}
             }
-        })
+        }))
+        .expect("a Workload")
     }
 
     #[test]

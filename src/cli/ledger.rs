@@ -227,7 +227,12 @@ async fn reconcile_with_cluster<S: LedgerStore>(
         crate::plan::MANAGED_BY
     ));
     let queues = list("ClusterQueue", managed).await?;
-    let workloads = list("Workload", ListParams::default()).await?;
+    // Typed: only the fields the comparison reads are kept of each Workload.
+    let workloads = Api::<crate::kueue::workload::Workload>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| format!("listing Workloads: {e}"))?
+        .items;
     let open = store.open_reservations().await.map_err(|e| e.to_string())?;
     Ok(crate::ledger::reconcile::compare(
         &open,

@@ -211,15 +211,56 @@ impl Workload {
             .any(|c| c.type_ == type_ && c.status == "True")
     }
 
+    /// Condition `type_`, if Kueue set it.
+    pub fn condition(&self, type_: &str) -> Option<&Condition> {
+        self.status.conditions.iter().find(|c| c.type_ == type_)
+    }
+
+    /// AdmissionCheck `name`'s state on the Workload, if it is there.
+    pub fn check(&self, name: &str) -> Option<&AdmissionCheckState> {
+        self.status.admission_checks.iter().find(|c| c.name == name)
+    }
+
+    /// Annotation `key`, if set.
+    pub fn annotation(&self, key: &str) -> Option<&str> {
+        self.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(key))
+            .map(String::as_str)
+    }
+
+    /// `spec.active`, which Kueue defaults to true.
+    pub fn active(&self) -> bool {
+        self.spec.active.unwrap_or(true)
+    }
+
+    /// The ClusterQueue the Workload is admitted to (`status.admission`), if any.
+    pub fn cluster_queue(&self) -> Option<&str> {
+        self.status
+            .admission
+            .as_ref()
+            .map(|a| a.cluster_queue.as_str())
+    }
+
+    /// `spec.maximumExecutionTimeSeconds` when it is a positive integer: Kueue
+    /// deactivates the Workload after it.
+    pub fn maximum_execution_seconds(&self) -> Option<u64> {
+        self.spec
+            .maximum_execution_time_seconds
+            .as_ref()
+            .and_then(Value::as_u64)
+            .filter(|s| *s > 0)
+    }
+
     /// Whether Kueue counts the Workload in its ClusterQueue's usage: the typed
     /// twin of `ledger::lifecycle::counted_by_kueue` (quota reserved, not
     /// finished, and not deactivated-and-evicted), for filtering the cache
     /// without building JSON.
     pub fn counted_by_kueue(&self) -> bool {
-        let active = self.spec.active.unwrap_or(true);
         self.is_true("QuotaReserved")
             && !self.is_true("Finished")
-            && (active || !self.is_true("Evicted"))
+            && (self.active() || !self.is_true("Evicted"))
     }
 
     /// The JSON the ledger's pure functions read (apiVersion and kind included).
@@ -316,13 +357,14 @@ mod tests {
         use crate::ledger::lifecycle::{
             check_state, condition, counted_by_kueue, is_finished, record_of,
         };
-        let full = finished();
-        let mut w: Workload = serde_json::from_value(full.clone()).unwrap();
-        w.slim(
+        // Everything the typed form can hold, against what the cache keeps.
+        let full: Workload = serde_json::from_value(finished()).unwrap();
+        let mut slim = full.clone();
+        slim.slim(
             "kaccel.io/",
             crate::ledger::admission::is_accelerator_resource,
         );
-        let slim = w.to_value();
+        assert_ne!(full, slim, "slimming dropped something");
         assert_eq!(
             usage_from_workload(&full).unwrap(),
             usage_from_workload(&slim).unwrap()
@@ -367,7 +409,7 @@ mod tests {
             let w: Workload = serde_json::from_value(v.clone()).unwrap();
             assert_eq!(
                 w.counted_by_kueue(),
-                crate::ledger::lifecycle::counted_by_kueue(&v),
+                crate::ledger::lifecycle::counted_by_kueue(&w),
                 "{v}"
             );
         }

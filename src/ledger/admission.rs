@@ -27,6 +27,7 @@ use super::entry::{Balances, Entry, format_micros};
 use super::pricing::{PricingError, Rate, cumulative, rate_card_version, resolve_rate};
 use crate::api::{AcceleratorClassSpec, Credits};
 use crate::inventory::parse_count;
+use crate::kueue::workload::Workload;
 
 /// Default reservation horizon when a Workload has no
 /// `spec.maximumExecutionTimeSeconds` and the budget configures none: one hour.
@@ -100,22 +101,21 @@ fn malformed(field: &str, reason: impl Into<String>) -> AdmissionError {
 /// amount is stable for the whole admission (invariant 2 counts exactly this).
 /// Extended resources are whole units: a fractional or unparsable quantity is an
 /// error naming the podSet and resource.
-pub fn usage_from_workload(workload: &Value) -> Result<Vec<FlavorUsage>, AdmissionError> {
-    let assignments = workload
-        .pointer("/status/admission/podSetAssignments")
+pub fn usage_from_workload(workload: &Workload) -> Result<Vec<FlavorUsage>, AdmissionError> {
+    // The containers are typed (the API server enforces Kueue's schema on them);
+    // the leaves Kueue does not constrain as tightly are checked here.
+    let assignments = &workload
+        .status
+        .admission
+        .as_ref()
         .ok_or(AdmissionError::NotAdmitted)?
-        .as_array()
-        .ok_or_else(|| malformed("status.admission.podSetAssignments", "not a list"))?;
+        .pod_set_assignments;
     let mut totals: BTreeMap<(String, String), u64> = BTreeMap::new();
     for (i, psa) in assignments.iter().enumerate() {
         let field = format!("status.admission.podSetAssignments[{i}]");
         // Kueue defaults the name to "main".
-        let pod_set = match psa.get("name") {
-            None | Some(Value::Null) => "main".to_string(),
-            Some(Value::String(s)) => s.clone(),
-            Some(_) => return Err(malformed(&format!("{field}.name"), "not a string")),
-        };
-        if let Some(count) = psa.get("count")
+        let pod_set = psa.name.clone().unwrap_or_else(|| "main".to_string());
+        if let Some(count) = &psa.count
             && !count.is_null()
             && count.as_u64().is_none()
         {
@@ -124,15 +124,10 @@ pub fn usage_from_workload(workload: &Value) -> Result<Vec<FlavorUsage>, Admissi
                 "not a non-negative integer",
             ));
         }
-        let flavors = match psa.get("flavors") {
-            None | Some(Value::Null) => serde_json::Map::new(),
-            Some(Value::Object(m)) => m.clone(),
-            Some(_) => return Err(malformed(&format!("{field}.flavors"), "not a map")),
-        };
-        let usage = match psa.get("resourceUsage") {
-            None | Some(Value::Null) => continue,
-            Some(Value::Object(m)) => m,
-            Some(_) => return Err(malformed(&format!("{field}.resourceUsage"), "not a map")),
+        let no_flavors = BTreeMap::new();
+        let flavors = psa.flavors.as_ref().unwrap_or(&no_flavors);
+        let Some(usage) = &psa.resource_usage else {
+            continue;
         };
         for (resource, quantity) in usage {
             if !is_accelerator_resource(resource) {
@@ -155,7 +150,6 @@ pub fn usage_from_workload(workload: &Value) -> Result<Vec<FlavorUsage>, Admissi
             }
             let flavor = flavors
                 .get(resource)
-                .and_then(Value::as_str)
                 .ok_or_else(|| AdmissionError::NoFlavor {
                     pod_set: pod_set.clone(),
                     resource: resource.clone(),
@@ -191,18 +185,15 @@ pub fn usage_from_workload(workload: &Value) -> Result<Vec<FlavorUsage>, Admissi
 /// The number already increments when Kueue marks the Workload evicted, before
 /// it releases the quota: the controller must settle an admission with the
 /// number stored on its Reserve entry, never recompute it at the end.
-pub fn admission_number(workload: &Value) -> Result<u32, AdmissionError> {
-    let evictions = match workload.pointer("/status/schedulingStats/evictions") {
-        None | Some(Value::Null) => return Ok(1),
-        Some(Value::Array(a)) => a,
-        Some(_) => {
-            return Err(malformed("status.schedulingStats.evictions", "not a list"));
-        }
+pub fn admission_number(workload: &Workload) -> Result<u32, AdmissionError> {
+    let Some(stats) = &workload.status.scheduling_stats else {
+        return Ok(1);
     };
     let mut total: u32 = 1;
-    for (i, e) in evictions.iter().enumerate() {
+    for (i, e) in stats.evictions.iter().enumerate() {
         let count = e
-            .get("count")
+            .count
+            .as_ref()
             .and_then(Value::as_u64)
             .and_then(|c| u32::try_from(c).ok())
             .ok_or_else(|| {
@@ -221,11 +212,9 @@ pub fn admission_number(workload: &Value) -> Result<u32, AdmissionError> {
 /// The reservation horizon: `spec.maximumExecutionTimeSeconds` when set (Kueue
 /// deactivates the Workload after it, so the reservation covers the whole run),
 /// else `default_seconds`.
-pub fn horizon_seconds(workload: &Value, default_seconds: u64) -> u64 {
+pub fn horizon_seconds(workload: &Workload, default_seconds: u64) -> u64 {
     workload
-        .pointer("/spec/maximumExecutionTimeSeconds")
-        .and_then(Value::as_u64)
-        .filter(|s| *s > 0)
+        .maximum_execution_seconds()
         .unwrap_or(default_seconds)
 }
 
@@ -454,6 +443,10 @@ mod tests {
     use proptest::prelude::*;
     use serde_json::json;
 
+    fn typed(v: &Value) -> Workload {
+        serde_json::from_value(v.clone()).expect("a Workload")
+    }
+
     fn workload() -> Value {
         json!({
             "apiVersion": "kueue.x-k8s.io/v1beta2",
@@ -498,7 +491,7 @@ mod tests {
 
     #[test]
     fn usage_reads_totals_per_flavor_and_skips_core_resources() {
-        let u = usage_from_workload(&workload()).unwrap();
+        let u = usage_from_workload(&typed(&workload())).unwrap();
         assert_eq!(
             u,
             vec![
@@ -514,10 +507,10 @@ mod tests {
                 },
             ]
         );
-        assert_eq!(admission_number(&workload()).unwrap(), 4);
-        assert_eq!(horizon_seconds(&workload(), 3600), 7200);
-        assert_eq!(admission_number(&json!({"status": {}})).unwrap(), 1);
-        assert_eq!(horizon_seconds(&json!({}), 3600), 3600);
+        assert_eq!(admission_number(&typed(&workload())).unwrap(), 4);
+        assert_eq!(horizon_seconds(&typed(&workload()), 3600), 7200);
+        assert_eq!(admission_number(&typed(&json!({"status": {}}))).unwrap(), 1);
+        assert_eq!(horizon_seconds(&typed(&json!({})), 3600), 3600);
     }
 
     #[test]
@@ -526,22 +519,22 @@ mod tests {
             let mut w = workload();
             w["status"]["admission"]["podSetAssignments"][1]["resourceUsage"]["nvidia.com/mig-1g.10gb"] =
                 json!(bad);
-            let e = usage_from_workload(&w).unwrap_err().to_string();
+            let e = usage_from_workload(&typed(&w)).unwrap_err().to_string();
             assert!(e.contains("workers") && e.contains("mig-1g.10gb"), "{e}");
         }
         let mut w = workload();
         w["status"]["admission"]["podSetAssignments"][2]["flavors"] = json!({});
         assert!(matches!(
-            usage_from_workload(&w),
+            usage_from_workload(&typed(&w)),
             Err(AdmissionError::NoFlavor { .. })
         ));
         assert_eq!(
-            usage_from_workload(&json!({"status": {}})),
+            usage_from_workload(&typed(&json!({"status": {}}))),
             Err(AdmissionError::NotAdmitted)
         );
         let mut w = workload();
         w["status"]["schedulingStats"]["evictions"][0]["count"] = json!(-1);
-        assert!(admission_number(&w).is_err());
+        assert!(admission_number(&typed(&w)).is_err());
     }
 
     fn class(rate: &str) -> AcceleratorClassSpec {
@@ -595,8 +588,8 @@ mod tests {
 
     #[test]
     fn decide_reserves_waits_and_rejects() {
-        let u = usage_from_workload(&workload()).unwrap();
-        let res = reservation(&u, &rates, horizon_seconds(&workload(), 3600)).unwrap();
+        let u = usage_from_workload(&typed(&workload())).unwrap();
+        let res = reservation(&u, &rates, horizon_seconds(&typed(&workload()), 3600)).unwrap();
         // 2 x 1.5 x 2h + 8 x 0.25 x 2h = 6 + 4 = 10 credits.
         assert_eq!(res.total, Credits::whole(10));
         match decide(&budget(10), &view(), &res) {

@@ -9,11 +9,11 @@
 //! same entries with the same keys, so nothing is charged twice (invariant 3).
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 use super::admission::{FlavorUsage, RateInfo, ReservationLine};
 use super::charge::{Charge, ChargeOwner};
 use super::pricing::Rate;
+use crate::kueue::workload::Workload;
 
 /// Annotation on a charged Workload holding the admission kaccel reserved for
 /// (written with the finalizer, before the Reserve entry): the priced lines are
@@ -145,12 +145,8 @@ impl ReservationRecord {
 
 /// The record on a Workload, if any. A record that does not parse is an error
 /// (someone edited the annotation): the caller reports it instead of charging.
-pub fn record_of(workload: &Value) -> Result<Option<ReservationRecord>, String> {
-    match workload
-        .pointer("/metadata/annotations")
-        .and_then(|a| a.get(RESERVATION_ANNOTATION))
-        .and_then(Value::as_str)
-    {
+pub fn record_of(workload: &Workload) -> Result<Option<ReservationRecord>, String> {
+    match workload.annotation(RESERVATION_ANNOTATION) {
         None => Ok(None),
         Some(text) => serde_json::from_str(text).map(Some).map_err(|e| {
             format!("annotation {RESERVATION_ANNOTATION} is not a kaccel reservation record: {e}")
@@ -160,16 +156,12 @@ pub fn record_of(workload: &Value) -> Result<Option<ReservationRecord>, String> 
 
 /// A condition of the Workload: (status is "True", lastTransitionTime in unix
 /// seconds, reason).
-pub fn condition<'a>(workload: &'a Value, type_: &str) -> Option<(bool, Option<i64>, &'a str)> {
-    let c = workload
-        .pointer("/status/conditions")?
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == type_)?;
+pub fn condition<'a>(workload: &'a Workload, type_: &str) -> Option<(bool, Option<i64>, &'a str)> {
+    let c = workload.condition(type_)?;
     Some((
-        c["status"] == "True",
-        c["lastTransitionTime"].as_str().and_then(parse_time),
-        c["reason"].as_str().unwrap_or(""),
+        c.status == "True",
+        c.last_transition_time.as_deref().and_then(parse_time),
+        c.reason.as_deref().unwrap_or(""),
     ))
 }
 
@@ -178,37 +170,27 @@ pub fn parse_time(s: &str) -> Option<i64> {
 }
 
 /// State and message of an AdmissionCheck on the Workload.
-pub fn check_state<'a>(workload: &'a Value, check: &str) -> Option<(&'a str, &'a str)> {
-    let c = workload
-        .pointer("/status/admissionChecks")?
-        .as_array()?
-        .iter()
-        .find(|c| c["name"] == check)?;
-    Some((
-        c["state"].as_str().unwrap_or(""),
-        c["message"].as_str().unwrap_or(""),
-    ))
+pub fn check_state<'a>(workload: &'a Workload, check: &str) -> Option<(&'a str, &'a str)> {
+    let c = workload.check(check)?;
+    Some((c.state.as_str(), c.message.as_str()))
 }
 
-pub fn holds_quota(workload: &Value) -> bool {
+pub fn holds_quota(workload: &Workload) -> bool {
     matches!(condition(workload, "QuotaReserved"), Some((true, _, _)))
 }
 
 /// Whether Kueue counts the Workload's reservation in its ClusterQueue usage:
 /// quota reserved, not finished, and not deactivated-and-evicted (Kueue drops a
 /// deactivated Workload from its usage at once, before QuotaReserved goes False).
-pub fn counted_by_kueue(workload: &Value) -> bool {
-    let active = workload
-        .pointer("/spec/active")
-        .and_then(Value::as_bool)
-        .unwrap_or(true);
+pub fn counted_by_kueue(workload: &Workload) -> bool {
+    let active = workload.active();
     let evicted = matches!(condition(workload, "Evicted"), Some((true, _, _)));
     holds_quota(workload) && !is_finished(workload) && (active || !evicted)
 }
 
 /// Kueue marked the Workload evicted after its current quota reservation: the
 /// quota is about to be released, so the check must not be answered for it.
-pub fn evicted_since_admission(v: &Value) -> bool {
+pub fn evicted_since_admission(v: &Workload) -> bool {
     match (condition(v, "Evicted"), condition(v, "QuotaReserved")) {
         (Some((true, Some(evicted), _)), Some((true, Some(reserved), _))) => evicted >= reserved,
         (Some((true, _, _)), _) => true,
@@ -216,15 +198,16 @@ pub fn evicted_since_admission(v: &Value) -> bool {
     }
 }
 
-pub fn is_finished(workload: &Value) -> bool {
+pub fn is_finished(workload: &Workload) -> bool {
     matches!(condition(workload, "Finished"), Some((true, _, _)))
 }
 
-pub fn deletion_time(workload: &Value) -> Option<i64> {
+pub fn deletion_time(workload: &Workload) -> Option<i64> {
     workload
-        .pointer("/metadata/deletionTimestamp")
-        .and_then(Value::as_str)
-        .and_then(parse_time)
+        .metadata
+        .deletion_timestamp
+        .as_ref()
+        .map(|t| t.0.as_second())
 }
 
 /// How a recorded admission ended.
@@ -248,17 +231,14 @@ pub struct Ended {
 ///
 /// The end never precedes the admission. `None` while it runs.
 pub fn ended_at(
-    workload: &Value,
+    workload: &Workload,
     record: &ReservationRecord,
     platform_annotation: &str,
 ) -> Option<Ended> {
     let clamp = |t: i64| t.max(record.admitted_at);
     let evicted = condition(workload, "Evicted");
     let preempted = matches!(evicted, Some((true, _, "Preempted")))
-        || workload
-            .pointer("/metadata/annotations")
-            .and_then(|a| a.get(platform_annotation))
-            .is_some()
+        || workload.annotation(platform_annotation).is_some()
         || matches!(condition(workload, "Preempted"), Some((true, _, _)));
     let reason = |what: &str| match evicted {
         Some((true, _, r)) if !r.is_empty() => format!("{what}; {EVICTED_PREFIX}{r}"),
@@ -269,10 +249,7 @@ pub fn ended_at(
     // as soon as it marks it evicted, even while QuotaReserved stays True until
     // its pods are gone, so the charge ends at the eviction too, also when the
     // Workload is marked Finished after that (its pods ended later).
-    let active = workload
-        .pointer("/spec/active")
-        .and_then(Value::as_bool)
-        .unwrap_or(true);
+    let active = workload.active();
     let deactivated_at = match evicted {
         Some((true, Some(t), _)) if !active && t >= record.admitted_at => Some(t),
         _ => None,
@@ -337,7 +314,7 @@ mod tests {
     use super::*;
     use crate::ledger::charge::ChargeState;
     use crate::ledger::entry::EntryKind;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     fn record(horizon: u64) -> ReservationRecord {
         ReservationRecord {
@@ -371,6 +348,10 @@ mod tests {
         jiff::Timestamp::from_second(t).unwrap().to_string()
     }
 
+    fn typed(v: &Value) -> Workload {
+        serde_json::from_value(v.clone()).expect("a Workload")
+    }
+
     fn wl(conditions: Value) -> Value {
         json!({"metadata": {"name": "w", "annotations": {}}, "status": {"conditions": conditions}})
     }
@@ -386,11 +367,11 @@ mod tests {
         let rec = record(600);
         let mut w = wl(json!([]));
         w["metadata"]["annotations"][RESERVATION_ANNOTATION] = json!(rec.to_annotation());
-        assert_eq!(record_of(&w).unwrap(), Some(rec));
+        assert_eq!(record_of(&typed(&w)).unwrap(), Some(rec));
         w["metadata"]["annotations"][RESERVATION_ANNOTATION] = json!("{not json");
-        let err = record_of(&w).unwrap_err();
+        let err = record_of(&typed(&w)).unwrap_err();
         assert!(err.contains(RESERVATION_ANNOTATION), "{err}");
-        assert_eq!(record_of(&wl(json!([]))).unwrap(), None);
+        assert_eq!(record_of(&typed(&wl(json!([])))).unwrap(), None);
     }
 
     #[test]
@@ -399,19 +380,23 @@ mod tests {
             json!({"type": "QuotaReserved", "status": "True", "lastTransitionTime": time(1_000)});
         let evicted =
             |t: i64| json!({"type": "Evicted", "status": "True", "lastTransitionTime": time(t)});
-        assert!(!evicted_since_admission(&wl(json!([reserved.clone()]))));
-        assert!(evicted_since_admission(&wl(json!([
+        assert!(!evicted_since_admission(&typed(&wl(json!([
+            reserved.clone()
+        ])))));
+        assert!(evicted_since_admission(&typed(&wl(json!([
             reserved.clone(),
             evicted(1_000)
-        ]))));
+        ])))));
         // An eviction of an earlier admission does not count against this one.
-        assert!(!evicted_since_admission(&wl(json!([
+        assert!(!evicted_since_admission(&typed(&wl(json!([
             reserved.clone(),
             evicted(900)
-        ]))));
+        ])))));
         let cleared =
             json!({"type": "Evicted", "status": "False", "lastTransitionTime": time(1_100)});
-        assert!(!evicted_since_admission(&wl(json!([reserved, cleared]))));
+        assert!(!evicted_since_admission(&typed(&wl(json!([
+            reserved, cleared
+        ])))));
     }
 
     #[test]
@@ -420,7 +405,7 @@ mod tests {
         let w = wl(
             json!([{"type": "QuotaReserved", "status": "True", "lastTransitionTime": time(1_000)}]),
         );
-        assert_eq!(ended_at(&w, &rec, "x"), None);
+        assert_eq!(ended_at(&typed(&w), &rec, "x"), None);
     }
 
     #[test]
@@ -430,19 +415,19 @@ mod tests {
             {"type": "QuotaReserved", "status": "True", "lastTransitionTime": time(1_000)},
             {"type": "Finished", "status": "True", "lastTransitionTime": time(1_100)}
         ]));
-        assert_eq!(ended_at(&finished, &rec, "x").unwrap().at, 1_100);
+        assert_eq!(ended_at(&typed(&finished), &rec, "x").unwrap().at, 1_100);
         let released = wl(json!([
             {"type": "QuotaReserved", "status": "False", "lastTransitionTime": time(1_200)},
             {"type": "Evicted", "status": "True", "reason": "Preempted", "lastTransitionTime": time(1_190)}
         ]));
-        let e = ended_at(&released, &rec, "x").unwrap();
+        let e = ended_at(&typed(&released), &rec, "x").unwrap();
         assert_eq!((e.at, e.platform_preempted), (1_200, true));
         // Re-admitted while kaccel was down: the eviction time in between.
         let readmitted = wl(json!([
             {"type": "QuotaReserved", "status": "True", "lastTransitionTime": time(1_500)},
             {"type": "Evicted", "status": "False", "reason": "Deactivated", "lastTransitionTime": time(1_300)}
         ]));
-        let e = ended_at(&readmitted, &rec, "x").unwrap();
+        let e = ended_at(&typed(&readmitted), &rec, "x").unwrap();
         assert_eq!((e.at, e.platform_preempted), (1_300, false));
         // Deactivated: Kueue stops counting it at the eviction, QuotaReserved or not.
         let mut deactivated = wl(json!([
@@ -450,7 +435,7 @@ mod tests {
             {"type": "Evicted", "status": "True", "reason": "DeactivatedDueToMaximumExecutionTimeExceeded", "lastTransitionTime": time(1_060)}
         ]));
         deactivated["spec"] = json!({"active": false});
-        let e = ended_at(&deactivated, &rec, "x").unwrap();
+        let e = ended_at(&typed(&deactivated), &rec, "x").unwrap();
         assert_eq!((e.at, e.platform_preempted), (1_060, false));
         // Deactivated and evicted, then marked Finished once its pods ended (the
         // crash test's w158): Kueue stopped counting it at the eviction.
@@ -459,39 +444,39 @@ mod tests {
             .as_array_mut()
             .unwrap()
             .push(json!({"type": "Finished", "status": "True", "lastTransitionTime": time(1_070)}));
-        let e = ended_at(&late_finish, &rec, "x").unwrap();
+        let e = ended_at(&typed(&late_finish), &rec, "x").unwrap();
         assert_eq!((e.at, e.reason.starts_with("deactivated")), (1_060, true));
         // Finished first, deactivated after: the finish ends it.
         late_finish["status"]["conditions"][2]["lastTransitionTime"] = json!(time(1_050));
-        let e = ended_at(&late_finish, &rec, "x").unwrap();
+        let e = ended_at(&typed(&late_finish), &rec, "x").unwrap();
         assert_eq!((e.at, e.reason.as_str()), (1_050, "finished"));
         // Deactivated but not yet marked evicted: still counted, still running.
         deactivated["status"]["conditions"][1]["status"] = json!("False");
-        assert_eq!(ended_at(&deactivated, &rec, "x"), None);
+        assert_eq!(ended_at(&typed(&deactivated), &rec, "x"), None);
         // Deleted while running.
         let mut deleted = wl(
             json!([{"type": "QuotaReserved", "status": "True", "lastTransitionTime": time(1_000)}]),
         );
         deleted["metadata"]["deletionTimestamp"] = json!(time(1_050));
-        assert_eq!(ended_at(&deleted, &rec, "x").unwrap().at, 1_050);
+        assert_eq!(ended_at(&typed(&deleted), &rec, "x").unwrap().at, 1_050);
         // kaccel's health eviction annotation marks a platform cause.
         let mut health = released.clone();
         health["status"]["conditions"][1]["reason"] = json!("Deactivated");
         assert!(
-            !ended_at(&health, &rec, "kaccel.io/evicted-for")
+            !ended_at(&typed(&health), &rec, "kaccel.io/evicted-for")
                 .unwrap()
                 .platform_preempted
         );
         health["metadata"]["annotations"]["kaccel.io/evicted-for"] = json!("node-1: Failed");
         assert!(
-            ended_at(&health, &rec, "kaccel.io/evicted-for")
+            ended_at(&typed(&health), &rec, "kaccel.io/evicted-for")
                 .unwrap()
                 .platform_preempted
         );
         // An end before the admission (clock skew) is clamped.
         let early =
             wl(json!([{"type": "Finished", "status": "True", "lastTransitionTime": time(900)}]));
-        assert_eq!(ended_at(&early, &rec, "x").unwrap().at, 1_000);
+        assert_eq!(ended_at(&typed(&early), &rec, "x").unwrap().at, 1_000);
     }
 
     #[test]

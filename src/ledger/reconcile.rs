@@ -7,6 +7,7 @@
 //!   those of Workloads still waiting on the check equal Kueue's
 //!   `status.flavorsReservation` for accelerator resources.
 
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
@@ -15,6 +16,7 @@ use super::admission::{is_accelerator_resource, usage_from_workload};
 use super::lifecycle::{check_state, counted_by_kueue, record_of};
 use super::store::OpenReservation;
 use crate::inventory::parse_count;
+use crate::kueue::workload::Workload;
 
 /// One disagreement between the ledger and Kueue.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,17 +37,18 @@ fn text<'a>(v: &'a Value, pointer: &str) -> &'a str {
 /// Compares `open` reservations with `workloads` (all namespaces) and
 /// `cluster_queues`. `queue_budgets` maps each kaccel ClusterQueue to its budget;
 /// other queues are not the ledger's business. `check` is the AdmissionCheck name.
-pub fn compare(
+pub fn compare<W: Borrow<Workload>>(
     open: &[OpenReservation],
-    workloads: &[Value],
+    workloads: &[W],
     cluster_queues: &[Value],
     queue_budgets: &BTreeMap<String, String>,
     check: &str,
 ) -> Vec<Finding> {
     let mut findings = Vec::new();
-    let by_uid: BTreeMap<&str, &Value> = workloads
+    let by_uid: BTreeMap<&str, &Workload> = workloads
         .iter()
-        .map(|w| (text(w, "/metadata/uid"), w))
+        .map(Borrow::borrow)
+        .map(|w: &Workload| (w.metadata.uid.as_deref().unwrap_or_default(), w))
         .filter(|(uid, _)| !uid.is_empty())
         .collect();
     let mut ledger_units: BTreeMap<(String, String), u64> = BTreeMap::new();
@@ -83,7 +86,7 @@ pub fn compare(
         if !counted_by_kueue(w) || open_uids.contains(uid) {
             continue;
         }
-        let cq = text(w, "/status/admission/clusterQueue");
+        let cq = w.cluster_queue().unwrap_or_default();
         let usage = usage_from_workload(w).unwrap_or_default();
         for u in &usage {
             *waiting_units
@@ -98,8 +101,8 @@ pub fn compare(
                 budget: budget.clone(),
                 message: format!(
                     "Workload {}/{} holds quota in {cq} with the credit check Ready but has no open reservation",
-                    text(w, "/metadata/namespace"),
-                    text(w, "/metadata/name"),
+                    w.metadata.namespace.as_deref().unwrap_or_default(),
+                    w.metadata.name.as_deref().unwrap_or_default(),
                 ),
                 orphan: None,
             });
@@ -268,9 +271,14 @@ mod tests {
         })
     }
 
+    fn typed(v: &Value) -> Workload {
+        serde_json::from_value(v.clone()).expect("a Workload")
+    }
+
     fn run(open: &[OpenReservation], workloads: &[Value], units: u64) -> Vec<String> {
         let queues = [queue(units)];
-        compare(open, workloads, &queues, &queue_budgets(&queues), CHECK)
+        let workloads: Vec<Workload> = workloads.iter().map(typed).collect();
+        compare(open, &workloads, &queues, &queue_budgets(&queues), CHECK)
             .into_iter()
             .map(|f| f.message)
             .collect()
@@ -290,7 +298,7 @@ mod tests {
     fn a_multi_flavor_admission_counts_each_line_once() {
         // One admission on two flavors: two open lines, each counted on its flavor.
         let mut w = workload("a", 2, "Ready", true);
-        let mut rec = record_of(&w).unwrap().unwrap();
+        let mut rec = record_of(&typed(&w)).unwrap().unwrap();
         let mut second = rec.lines[0].clone();
         second.flavor = "a100".into();
         second.device_units = 3;
@@ -307,7 +315,7 @@ mod tests {
             .push(json!({"name": "a100", "resources": [{"name": "nvidia.com/gpu", "total": "3"}]}));
         let open = [reserve_on("a", "h100", 2), reserve_on("a", "a100", 3)];
         let queues = [q];
-        let found = compare(&open, &[w], &queues, &queue_budgets(&queues), CHECK);
+        let found = compare(&open, &[typed(&w)], &queues, &queue_budgets(&queues), CHECK);
         assert!(found.is_empty(), "{found:?}");
     }
 
@@ -329,7 +337,7 @@ mod tests {
             let queues = [queue(2)];
             compare(
                 &[reserve("gone", 1)],
-                &[workload("a", 2, "Ready", true)],
+                &[typed(&workload("a", 2, "Ready", true))],
                 &queues,
                 &queue_budgets(&queues),
                 CHECK,
@@ -369,6 +377,15 @@ mod tests {
         let mut q = queue(5);
         q["metadata"]["labels"] = json!({});
         let queues = [q];
-        assert!(compare(&[], &[], &queues, &queue_budgets(&queues), CHECK).is_empty());
+        assert!(
+            compare(
+                &[],
+                &[] as &[Workload],
+                &queues,
+                &queue_budgets(&queues),
+                CHECK
+            )
+            .is_empty()
+        );
     }
 }

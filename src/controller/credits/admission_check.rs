@@ -8,17 +8,17 @@ impl LedgerRuntime {
         &self,
         obj: Arc<Workload>,
     ) -> Result<Action, LedgerError> {
-        let v = obj.to_value();
+        let v: &Workload = &obj;
         let namespace = obj.namespace().unwrap_or_default();
         let name = obj.name_any();
         let shown = format!("{namespace}/{name}");
         let uid = obj.uid().unwrap_or_default();
-        let check = check_state(&v, &self.config.admission_check_name);
+        let check = check_state(v, &self.config.admission_check_name);
         let has_finalizer = obj.finalizers().iter().any(|f| f == FINALIZER);
         if check.is_none() && !has_finalizer {
             return Ok(Action::await_change());
         }
-        let record = record_of(&v).map_err(|message| LedgerError::BadWorkload {
+        let record = record_of(v).map_err(|message| LedgerError::BadWorkload {
             workload: shown.clone(),
             message: format!("{message}; remove the annotation to let kaccel charge it again"),
         })?;
@@ -34,7 +34,7 @@ impl LedgerRuntime {
             let charge = rec.charge(&namespace, &name, &uid);
             let mut state = ChargeState::of(&charge, entries.iter().map(|s| &s.entry));
             if state.terms > 0 && !state.voided {
-                match ended_at(&v, rec, EVICTED_FOR_ANNOTATION) {
+                match ended_at(v, rec, EVICTED_FOR_ANNOTATION) {
                     Some(end) => {
                         let mut out = charge.settle(&state, &end, now);
                         let refunds = pricing
@@ -53,13 +53,9 @@ impl LedgerRuntime {
                     None => {
                         // A Workload kaccel (or anyone) deactivated is on its way
                         // out: no renewal; what it still uses is charged as overrun.
-                        let active = v
-                            .pointer("/spec/active")
-                            .and_then(Value::as_bool)
-                            .unwrap_or(true);
-                        let renews = active && !is_bounded(&v);
+                        let renews = v.active() && !is_bounded(v);
                         if renews && now >= charge.renewal_due_at(state.terms) {
-                            self.renew(&v, &charge, &mut state, &pricing, now).await?;
+                            self.renew(v, &charge, &mut state, &pricing, now).await?;
                         }
                         let (posts, next_post) =
                             charge.due_posts(&state, now, self.config.post_interval_seconds);
@@ -80,28 +76,28 @@ impl LedgerRuntime {
         }
 
         // 2. Answer a Pending check of a Workload holding quota.
-        let finished = is_finished(&v);
-        let deleting = deletion_time(&v).is_some();
+        let finished = is_finished(v);
+        let deleting = deletion_time(v).is_some();
         if let Some((state, message)) = check
             && matches!(state, "Pending")
-            && holds_quota(&v)
+            && holds_quota(v)
             && !finished
             && !deleting
-            && !evicted_since_admission(&v)
+            && !evicted_since_admission(v)
         {
-            let admission = admission_number(&v).map_err(|source| LedgerError::Admission {
+            let admission = admission_number(v).map_err(|source| LedgerError::Admission {
                 workload: shown.clone(),
                 source,
             })?;
             match (&record, &recorded) {
                 (Some(rec), Some((charge, _))) if rec.admission == admission => {
                     // Reserved before a crash (or the cache lags the check write).
-                    self.set_check(&v, "Ready", &ready_note(rec, charge, &v), None)
+                    self.set_check(v, "Ready", &ready_note(rec, charge, v), None)
                         .await?;
                 }
                 _ => {
                     if let Some(after) = self
-                        .decide(&v, &shown, &uid, admission, message, &pricing, now)
+                        .decide(v, &shown, &uid, admission, message, &pricing, now)
                         .await?
                     {
                         requeue = Some(requeue.map_or(after, |r| r.min(after)));
@@ -113,7 +109,7 @@ impl LedgerRuntime {
         // 3. The finalizer goes once a finished or deleted Workload is settled
         // (a failed settlement returned early above).
         if has_finalizer && (finished || deleting) {
-            self.release(&v).await?;
+            self.release(v).await?;
         }
 
         Ok(match requeue {
@@ -129,7 +125,7 @@ impl LedgerRuntime {
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn decide(
         &self,
-        v: &Value,
+        v: &Workload,
         shown: &str,
         uid: &str,
         admission: u32,
@@ -138,10 +134,7 @@ impl LedgerRuntime {
         now: i64,
     ) -> Result<Option<i64>, LedgerError> {
         let retry_at = now + i64::from(self.config.retry_after_seconds);
-        let cluster_queue = v
-            .pointer("/status/admission/clusterQueue")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
+        let cluster_queue = v.cluster_queue().unwrap_or_default();
         let Some((budget_name, class_name)) = pricing.queues.get(cluster_queue) else {
             if pricing.ready {
                 let note = format!(
@@ -297,7 +290,7 @@ impl LedgerRuntime {
     /// allows the overdraft); else stops the Workload through Kueue.
     pub(super) async fn renew(
         &self,
-        v: &Value,
+        v: &Workload,
         charge: &Charge,
         state: &mut ChargeState,
         pricing: &PricingSnapshot,
@@ -348,7 +341,11 @@ impl LedgerRuntime {
 
     /// Deactivates a Workload whose renewal the budget cannot cover (Kueue evicts
     /// it and stops counting it), with the reason in an annotation and an Event.
-    pub(super) async fn stop_workload(&self, v: &Value, message: &str) -> Result<(), LedgerError> {
+    pub(super) async fn stop_workload(
+        &self,
+        v: &Workload,
+        message: &str,
+    ) -> Result<(), LedgerError> {
         let (namespace, name) = namespace_and_name(v);
         let patch = json!({
             "metadata": {"annotations": {STOPPED_ANNOTATION: message}},
@@ -369,10 +366,7 @@ impl LedgerRuntime {
             kind: Some("Workload".into()),
             namespace: Some(namespace.into()),
             name: Some(name.into()),
-            uid: v
-                .pointer("/metadata/uid")
-                .and_then(Value::as_str)
-                .map(str::to_string),
+            uid: v.metadata.uid.clone(),
             ..Default::default()
         };
         let event = Event {
@@ -388,7 +382,7 @@ impl LedgerRuntime {
 
     pub(super) async fn reject(
         &self,
-        v: &Value,
+        v: &Workload,
         message: &str,
     ) -> Result<Option<i64>, LedgerError> {
         self.count_decision("reject");
@@ -409,7 +403,7 @@ impl LedgerRuntime {
     /// entry of the `admissionChecks` map list; other checks are untouched).
     pub(super) async fn set_check(
         &self,
-        v: &Value,
+        v: &Workload,
         state: &str,
         message: &str,
         requeue_after: Option<u32>,
@@ -423,11 +417,8 @@ impl LedgerRuntime {
         // The transition time moves only when the state does.
         let transition = match current {
             Some((s, _)) if s == state => v
-                .pointer("/status/admissionChecks")
-                .and_then(Value::as_array)
-                .and_then(|a| a.iter().find(|c| c["name"] == check.as_str()))
-                .and_then(|c| c["lastTransitionTime"].as_str())
-                .map(str::to_string)
+                .check(check)
+                .and_then(|c| c.last_transition_time.clone())
                 .unwrap_or_else(|| rfc3339(now_seconds())),
             _ => rfc3339(now_seconds()),
         };
@@ -466,7 +457,7 @@ impl LedgerRuntime {
     /// server-side apply of just those two fields.
     pub(super) async fn set_record(
         &self,
-        v: &Value,
+        v: &Workload,
         record: &ReservationRecord,
     ) -> Result<(), LedgerError> {
         let (namespace, name) = namespace_and_name(v);
@@ -502,24 +493,22 @@ impl LedgerRuntime {
     /// re-sent the list meanwhile (Kueue drops its own finalizer with a patch of
     /// the whole list, which makes it a co-owner of ours). A stale read fails the
     /// test and is retried.
-    pub(super) async fn release(&self, v: &Value) -> Result<(), LedgerError> {
+    pub(super) async fn release(&self, v: &Workload) -> Result<(), LedgerError> {
         let (namespace, name) = namespace_and_name(v);
         let Some(index) = v
-            .pointer("/metadata/finalizers")
-            .and_then(Value::as_array)
+            .metadata
+            .finalizers
+            .as_ref()
             .and_then(|f| f.iter().position(|f| f == FINALIZER))
         else {
             return Ok(());
         };
         let mut ops = vec![
             json!({"op": "test", "path": "/metadata/resourceVersion",
-                   "value": v.pointer("/metadata/resourceVersion")}),
+                   "value": v.metadata.resource_version}),
             json!({"op": "remove", "path": format!("/metadata/finalizers/{index}")}),
         ];
-        if v.pointer("/metadata/annotations")
-            .and_then(|a| a.get(RESERVATION_ANNOTATION))
-            .is_some()
-        {
+        if v.annotation(RESERVATION_ANNOTATION).is_some() {
             ops.push(json!({"op": "remove", "path": RESERVATION_ANNOTATION_POINTER}));
         }
         let patch = serde_json::from_value(Value::Array(ops)).expect("a valid JSON patch");
@@ -544,14 +533,21 @@ impl LedgerRuntime {
     }
 }
 
-pub(super) fn namespace_and_name(v: &Value) -> (&str, &str) {
-    let text = |p: &str| v.pointer(p).and_then(Value::as_str).unwrap_or_default();
-    (text("/metadata/namespace"), text("/metadata/name"))
+pub(super) fn namespace_and_name(v: &Workload) -> (&str, &str) {
+    let meta = &v.metadata;
+    (
+        meta.namespace.as_deref().unwrap_or_default(),
+        meta.name.as_deref().unwrap_or_default(),
+    )
 }
 
 /// The check's message once credits are reserved (the same words whichever path
 /// sets it, so a replay writes nothing).
-pub(super) fn ready_note(record: &ReservationRecord, charge: &Charge, workload: &Value) -> String {
+pub(super) fn ready_note(
+    record: &ReservationRecord,
+    charge: &Charge,
+    workload: &Workload,
+) -> String {
     let mut cards: Vec<&str> = record.lines.iter().map(|l| l.rate_card.as_str()).collect();
     cards.sort_unstable();
     cards.dedup();
@@ -574,11 +570,8 @@ pub(super) fn ready_note(record: &ReservationRecord, charge: &Charge, workload: 
 /// A Workload with `spec.maximumExecutionTimeSeconds`: Kueue stops it at its
 /// horizon, so its reservation is never renewed (the eviction's lag is charged
 /// as overrun).
-pub(super) fn is_bounded(workload: &Value) -> bool {
-    workload
-        .pointer("/spec/maximumExecutionTimeSeconds")
-        .and_then(Value::as_u64)
-        .is_some_and(|s| s > 0)
+pub(super) fn is_bounded(workload: &Workload) -> bool {
+    workload.maximum_execution_seconds().is_some()
 }
 
 /// A budget's rule for renewals it cannot cover (an unparsable limit allows no

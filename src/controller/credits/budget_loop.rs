@@ -203,11 +203,11 @@ impl LedgerRuntime {
         // finalizer; one waiting on the check holds quota), looked up by the index
         // the watch keeps: finished history, which a cluster keeps by the ten
         // thousand, is not even visited.
-        let relevant: Vec<Value> = relevant
+        let relevant: Vec<Arc<Workload>> = relevant
             .keys()
             .iter()
             .filter_map(|key| workloads.get(key))
-            .filter_map(|w| ledger_relevant(&w, check))
+            .filter(|w| ledger_relevant(w, check))
             .collect();
         let queues: Vec<Value> = cluster_queues
             .state()

@@ -46,7 +46,7 @@ impl RelevantWorkloads {
         match event {
             watcher::Event::Init => state.relisting = Some(Default::default()),
             watcher::Event::InitApply(w) => {
-                if ledger_relevant_typed(w, check) {
+                if ledger_relevant(w, check) {
                     let key = ObjectRef::from_obj(w);
                     state.relisting.get_or_insert_default().insert(key);
                 }
@@ -58,7 +58,7 @@ impl RelevantWorkloads {
             }
             watcher::Event::Apply(w) => {
                 let key = ObjectRef::from_obj(w);
-                if ledger_relevant_typed(w, check) {
+                if ledger_relevant(w, check) {
                     state.keys.insert(key);
                 } else {
                     state.keys.remove(&key);
@@ -84,15 +84,9 @@ pub(super) fn slim_view(w: &mut Workload) {
     );
 }
 
-/// The JSON of a cached Workload the reconciliation against Kueue must look at
-/// (charged: kaccel's finalizer; or counted by Kueue with kaccel's check on it),
-/// `None` for the rest, decided on the typed view so a pass builds JSON only
-/// for open work.
-pub(super) fn ledger_relevant(w: &Workload, check: &str) -> Option<Value> {
-    ledger_relevant_typed(w, check).then(|| w.to_value())
-}
-
-pub(super) fn ledger_relevant_typed(w: &Workload, check: &str) -> bool {
+/// Whether the reconciliation against Kueue must look at a cached Workload:
+/// charged (kaccel's finalizer), or counted by Kueue with kaccel's check on it.
+pub(super) fn ledger_relevant(w: &Workload, check: &str) -> bool {
     w.has_finalizer(FINALIZER) || (w.counted_by_kueue() && w.has_check(check))
 }
 
@@ -223,13 +217,13 @@ mod tests {
             check.clone(),
             json!([FINALIZER]),
         );
-        assert!(ledger_relevant(&charged, "kaccel-credits").is_some());
+        assert!(ledger_relevant(&charged, "kaccel-credits"));
         // Waiting on the check while holding quota: counted.
         let waiting = workload(json!([reserved]), check.clone(), json!([]));
-        assert!(ledger_relevant(&waiting, "kaccel-credits").is_some());
-        assert!(ledger_relevant(&waiting, "another-check").is_none());
+        assert!(ledger_relevant(&waiting, "kaccel-credits"));
+        assert!(!ledger_relevant(&waiting, "another-check"));
         // Finished and settled: skipped.
         let history = workload(json!([reserved, finished]), check, json!([]));
-        assert!(ledger_relevant(&history, "kaccel-credits").is_none());
+        assert!(!ledger_relevant(&history, "kaccel-credits"));
     }
 }
