@@ -10,6 +10,7 @@ pub mod controller;
 pub mod crds;
 pub mod health;
 pub mod inventory;
+pub mod k8s;
 pub mod kueue;
 pub mod ledger;
 pub mod plan;

@@ -13,19 +13,20 @@ use std::fmt::Write as _;
 use std::io::Write;
 use std::path::PathBuf;
 
+use crate::k8s::resources::kueue;
 use clap::ValueEnum;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::resource::v1::ResourceSlice;
 use kube::Client;
 use kube::api::{Api, DynamicObject, ListParams};
-use kube::core::{ApiResource, GroupVersionKind};
 use serde::Serialize;
 use serde_json::Value;
 
 use super::load;
 use crate::api::HealthCounts;
 use crate::health::HealthSnapshot;
-use crate::inventory::{DeviceVariant, Inventory, NodeInventory, parse_count};
+use crate::inventory::{DeviceVariant, Inventory, NodeInventory};
+use crate::k8s::quantity::parse_count;
 use crate::kueue::workload::Workload;
 
 #[derive(clap::Args, Debug)]
@@ -215,14 +216,6 @@ pub fn read_files(paths: &[PathBuf]) -> Result<InventoryReport, InventoryError> 
         ..Default::default()
     };
     Ok(InventoryReport::new(source, inventory, allocation))
-}
-
-fn kueue(kind: &str) -> ApiResource {
-    ApiResource::from_gvk(&GroupVersionKind::gvk(
-        crate::kueue::GROUP,
-        crate::kueue::VERSION,
-        kind,
-    ))
 }
 
 /// The inventory of the cluster of the current kubeconfig (or in-cluster config):

@@ -196,19 +196,12 @@ async fn reconcile_with_cluster<S: LedgerStore>(
     check: &str,
 ) -> Result<Vec<crate::ledger::reconcile::Finding>, String> {
     use kube::api::{Api, DynamicObject, ListParams};
-    use kube::core::{ApiResource, GroupVersionKind};
     let client = kube::Client::try_default()
         .await
         .map_err(|e| format!("cannot reach the cluster (KUBECONFIG): {e}"))?;
-    let resource = |kind: &str| {
-        ApiResource::from_gvk(&GroupVersionKind::gvk(
-            crate::kueue::GROUP,
-            crate::kueue::VERSION,
-            kind,
-        ))
-    };
     let list = |kind: &'static str, params: ListParams| {
-        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource(kind));
+        let api: Api<DynamicObject> =
+            Api::all_with(client.clone(), &crate::k8s::resources::kueue(kind));
         async move {
             api.list(&params)
                 .await

@@ -186,7 +186,7 @@ impl TrackedDevice {
     /// The status as an operator reads it, e.g. "Failed (last seen
     /// 2026-12-03T14:00:00Z, source stale since 2026-12-03T14:01:00Z)".
     pub fn status_text(&self, sources: &BTreeMap<String, SourceState>, now: i64) -> String {
-        let time = crate::ledger::export::rfc3339;
+        let time = crate::k8s::time::rfc3339;
         let why = match self.silence(sources, now) {
             None => return format!("{:?}", self.status),
             Some(Silence::SourceStale(Some(t))) => format!("source stale since {}", time(t)),

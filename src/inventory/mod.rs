@@ -12,7 +12,7 @@ mod google;
 mod huawei;
 mod intel;
 mod nvidia;
-mod quantity;
+use crate::k8s::quantity;
 pub mod synthetic;
 #[cfg(test)]
 mod tests;
@@ -40,7 +40,8 @@ pub fn is_dra_device_class(resource_name: &str) -> bool {
 pub fn dra_device_class_of(group: &DeviceGroup) -> Option<&'static str> {
     dra::device_class_of(group)
 }
-pub use quantity::{
+// Re-exported for the controller, which still imports them from here.
+pub use crate::k8s::quantity::{
     QuantityError, parse_count, parse_cpu_millis, parse_memory_bytes, same_quantity,
 };
 

@@ -11,8 +11,7 @@ use serde::{Deserialize, Serialize};
 
 pub mod workload;
 
-pub const GROUP: &str = "kueue.x-k8s.io";
-pub const VERSION: &str = "v1beta2";
+pub use crate::k8s::resources::{KUEUE_GROUP as GROUP, KUEUE_VERSION as VERSION};
 
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[kube(

@@ -48,7 +48,7 @@ impl kube::Resource for Workload {
         Cow::Borrowed(VERSION)
     }
     fn api_version(_: &()) -> Cow<'_, str> {
-        Cow::Owned(format!("{GROUP}/{VERSION}"))
+        Cow::Owned(crate::k8s::resources::kueue_api_version())
     }
     fn plural(_: &()) -> Cow<'_, str> {
         Cow::Borrowed("workloads")
@@ -269,7 +269,7 @@ impl Workload {
         if let Some(map) = v.as_object_mut() {
             map.insert(
                 "apiVersion".into(),
-                Value::String(format!("{GROUP}/{VERSION}")),
+                Value::String(crate::k8s::resources::kueue_api_version()),
             );
             map.insert("kind".into(), Value::String("Workload".into()));
         }

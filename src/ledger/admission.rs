@@ -26,7 +26,7 @@ use super::charge::{Charge, ChargeOwner};
 use super::entry::{Balances, Entry, format_micros};
 use super::pricing::{PricingError, Rate, cumulative, rate_card_version, resolve_rate};
 use crate::api::{AcceleratorClassSpec, Credits};
-use crate::inventory::parse_count;
+use crate::k8s::quantity::parse_count;
 use crate::kueue::workload::Workload;
 
 /// Default reservation horizon when a Workload has no

@@ -173,17 +173,7 @@ impl Pricing {
     }
 }
 
-/// An RFC 3339 UTC timestamp for unix seconds (saturating to jiff's range).
-pub fn rfc3339(secs: i64) -> String {
-    Timestamp::from_second(secs)
-        .unwrap_or(if secs < 0 {
-            Timestamp::MIN
-        } else {
-            Timestamp::MAX
-        })
-        .strftime("%Y-%m-%dT%H:%M:%SZ")
-        .to_string()
-}
+pub use crate::k8s::time::rfc3339;
 
 /// The UTC calendar month `[start, end)` containing `secs`.
 fn month_of(secs: i64) -> (i64, i64) {

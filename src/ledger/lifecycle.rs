@@ -165,9 +165,7 @@ pub fn condition<'a>(workload: &'a Workload, type_: &str) -> Option<(bool, Optio
     ))
 }
 
-pub fn parse_time(s: &str) -> Option<i64> {
-    s.parse::<jiff::Timestamp>().ok().map(|t| t.as_second())
-}
+pub use crate::k8s::time::parse_time;
 
 /// State and message of an AdmissionCheck on the Workload.
 pub fn check_state<'a>(workload: &'a Workload, check: &str) -> Option<(&'a str, &'a str)> {

@@ -13,7 +13,7 @@
 
 use crate::api::CreditRate;
 use crate::api::Credits;
-use crate::plan::names::glob_match;
+use crate::k8s::names::glob_match;
 
 /// Seconds per hour, the rate's time unit.
 pub const SECONDS_PER_HOUR: u128 = 3600;

@@ -15,7 +15,7 @@ use serde_json::Value;
 use super::admission::{is_accelerator_resource, usage_from_workload};
 use super::lifecycle::{check_state, counted_by_kueue, record_of};
 use super::store::OpenReservation;
-use crate::inventory::parse_count;
+use crate::k8s::quantity::parse_count;
 use crate::kueue::workload::Workload;
 
 /// One disagreement between the ledger and Kueue.

@@ -362,7 +362,7 @@ impl LedgerRuntime {
         self.metrics.write("Workload", "stop");
         tracing::warn!(workload = %format!("{namespace}/{name}"), %message, "stopped a Workload its budget cannot cover");
         let reference = ObjectReference {
-            api_version: Some(format!("{}/{}", crate::kueue::GROUP, crate::kueue::VERSION)),
+            api_version: Some(crate::k8s::resources::kueue_api_version()),
             kind: Some("Workload".into()),
             namespace: Some(namespace.into()),
             name: Some(name.into()),
@@ -432,7 +432,7 @@ impl LedgerRuntime {
             entry["requeueAfterSeconds"] = json!(after);
         }
         let patch = json!({
-            "apiVersion": format!("{}/{}", crate::kueue::GROUP, crate::kueue::VERSION),
+            "apiVersion": crate::k8s::resources::kueue_api_version(),
             "kind": "Workload",
             "metadata": {"name": name, "namespace": namespace},
             "status": {"admissionChecks": [entry]},
@@ -462,7 +462,7 @@ impl LedgerRuntime {
     ) -> Result<(), LedgerError> {
         let (namespace, name) = namespace_and_name(v);
         let patch = json!({
-            "apiVersion": format!("{}/{}", crate::kueue::GROUP, crate::kueue::VERSION),
+            "apiVersion": crate::k8s::resources::kueue_api_version(),
             "kind": "Workload",
             "metadata": {
                 "name": name,

@@ -34,7 +34,7 @@ use std::time::Duration;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
-use kube::core::{ApiResource, GroupVersionKind};
+use kube::core::ApiResource;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store as Cache};
@@ -50,6 +50,7 @@ use crate::api::{
     AcceleratorClassSpec, CreditBudgetSpec, Credits, ExhaustionPolicy, RenewalShortPolicy,
     ShortPolicy,
 };
+use crate::k8s::time::rfc3339;
 use crate::kueue::workload::Workload;
 use crate::ledger::admission::{
     AdmissionError, BudgetView, Decision, FlavorUsage, WorkloadView, admission_number, decide,
@@ -60,7 +61,6 @@ use crate::ledger::budget::{
 };
 use crate::ledger::charge::{Charge, ChargeState, Renewal, RenewalRule};
 use crate::ledger::entry::{Balances, Entry, EntryKind, format_micros, void_key};
-use crate::ledger::export::rfc3339;
 use crate::ledger::lifecycle::{
     FINALIZER, RESERVATION_ANNOTATION, RESERVATION_ANNOTATION_POINTER, ReservationRecord,
     STOPPED_ANNOTATION, check_state, condition, deletion_time, ended_at, evicted_since_admission,
@@ -189,19 +189,11 @@ fn store_unreachable(e: &StoreError) -> bool {
 const RECONCILE_CONCURRENCY: u16 = 32;
 
 pub fn workload_resource() -> ApiResource {
-    ApiResource::from_gvk(&GroupVersionKind::gvk(
-        crate::kueue::GROUP,
-        crate::kueue::VERSION,
-        "Workload",
-    ))
+    crate::k8s::resources::kueue("Workload")
 }
 
 fn admission_check_resource() -> ApiResource {
-    ApiResource::from_gvk(&GroupVersionKind::gvk(
-        crate::kueue::GROUP,
-        crate::kueue::VERSION,
-        "AdmissionCheck",
-    ))
+    crate::k8s::resources::kueue("AdmissionCheck")
 }
 
 /// Everything the ledger tasks share.
@@ -410,7 +402,7 @@ impl LedgerRuntime {
         let name = &self.config.admission_check_name;
         let params = PatchParams::apply(&self.field_manager).force();
         let object = json!({
-            "apiVersion": format!("{}/{}", crate::kueue::GROUP, crate::kueue::VERSION),
+            "apiVersion": crate::k8s::resources::kueue_api_version(),
             "kind": "AdmissionCheck",
             "metadata": {"name": name, "labels": {crate::plan::MANAGED_BY_LABEL: crate::plan::MANAGED_BY}},
             "spec": {"controllerName": self.config.controller_name},
@@ -428,7 +420,7 @@ impl LedgerRuntime {
             Some(p) => ("False", "LedgerUnavailable", p.to_string()),
         };
         let status_patch = json!({
-            "apiVersion": format!("{}/{}", crate::kueue::GROUP, crate::kueue::VERSION),
+            "apiVersion": crate::k8s::resources::kueue_api_version(),
             "kind": "AdmissionCheck",
             "metadata": {"name": name},
             "status": {"conditions": [{
