@@ -416,6 +416,47 @@ mod tests {
     }
 
     #[test]
+    fn the_view_reads_what_kueue_wrote() {
+        let w: Workload = serde_json::from_value(finished()).unwrap();
+        assert_eq!(w.cluster_queue(), Some("vision"));
+        assert_eq!(w.maximum_execution_seconds(), Some(3600));
+        assert!(w.active());
+        let finished = w.condition("Finished").expect("Finished condition");
+        assert_eq!(finished.status, "True");
+        assert_eq!(finished.reason.as_deref(), Some("Succeeded"));
+        assert_eq!(
+            finished.last_transition_time.as_deref(),
+            Some("2026-12-01T01:00:00Z")
+        );
+        assert!(w.condition("Evicted").is_none());
+        assert_eq!(
+            w.check("kaccel-credits").map(|c| c.state.as_str()),
+            Some("Ready")
+        );
+        assert!(w.check("another").is_none());
+        assert_eq!(w.annotation("other.io/x"), Some("y"));
+        assert!(w.annotation("absent.io/x").is_none());
+        assert!(w.has_finalizer("kaccel.io/credits"));
+
+        // Kueue's defaults and the values it does not constrain.
+        let bare: Workload = serde_json::from_value(json!({
+            "metadata": {"name": "w"},
+            "spec": {"maximumExecutionTimeSeconds": 0}
+        }))
+        .unwrap();
+        assert!(bare.active(), "spec.active defaults to true");
+        assert_eq!(bare.maximum_execution_seconds(), None, "0 sets no limit");
+        assert_eq!(bare.cluster_queue(), None);
+        let odd: Workload = serde_json::from_value(json!({
+            "metadata": {"name": "w"},
+            "spec": {"active": false, "maximumExecutionTimeSeconds": "soon"}
+        }))
+        .unwrap();
+        assert!(!odd.active());
+        assert_eq!(odd.maximum_execution_seconds(), None);
+    }
+
+    #[test]
     fn a_new_inactive_workload_has_no_status() {
         let w: Workload = serde_json::from_value(json!({
             "metadata": {"name": "w", "namespace": "n"},
