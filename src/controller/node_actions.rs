@@ -87,32 +87,7 @@ impl Reconciler {
     }
 
     async fn apply_node(&self, action: &NodeAction) -> Result<(), Error> {
-        let (verb, event_reason, type_, note) = match action {
-            NodeAction::Taint { reason, .. } => (
-                "taint",
-                "KaccelTainted",
-                EventType::Warning,
-                format!("tainted {UNHEALTHY_TAINT}:NoSchedule: all accelerators out ({reason})"),
-            ),
-            NodeAction::Untaint { .. } => (
-                "untaint",
-                "KaccelUntainted",
-                EventType::Normal,
-                "removed kaccel's taint: accelerators healthy again".to_string(),
-            ),
-            NodeAction::Cordon { reason, .. } => (
-                "cordon",
-                "KaccelCordoned",
-                EventType::Warning,
-                format!("cordoned for a failed accelerator ({reason}); repair requested"),
-            ),
-            NodeAction::Uncordon { .. } => (
-                "uncordon",
-                "KaccelUncordoned",
-                EventType::Normal,
-                "uncordoned: the accelerators kaccel cordoned for are healthy again".to_string(),
-            ),
-        };
+        let (verb, event_reason, type_, note) = describe(action);
         apply_node_action(&self.client, action)
             .await
             .map_err(api_err(format!("{verb} node {}", action.node())))?;
@@ -157,6 +132,36 @@ impl Reconciler {
         };
         self.publish(&reference, type_, event_reason, &note).await;
         Ok(())
+    }
+}
+
+/// The metric verb, Event reason, Event type and Event note of a node action.
+fn describe(action: &NodeAction) -> (&'static str, &'static str, EventType, String) {
+    match action {
+        NodeAction::Taint { reason, .. } => (
+            "taint",
+            "KaccelTainted",
+            EventType::Warning,
+            format!("tainted {UNHEALTHY_TAINT}:NoSchedule: all accelerators out ({reason})"),
+        ),
+        NodeAction::Untaint { .. } => (
+            "untaint",
+            "KaccelUntainted",
+            EventType::Normal,
+            "removed kaccel's taint: accelerators healthy again".to_string(),
+        ),
+        NodeAction::Cordon { reason, .. } => (
+            "cordon",
+            "KaccelCordoned",
+            EventType::Warning,
+            format!("cordoned for a failed accelerator ({reason}); repair requested"),
+        ),
+        NodeAction::Uncordon { .. } => (
+            "uncordon",
+            "KaccelUncordoned",
+            EventType::Normal,
+            "uncordoned: the accelerators kaccel cordoned for are healthy again".to_string(),
+        ),
     }
 }
 
@@ -327,4 +332,71 @@ pub async fn requeue_evicted(client: &Client) -> Result<(Vec<String>, usize), ku
         requeued.push(format!("{ns}/{}", wl.name_any()));
     }
     Ok((requeued, waiting))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn held(node: &str) -> HeldBack {
+        HeldBack {
+            node: node.into(),
+            flavor: "h100".into(),
+            allowed: 1,
+            reason: "gpu 3 failed".into(),
+        }
+    }
+
+    #[test]
+    fn a_node_held_back_is_announced_once_until_it_is_released() {
+        let mut last = BTreeSet::from(["n1".to_string()]);
+        let newly = newly_held(&mut last, &[held("n1"), held("n2")]);
+        assert_eq!(newly, vec![held("n2")]);
+        assert_eq!(last, BTreeSet::from(["n1".to_string(), "n2".to_string()]));
+        // Still held: no new Event.
+        assert!(newly_held(&mut last, &[held("n2")]).is_empty());
+        assert_eq!(last, BTreeSet::from(["n2".to_string()]));
+        // Released, then held back again: announced again.
+        assert_eq!(newly_held(&mut last, &[held("n1")]), vec![held("n1")]);
+        assert!(newly_held(&mut last, &[]).is_empty());
+        assert!(last.is_empty());
+    }
+
+    #[test]
+    fn each_node_action_has_its_verb_event_and_severity() {
+        let node = || "gpu-1".to_string();
+        let reason = || "gpu 3 failed (XID 79)".to_string();
+        let taint = describe(&NodeAction::Taint {
+            node: node(),
+            reason: reason(),
+        });
+        assert_eq!(
+            (taint.0, taint.1, taint.2),
+            ("taint", "KaccelTainted", EventType::Warning)
+        );
+        assert!(
+            taint.3.contains(UNHEALTHY_TAINT) && taint.3.contains("gpu 3 failed (XID 79)"),
+            "{}",
+            taint.3
+        );
+        let cordon = describe(&NodeAction::Cordon {
+            node: node(),
+            reason: reason(),
+        });
+        assert_eq!(
+            (cordon.0, cordon.1, cordon.2),
+            ("cordon", "KaccelCordoned", EventType::Warning)
+        );
+        assert!(cordon.3.contains("gpu 3 failed (XID 79)"), "{}", cordon.3);
+        let untaint = describe(&NodeAction::Untaint { node: node() });
+        assert_eq!(
+            (untaint.0, untaint.1, untaint.2),
+            ("untaint", "KaccelUntainted", EventType::Normal)
+        );
+        let uncordon = describe(&NodeAction::Uncordon { node: node() });
+        assert_eq!(
+            (uncordon.0, uncordon.1, uncordon.2),
+            ("uncordon", "KaccelUncordoned", EventType::Normal)
+        );
+    }
 }

@@ -1,6 +1,6 @@
 //! What AcceleratorClass and CreditBudget statuses say, written only when it changed.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
@@ -12,7 +12,8 @@ use super::name_conflicts::with_name_conflicts;
 use super::reconcile::Reconciler;
 use super::{Error, api_err, credits};
 use crate::api::{
-    AcceleratorClass, AcceleratorClassStatus, CreditBudget, CreditBudgetStatus, merge_conditions,
+    AcceleratorClass, AcceleratorClassStatus, CreditBudget, CreditBudgetStatus, DesiredCondition,
+    ResolvedFlavor, merge_conditions,
 };
 use crate::plan::Plan;
 use crate::plan::nodes::HeldBack;
@@ -35,39 +36,9 @@ impl Reconciler {
             };
             let existing = class.status.clone().unwrap_or_default();
             let generation = class.metadata.generation;
-            // The share limit held node actions back: say so on every class using
-            // the flavor, next to the metric and the Node Events.
-            let held: Vec<String> = report
-                .flavors
-                .iter()
-                .filter_map(|f| {
-                    limited.get(&f.name).map(|(allowed, nodes)| {
-                        format!(
-                            "{}: {} node(s) not taken out ({}) because {allowed} already are (maxSharePercent)",
-                            f.name,
-                            nodes.len(),
-                            nodes.join(", ")
-                        )
-                    })
-                })
-                .collect();
             let mut desired =
                 with_name_conflicts(report.conditions.clone(), name_conflicts.get(&name));
-            desired.push(if held.is_empty() {
-                crate::api::DesiredCondition::new(
-                    "AutomationLimited",
-                    false,
-                    "WithinShare",
-                    "node actions are within the configured share of each flavor",
-                )
-            } else {
-                crate::api::DesiredCondition::new(
-                    "AutomationLimited",
-                    true,
-                    "ShareLimitReached",
-                    held.join("; "),
-                )
-            });
+            desired.push(automation_limited_condition(&report.flavors, limited));
             let status = AcceleratorClassStatus {
                 observed_generation: generation,
                 summary: (!report.flavors.is_empty()).then(|| {
@@ -135,23 +106,7 @@ impl Reconciler {
             let mut desired =
                 with_name_conflicts(report.conditions.clone(), name_conflicts.get(&name));
             if report.valid {
-                desired.push(match missing.get(&name) {
-                    Some(namespaces) => crate::api::DesiredCondition::new(
-                        "NamespaceMissing",
-                        true,
-                        "NamespaceNotFound",
-                        format!(
-                            "spec.namespaces: {} do(es) not exist: create them; their LocalQueues are created as soon as they do",
-                            namespaces.iter().cloned().collect::<Vec<_>>().join(", ")
-                        ),
-                    ),
-                    None => crate::api::DesiredCondition::new(
-                        "NamespaceMissing",
-                        false,
-                        "NamespacesExist",
-                        "every namespace in spec.namespaces has its LocalQueues",
-                    ),
-                });
+                desired.push(namespace_missing_condition(missing.get(&name)));
             }
             let view = ledger_views.get(&name);
             if self.ledger.is_some() {
@@ -207,6 +162,65 @@ impl Reconciler {
             }
         }
         Ok(())
+    }
+}
+
+/// `AutomationLimited` on a class: the share limit held node actions back on
+/// one of its flavors. Said on every class using the flavor, next to the metric
+/// and the Node Events.
+fn automation_limited_condition(
+    flavors: &[ResolvedFlavor],
+    limited: &BTreeMap<String, (u32, Vec<String>)>,
+) -> DesiredCondition {
+    let held: Vec<String> = flavors
+        .iter()
+        .filter_map(|f| {
+            limited.get(&f.name).map(|(allowed, nodes)| {
+                format!(
+                    "{}: {} node(s) not taken out ({}) because {allowed} already are (maxSharePercent)",
+                    f.name,
+                    nodes.len(),
+                    nodes.join(", ")
+                )
+            })
+        })
+        .collect();
+    if held.is_empty() {
+        DesiredCondition::new(
+            "AutomationLimited",
+            false,
+            "WithinShare",
+            "node actions are within the configured share of each flavor",
+        )
+    } else {
+        DesiredCondition::new(
+            "AutomationLimited",
+            true,
+            "ShareLimitReached",
+            held.join("; "),
+        )
+    }
+}
+
+/// `NamespaceMissing` on a valid budget: `missing` names the namespaces whose
+/// LocalQueues could not be created (tried again later, not an error).
+fn namespace_missing_condition(missing: Option<&BTreeSet<String>>) -> DesiredCondition {
+    match missing {
+        Some(namespaces) => DesiredCondition::new(
+            "NamespaceMissing",
+            true,
+            "NamespaceNotFound",
+            format!(
+                "spec.namespaces: {} do(es) not exist: create them; their LocalQueues are created as soon as they do",
+                namespaces.iter().cloned().collect::<Vec<_>>().join(", ")
+            ),
+        ),
+        None => DesiredCondition::new(
+            "NamespaceMissing",
+            false,
+            "NamespacesExist",
+            "every namespace in spec.namespaces has its LocalQueues",
+        ),
     }
 }
 
@@ -293,4 +307,164 @@ fn condition_true(
         .iter()
         .find(|c| c.type_ == type_)
         .map(|c| c.status == "True")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::entry::Balances;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+
+    fn view(granted: i128, spent: i128) -> credits::BudgetLedgerView {
+        credits::BudgetLedgerView {
+            balances: Balances {
+                granted,
+                reserved: 0,
+                spent,
+            },
+            ..Default::default()
+        }
+    }
+
+    fn said(c: &DesiredCondition) -> (&str, bool, &str) {
+        (c.type_.as_str(), c.status, c.reason.as_str())
+    }
+
+    #[test]
+    fn ledger_in_sync_says_pending_error_drift_or_in_sync() {
+        assert_eq!(
+            said(&ledger_condition(None)),
+            (LEDGER_IN_SYNC, false, "LedgerPending")
+        );
+        let clean = view(10_000_000, 0);
+        assert_eq!(
+            said(&ledger_condition(Some(&clean))),
+            (LEDGER_IN_SYNC, true, "InSync")
+        );
+        let drifted = credits::BudgetLedgerView {
+            drift: (1..=7).map(|i| format!("finding {i}")).collect(),
+            ..clean.clone()
+        };
+        let c = ledger_condition(Some(&drifted));
+        assert_eq!(said(&c), (LEDGER_IN_SYNC, false, "Drift"));
+        assert!(c.message.contains("(7 finding(s))"), "{}", c.message);
+        assert!(c.message.contains("finding 5"), "{}", c.message);
+        assert!(
+            !c.message.contains("finding 6"),
+            "only the first five: {}",
+            c.message
+        );
+        // An error wins over drift: the findings may be stale.
+        let failing = credits::BudgetLedgerView {
+            error: Some("store unreachable".into()),
+            ..drifted
+        };
+        let c = ledger_condition(Some(&failing));
+        assert_eq!(said(&c), (LEDGER_IN_SYNC, false, "LedgerError"));
+        assert_eq!(c.message, "store unreachable");
+    }
+
+    #[test]
+    fn overdrawn_only_when_remaining_is_below_zero() {
+        let c = overdraft_condition(Some(&view(1_000_000, 2_500_000)));
+        assert_eq!(said(&c), (crate::api::OVERDRAWN, true, "Overdraft"));
+        assert!(
+            c.message.contains("remaining credits are -1.5"),
+            "{}",
+            c.message
+        );
+        for v in [Some(view(1_000_000, 1_000_000)), Some(view(2, 1)), None] {
+            let c = overdraft_condition(v.as_ref());
+            assert_eq!(
+                said(&c),
+                (crate::api::OVERDRAWN, false, "NotOverdrawn"),
+                "{v:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn condition_true_reads_one_type_and_none_when_absent() {
+        let conditions: Vec<Condition> = serde_json::from_value(json!([
+            {"type": "Ready", "status": "True", "reason": "Planned", "message": "",
+             "lastTransitionTime": "2026-01-01T00:00:00Z"},
+            {"type": "Exhausted", "status": "False", "reason": "CreditsLeft", "message": "",
+             "lastTransitionTime": "2026-01-01T00:00:00Z"},
+            {"type": "Conflict", "status": "Unknown", "reason": "NotChecked", "message": "",
+             "lastTransitionTime": "2026-01-01T00:00:00Z"}
+        ]))
+        .unwrap();
+        assert_eq!(condition_true(&conditions, "Ready"), Some(true));
+        assert_eq!(condition_true(&conditions, "Exhausted"), Some(false));
+        assert_eq!(condition_true(&conditions, "Conflict"), Some(false));
+        assert_eq!(condition_true(&conditions, "Overdrawn"), None);
+        assert_eq!(condition_true(&[], "Ready"), None);
+    }
+
+    fn held(node: &str, flavor: &str, allowed: u32) -> HeldBack {
+        HeldBack {
+            node: node.into(),
+            flavor: flavor.into(),
+            allowed,
+            reason: "gpu failed".into(),
+        }
+    }
+
+    #[test]
+    fn held_back_nodes_are_grouped_by_flavor_with_the_allowed_count() {
+        let limited = share_limited(&[
+            held("n1", "h100", 2),
+            held("n2", "mi300", 1),
+            held("n3", "h100", 2),
+        ]);
+        assert_eq!(
+            limited,
+            BTreeMap::from([
+                (
+                    "h100".to_string(),
+                    (2, vec!["n1".to_string(), "n3".to_string()])
+                ),
+                ("mi300".to_string(), (1, vec!["n2".to_string()])),
+            ])
+        );
+        assert!(share_limited(&[]).is_empty());
+    }
+
+    #[test]
+    fn automation_limited_names_the_held_back_nodes_of_the_class_flavors_only() {
+        let flavor = |name: &str| ResolvedFlavor {
+            name: name.into(),
+            ..Default::default()
+        };
+        let limited = share_limited(&[
+            held("n1", "h100", 2),
+            held("n3", "h100", 2),
+            held("n9", "mi300", 1),
+        ]);
+        let c = automation_limited_condition(&[flavor("h100"), flavor("a100")], &limited);
+        assert_eq!(said(&c), ("AutomationLimited", true, "ShareLimitReached"));
+        assert_eq!(
+            c.message,
+            "h100: 2 node(s) not taken out (n1, n3) because 2 already are (maxSharePercent)"
+        );
+        let c = automation_limited_condition(&[flavor("a100")], &limited);
+        assert_eq!(said(&c), ("AutomationLimited", false, "WithinShare"));
+        let c = automation_limited_condition(&[], &BTreeMap::new());
+        assert_eq!(said(&c), ("AutomationLimited", false, "WithinShare"));
+    }
+
+    #[test]
+    fn namespace_missing_names_the_namespaces_to_create() {
+        let missing = BTreeSet::from(["ml-b".to_string(), "ml-a".to_string()]);
+        let c = namespace_missing_condition(Some(&missing));
+        assert_eq!(said(&c), ("NamespaceMissing", true, "NamespaceNotFound"));
+        assert!(
+            c.message
+                .starts_with("spec.namespaces: ml-a, ml-b do(es) not exist"),
+            "{}",
+            c.message
+        );
+        let c = namespace_missing_condition(None);
+        assert_eq!(said(&c), ("NamespaceMissing", false, "NamespacesExist"));
+    }
 }
