@@ -201,3 +201,103 @@ fn device_quota(cq: &Value) -> u64 {
         .map(u64::from)
         .sum()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn queue(groups: Value) -> Value {
+        json!({"metadata": {"name": "team-a-h100"}, "spec": {"resourceGroups": groups}})
+    }
+
+    #[test]
+    fn device_quota_sums_the_devices_of_every_flavor_and_ignores_cpu_and_memory() {
+        let cq = queue(json!([
+            {"coveredResources": ["cpu", "memory", "nvidia.com/gpu"], "flavors": [
+                {"name": "h100", "resources": [
+                    {"name": "cpu", "nominalQuota": "64"},
+                    {"name": "memory", "nominalQuota": "512Gi"},
+                    {"name": "nvidia.com/gpu", "nominalQuota": "8"}
+                ]},
+                {"name": "a100", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": "4"}]}
+            ]},
+            {"coveredResources": ["amd.com/gpu"], "flavors": [
+                {"name": "mi300", "resources": [{"name": "amd.com/gpu", "nominalQuota": "2"}]}
+            ]}
+        ]));
+        assert_eq!(device_quota(&cq), 14);
+        let only_cpu = queue(json!([{"flavors": [{"name": "f", "resources": [
+            {"name": "cpu", "nominalQuota": "100"},
+            {"name": "memory", "nominalQuota": "1Ti"}
+        ]}]}]));
+        assert_eq!(device_quota(&only_cpu), 0);
+        // Nothing to count, or not a count: zero rather than a panic.
+        assert_eq!(device_quota(&json!({})), 0);
+        let unreadable = queue(json!([{"flavors": [{"name": "f", "resources": [
+            {"name": "nvidia.com/gpu", "nominalQuota": "half"}
+        ]}]}]));
+        assert_eq!(device_quota(&unreadable), 0);
+    }
+
+    #[test]
+    fn a_local_queue_write_names_its_budget_and_namespace() {
+        let target = ObjectRef {
+            kind: Kind::LocalQueue,
+            namespace: Some("ml-research".into()),
+            name: "h100".into(),
+        };
+        let object = json!({"metadata": {
+            "name": "h100", "namespace": "ml-research",
+            "labels": {(crate::plan::BUDGET_LABEL): "team-a"}
+        }});
+        let apply = Action::Apply {
+            target: target.clone(),
+            object: object.clone(),
+            create: true,
+        };
+        let recreate = Action::Recreate {
+            target: target.clone(),
+            object: object.clone(),
+        };
+        for action in [&apply, &recreate] {
+            assert!(is_local_queue(action), "{action:?}");
+            assert_eq!(
+                local_queue_budget(action),
+                Some(("team-a".to_string(), "ml-research".to_string()))
+            );
+        }
+        // A delete creates nothing: a missing namespace is no budget's problem.
+        let delete = Action::Delete {
+            target: target.clone(),
+        };
+        assert!(!is_local_queue(&delete));
+        assert_eq!(local_queue_budget(&delete), None);
+        let cluster_queue = Action::Apply {
+            target: ObjectRef {
+                kind: Kind::ClusterQueue,
+                namespace: None,
+                name: "team-a-h100".into(),
+            },
+            object: object.clone(),
+            create: true,
+        };
+        assert!(!is_local_queue(&cluster_queue));
+        // Without the budget label or a namespace there is nobody to tell.
+        let unlabelled = Action::Apply {
+            target: target.clone(),
+            object: json!({"metadata": {"name": "h100"}}),
+            create: false,
+        };
+        assert_eq!(local_queue_budget(&unlabelled), None);
+        let no_namespace = Action::Apply {
+            target: ObjectRef {
+                namespace: None,
+                ..target
+            },
+            object,
+            create: false,
+        };
+        assert_eq!(local_queue_budget(&no_namespace), None);
+    }
+}

@@ -416,4 +416,46 @@ mod tests {
         };
         assert_eq!((p.port, p.path.as_str()), (9400, "/metrics"));
     }
+
+    #[test]
+    fn plan_options_carry_the_planner_settings_and_the_check_only_with_the_ledger() {
+        let mut config = Config {
+            root_cohort: "org".into(),
+            planner: Planner {
+                unknown_counts_as_capacity: !Planner::default().unknown_counts_as_capacity,
+                demote_warning_percent: 40,
+                queueing_strategy: "StrictFIFO".into(),
+            },
+            ..Config::default()
+        };
+        let options = config.plan_options();
+        assert_eq!(options.root_cohort, "org");
+        assert_eq!(
+            options.unknown_counts_as_capacity,
+            config.planner.unknown_counts_as_capacity
+        );
+        assert_eq!(options.demote_warning_percent, 40);
+        assert_eq!(options.queueing_strategy, "StrictFIFO");
+        assert_eq!(options.admission_check, None, "nobody would answer it");
+        config.ledger.enabled = true;
+        config.ledger.admission_check_name = "credits".into();
+        assert_eq!(
+            config.plan_options().admission_check.as_deref(),
+            Some("credits")
+        );
+    }
+
+    #[test]
+    fn timings_are_durations_and_a_zero_resync_still_ticks() {
+        let config = Config {
+            debounce_ms: 250,
+            max_delay_ms: 2000,
+            resync_seconds: 0,
+            ..Config::default()
+        };
+        assert_eq!(config.debounce(), Duration::from_millis(250));
+        assert_eq!(config.max_delay(), Duration::from_secs(2));
+        assert_eq!(config.resync(), Duration::from_secs(1));
+        assert_eq!(Config::default().resync(), Duration::from_secs(300));
+    }
 }

@@ -198,3 +198,98 @@ impl Poller {
             })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::config::{PodsSource, PrometheusSource};
+    use crate::health::exporters::ExporterKind;
+
+    fn source(name: &str) -> HealthSource {
+        HealthSource {
+            name: name.into(),
+            kind: ExporterKind::DcgmExporter,
+            url: None,
+            prometheus: None,
+            pods: None,
+            node: None,
+            interval_seconds: 5,
+            stale_after_seconds: 45,
+            timeout_seconds: 3,
+        }
+    }
+
+    #[test]
+    fn the_tracker_starts_with_one_state_per_url_source() {
+        let health = Health {
+            sources: vec![
+                HealthSource {
+                    url: Some("http://10.0.0.5:9400/metrics".into()),
+                    node: Some("gpu-1".into()),
+                    ..source("one")
+                },
+                HealthSource {
+                    url: Some("http://10.0.0.6:9400/metrics".into()),
+                    ..source("shared")
+                },
+                HealthSource {
+                    prometheus: Some(PrometheusSource {
+                        url: "http://prometheus:9090".into(),
+                        selector: String::new(),
+                        node_label: None,
+                    }),
+                    ..source("prom")
+                },
+                HealthSource {
+                    pods: Some(PodsSource {
+                        namespace: "gpu-operator".into(),
+                        selector: "app=dcgm".into(),
+                        port: 9400,
+                        path: "/metrics".into(),
+                    }),
+                    ..source("pods")
+                },
+            ],
+            ..Health::default()
+        };
+        let shared = tracker(&health);
+        let t = shared.lock().unwrap();
+        assert_eq!(t.sources.keys().collect::<Vec<_>>(), ["one", "shared"]);
+        let one = &t.sources["one"];
+        assert_eq!(one.nodes, ["gpu-1"]);
+        assert_eq!(one.vendor, Some(ExporterKind::DcgmExporter.vendor()));
+        assert_eq!(one.stale_after_seconds, 45);
+        // No configured node: the exporter's hostname label says, once polled.
+        assert!(t.sources["shared"].nodes.is_empty());
+        assert_eq!(node_state_name("prom", "gpu-2"), "prom/gpu-2");
+    }
+
+    #[test]
+    fn only_a_change_the_planner_sees_changes_the_fingerprint() {
+        let now = 1_000;
+        let mut t = Tracker::default();
+        t.sources.insert(
+            "one".into(),
+            SourceState {
+                name: "one".into(),
+                nodes: vec!["gpu-1".into()],
+                last_success_at: Some(now),
+                stale_after_seconds: 30,
+                ..Default::default()
+            },
+        );
+        let before = fingerprint(&t, now);
+        assert_eq!(fingerprint(&t, now), before);
+        // Bookkeeping the planner does not read: no wake-up.
+        t.sources.get_mut("one").unwrap().failing_since = Some(now);
+        assert_eq!(fingerprint(&t, now), before);
+        // The source became unusable: its devices turn Unknown.
+        t.sources.get_mut("one").unwrap().last_error = Some("timeout".into());
+        assert_ne!(fingerprint(&t, now), before);
+        t.sources.get_mut("one").unwrap().last_error = None;
+        assert_eq!(fingerprint(&t, now), before);
+        // It now covers another node.
+        t.sources.get_mut("one").unwrap().nodes.push("gpu-2".into());
+        assert_ne!(fingerprint(&t, now), before);
+    }
+}

@@ -85,3 +85,85 @@ fn kueue_resource(kind: Kind) -> ApiResource {
         kind.as_str(),
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_error_is_counted_under_its_own_label() {
+        let api = Error::Api {
+            action: "applying ClusterQueue x".into(),
+            source: kube::Error::Api(Box::new(
+                kube::core::Status::failure("not found", "NotFound").with_code(404),
+            )),
+        };
+        let http = Error::Http {
+            address: "127.0.0.1:8080".parse().unwrap(),
+            source: std::io::Error::from(std::io::ErrorKind::AddrInUse),
+        };
+        let unmanaged = Error::Unmanaged {
+            target: "ClusterQueue x".into(),
+            holder: "managed by terraform".into(),
+        };
+        let labels: Vec<&str> = [
+            api,
+            Error::Connect("no kubeconfig".into()),
+            Error::LeaderElection("lost the Lease".into()),
+            http,
+            unmanaged,
+        ]
+        .iter()
+        .map(Error::metric_label)
+        .collect();
+        assert_eq!(
+            labels,
+            [
+                "api",
+                "connect",
+                "leader_election",
+                "http",
+                "unmanaged_conflict"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_refused_write_says_what_kaccel_was_doing() {
+        let e = api_err("applying ClusterQueue team-a")(kube::Error::Api(Box::new(
+            kube::core::Status::failure("forbidden", "Forbidden").with_code(403),
+        )));
+        assert!(
+            matches!(&e, Error::Api { action, .. } if action == "applying ClusterQueue team-a")
+        );
+        assert!(
+            e.to_string()
+                .contains("during applying ClusterQueue team-a"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn kueue_objects_are_addressed_by_kind_in_kueues_group() {
+        let plurals: Vec<(String, String)> = Kind::ALL
+            .into_iter()
+            .map(|kind| {
+                let ar = kueue_resource(kind);
+                assert_eq!(ar.group, crate::kueue::GROUP);
+                assert_eq!(ar.version, crate::kueue::VERSION);
+                assert_eq!(ar.kind, kind.as_str());
+                (ar.kind, ar.plural)
+            })
+            .collect();
+        assert_eq!(
+            plurals,
+            [
+                ("ResourceFlavor", "resourceflavors"),
+                ("Cohort", "cohorts"),
+                ("ClusterQueue", "clusterqueues"),
+                ("LocalQueue", "localqueues"),
+            ]
+            .map(|(k, p)| (k.to_string(), p.to_string()))
+        );
+    }
+}

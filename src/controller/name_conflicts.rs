@@ -198,4 +198,75 @@ mod tests {
         assert_eq!(merged[1].message, "p; X taken");
         assert_eq!(merged[0].reason, "PoolingConflict");
     }
+
+    #[test]
+    fn a_taken_object_no_budget_labels_concerns_every_budget() {
+        let loaded = crate::cli::load::examples();
+        let planned = plan(&PlanInput {
+            classes: &loaded.classes,
+            budgets: &loaded.budgets,
+            inventory: &Inventory::from_nodes(&loaded.nodes),
+            health: &Default::default(),
+            options: &Default::default(),
+        });
+        let desired = desired_objects(&planned);
+        let root = desired
+            .iter()
+            .find(|(r, v)| {
+                r.kind == Kind::Cohort
+                    && v["metadata"]["labels"][crate::plan::BUDGET_LABEL].is_null()
+            })
+            .map(|(r, _)| r.clone())
+            .expect("the root Cohort carries no budget label");
+        let taken = BTreeMap::from([(root.clone(), "managed by terraform".to_string())]);
+        let notes = name_conflicts(&taken, &[], &desired, &planned);
+        assert!(notes.classes.is_empty(), "{notes:?}");
+        assert!(
+            planned.budgets.len() > 1,
+            "the examples have several budgets"
+        );
+        assert_eq!(
+            notes.budgets.keys().collect::<Vec<_>>(),
+            planned.budgets.keys().collect::<Vec<_>>()
+        );
+        for n in notes.budgets.values() {
+            assert_eq!(n.len(), 1);
+            assert!(n[0].starts_with(&format!("{root} already exists")), "{n:?}");
+        }
+        assert_eq!(
+            name_conflicts(&BTreeMap::new(), &[], &desired, &planned),
+            NameConflicts::default()
+        );
+    }
+
+    #[test]
+    fn name_conflicts_add_ready_false_unless_it_already_is_and_replace_a_false_conflict() {
+        use crate::api::{CONFLICT, DesiredCondition, READY};
+        let notes = Some(vec!["X taken".to_string()]);
+        // No Ready yet: one goes first.
+        let merged = with_name_conflicts(vec![], notes.as_ref());
+        assert_eq!(
+            merged[0],
+            DesiredCondition::new(READY, false, "NameTaken", "X taken")
+        );
+        assert_eq!(
+            merged[1],
+            DesiredCondition::new(CONFLICT, true, "NameTaken", "X taken")
+        );
+        // Ready already False for the planner's own reason: kept as it is.
+        let not_ready = vec![
+            DesiredCondition::new(READY, false, "InvalidSpec", "bad rate"),
+            DesiredCondition::new(CONFLICT, false, "NoConflict", "none"),
+        ];
+        let merged = with_name_conflicts(not_ready.clone(), notes.as_ref());
+        assert_eq!(merged[0], not_ready[0]);
+        let conflicts: Vec<_> = merged.iter().filter(|c| c.type_ == CONFLICT).collect();
+        assert_eq!(conflicts.len(), 1, "{merged:?}");
+        assert!(conflicts[0].status && conflicts[0].reason == "NameTaken");
+        // No notes: unchanged.
+        assert_eq!(
+            with_name_conflicts(not_ready.clone(), Some(&vec![])),
+            not_ready
+        );
+    }
 }

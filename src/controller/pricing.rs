@@ -113,4 +113,62 @@ mod tests {
             (budget.name_any(), class)
         );
     }
+
+    fn example_plan(classes: &[AcceleratorClass], budgets: &[CreditBudget]) -> Plan {
+        let loaded = crate::cli::load::examples();
+        plan(&PlanInput {
+            classes,
+            budgets,
+            inventory: &Inventory::from_nodes(&loaded.nodes),
+            health: &Default::default(),
+            options: &Default::default(),
+        })
+    }
+
+    #[test]
+    fn the_ledger_is_told_every_flavors_model_class_rate_and_budget() {
+        let loaded = crate::cli::load::examples();
+        let mut classes = loaded.classes.clone();
+        classes[0].metadata.generation = Some(7);
+        let planned = example_plan(&classes, &loaded.budgets);
+        let snapshot = pricing_snapshot(&planned, &classes, &loaded.budgets);
+        assert!(snapshot.ready);
+        assert!(!planned.flavors.is_empty());
+        assert_eq!(
+            snapshot.flavor_models,
+            planned
+                .flavors
+                .iter()
+                .map(|(n, f)| (n.clone(), f.model.clone()))
+                .collect::<BTreeMap<_, _>>()
+        );
+        assert_eq!(snapshot.classes.len(), classes.len());
+        assert_eq!(
+            snapshot.classes[&classes[0].name_any()],
+            (classes[0].spec.clone(), Some(7))
+        );
+        assert!(!snapshot.queues.is_empty());
+        assert_eq!(snapshot.queues, priced_queues(&planned, &loaded.budgets));
+        assert_eq!(snapshot.budgets.len(), loaded.budgets.len());
+        for b in &loaded.budgets {
+            assert_eq!(snapshot.budgets[&b.name_any()], b.spec);
+        }
+    }
+
+    #[test]
+    fn a_grant_of_a_class_that_does_not_exist_is_not_priced() {
+        let loaded = crate::cli::load::examples();
+        let budget = &loaded.budgets[0];
+        let class = budget.spec.classes[0].name.clone();
+        let queue = crate::plan::cluster_queue_name(&budget.name_any(), &class);
+        let classes: Vec<AcceleratorClass> = loaded
+            .classes
+            .iter()
+            .filter(|c| c.name_any() != class)
+            .cloned()
+            .collect();
+        let planned = example_plan(&classes, &loaded.budgets);
+        assert!(!planned.classes.contains_key(&class));
+        assert!(!priced_queues(&planned, &loaded.budgets).contains_key(&queue));
+    }
 }

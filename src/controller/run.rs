@@ -335,3 +335,34 @@ async fn reconcile_loop(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn wake_ups_are_events_until_every_sender_is_gone() {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut events = tokio_stream_from(rx);
+        tx.send(()).unwrap();
+        tx.send(()).unwrap();
+        drop(tx);
+        assert!(matches!(events.next().await, Some(Ok(()))));
+        assert!(matches!(events.next().await, Some(Ok(()))));
+        // The end of the stream is what makes the reconcile loop stop.
+        assert!(events.next().await.is_none());
+    }
+
+    #[tokio::test]
+    async fn dropping_the_guard_stops_its_task() {
+        let (alive, gone) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            let _alive = alive;
+            std::future::pending::<()>().await;
+        });
+        drop(AbortOnDrop(task));
+        // The task's future, and with it the sender, is dropped when it is aborted.
+        let ended = tokio::time::timeout(Duration::from_secs(5), gone).await;
+        assert!(matches!(ended, Ok(Err(_))), "{ended:?}");
+    }
+}

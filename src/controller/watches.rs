@@ -196,4 +196,18 @@ mod tests {
         assert_eq!(node.metadata, kept.metadata);
         assert_eq!(node.spec, kept.spec);
     }
+
+    #[test]
+    fn a_cached_node_drops_the_kubelet_config_source_and_a_bare_node_is_left_alone() {
+        let mut node: Node = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "gpu-1"},
+            "status": {"config": {"error": "kubelet config checkpoint is invalid"}}
+        }))
+        .unwrap();
+        slim_node(&mut node);
+        assert!(node.status.as_ref().unwrap().config.is_none());
+        let mut bare = Node::default();
+        slim_node(&mut bare);
+        assert_eq!(bare, Node::default());
+    }
 }

@@ -313,4 +313,126 @@ mod tests {
         let err = Config::load(Some(&path)).unwrap_err().to_string();
         assert!(err.contains("debounceMS"), "{err}");
     }
+
+    #[test]
+    fn bad_settings_name_the_field() {
+        let mut cases = vec![
+            ("fieldManager: \"\"\n", "fieldManager", "must not be empty"),
+            ("rootCohort: Not_A_Name\n", "rootCohort", "DNS subdomain"),
+            (
+                "debounceMs: 500\nmaxDelayMs: 100\n",
+                "maxDelayMs",
+                "at least debounceMs",
+            ),
+            (
+                "health:\n  actions:\n    maxSharePercent: 101\n",
+                "health.actions.maxSharePercent",
+                "0..100",
+            ),
+            (
+                "planner:\n  demoteWarningPercent: 101\n",
+                "planner.demoteWarningPercent",
+                "0..100",
+            ),
+            (
+                "ledger:\n  admissionCheckName: Bad_Name\n",
+                "ledger.admissionCheckName",
+                "DNS subdomain",
+            ),
+            (
+                "ledger:\n  controllerName: kaccel\n",
+                "ledger.controllerName",
+                "domain-prefixed",
+            ),
+            (
+                "ledger:\n  postIntervalSeconds: 59\n",
+                "ledger.postIntervalSeconds",
+                "at least 60",
+            ),
+            (
+                "ledger:\n  defaultHorizonSeconds: 0\n",
+                "ledger.defaultHorizonSeconds",
+                "must be positive",
+            ),
+            (
+                "ledger:\n  retryAfterSeconds: 0\n",
+                "ledger.budgetIntervalSeconds",
+                "retryAfterSeconds must be positive",
+            ),
+        ];
+        // KACCEL_LEDGER_STORE wins over the file; only without it is the file's store checked.
+        if std::env::var_os("KACCEL_LEDGER_STORE").is_none() {
+            cases.push((
+                "ledger:\n  store: \"mysql://db/kaccel\"\n",
+                "ledger.store",
+                "sqlite:PATH",
+            ));
+            cases.push((
+                "ledger:\n  store: \"sqlite://\"\n",
+                "ledger.store",
+                "sqlite:PATH",
+            ));
+        }
+        for (i, (text, field, message)) in cases.iter().enumerate() {
+            let err = load_text(&format!("setting{i}"), text)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(field), "{text}: {err}");
+            assert!(err.contains(message), "{text}: {err}");
+        }
+        // The leader-election rule does not apply when it is off.
+        let off = "leaderElection:\n  enabled: false\n  leaseDurationSeconds: 5\n  renewGraceSeconds: 5\n";
+        assert!(load_text("le-off", off).is_ok());
+    }
+
+    #[test]
+    fn more_bad_sources_name_the_field() {
+        let cases = [
+            (
+                concat!(
+                    "    - {name: a, kind: dcgm-exporter, url: \"http://x:1/metrics\"}\n",
+                    "    - {name: a, kind: dcgm-exporter, url: \"http://y:1/metrics\"}\n",
+                ),
+                "health.sources[].name",
+                "unique",
+            ),
+            (
+                "    - {name: a, kind: dcgm-exporter, url: \"https://x:1/metrics\"}\n",
+                "health.sources[].url",
+                "http:// URL",
+            ),
+            (
+                "    - {name: a, kind: dcgm-exporter, pods: {namespace: Bad_NS, selector: a=b, port: 9400}}\n",
+                "health.sources[].pods.namespace",
+                "namespace name",
+            ),
+            (
+                "    - {name: a, kind: dcgm-exporter, url: \"http://x:1/metrics\", intervalSeconds: 0}\n",
+                "health.sources[].intervalSeconds",
+                "at least 1",
+            ),
+            (
+                "    - {name: a, kind: dcgm-exporter, url: \"http://x:1/metrics\", intervalSeconds: 60, staleAfterSeconds: 30}\n",
+                "health.sources[].staleAfterSeconds",
+                "at least intervalSeconds",
+            ),
+        ];
+        for (i, (items, field, message)) in cases.iter().enumerate() {
+            let err = load_text(&format!("more-src{i}"), &sources(items))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(field), "{items}: {err}");
+            assert!(err.contains(message), "{items}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_node_label_must_be_a_prometheus_label_name() {
+        for good in ["Hostname", "kubernetes_node", "_node", "n1"] {
+            assert!(valid_label_name(good), "{good}");
+        }
+        for bad in ["", "1node", "k8s-node", "node.name", "nöde"] {
+            assert!(!valid_label_name(bad), "{bad}");
+        }
+    }
 }
