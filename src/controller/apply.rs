@@ -229,7 +229,7 @@ mod tests {
         assert_eq!(device_quota(&cq), 14);
         let only_cpu = queue(json!([{"flavors": [{"name": "f", "resources": [
             {"name": "cpu", "nominalQuota": "100"},
-            {"name": "memory", "nominalQuota": "1Ti"}
+            {"name": "memory", "nominalQuota": "512Mi"}
         ]}]}]));
         assert_eq!(device_quota(&only_cpu), 0);
         // Nothing to count, or not a count: zero rather than a panic.
