@@ -33,10 +33,7 @@ impl Reconciler {
         let mut first_error = None;
         // A LocalQueue whose namespace does not exist yet is not an error to retry
         // at once: it becomes a condition on its budget, and is tried again later.
-        let mut missing_namespaces: std::collections::BTreeMap<
-            String,
-            std::collections::BTreeSet<String>,
-        > = Default::default();
+        let mut missing_namespaces: BTreeMap<String, BTreeSet<String>> = Default::default();
         // Planned names held by objects kaccel does not own, and the planned objects
         // not written because they would use one of those.
         let mut taken: BTreeMap<ObjectRef, String> = BTreeMap::new();
