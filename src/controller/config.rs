@@ -1,5 +1,10 @@
-//! The controller's configuration file (`config/kaccel.yaml` documents every knob).
-//! Every field has a default, so an empty file (or none) is a working setup.
+//! The controller's configuration file: its fields, their defaults and loading.
+//!
+//! `config/kaccel.yaml` documents every knob. Every field has a default, so an
+//! empty file (or none) is a working setup. The rules a file must satisfy are in
+//! validate.rs.
+
+mod validate;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -298,129 +303,6 @@ pub enum ConfigError {
     },
 }
 
-/// One source's own rules: (field, message) for the first one broken.
-fn validate_source(source: &HealthSource) -> Result<(), (&'static str, String)> {
-    let err = |field, message: &str| Err((field, message.to_string()));
-    if source.name.is_empty() || source.name.contains('/') {
-        return err(
-            "health.sources[].name",
-            "must be non-empty and without `/` (per-node states are named <name>/<node>)",
-        );
-    }
-    let set: Vec<&str> = [
-        ("url", source.url.is_some()),
-        ("prometheus", source.prometheus.is_some()),
-        ("pods", source.pods.is_some()),
-    ]
-    .iter()
-    .filter(|(_, on)| *on)
-    .map(|(f, _)| *f)
-    .collect();
-    match set.as_slice() {
-        [] => {
-            return err(
-                "health.sources[].url",
-                "needs exactly one of url, prometheus or pods; it has none",
-            );
-        }
-        [_] => {}
-        [first, second, ..] => {
-            let field = match *second {
-                "prometheus" => "health.sources[].prometheus",
-                _ => "health.sources[].pods",
-            };
-            return Err((
-                field,
-                format!(
-                    "needs exactly one of url, prometheus or pods; it has {first} and {second}"
-                ),
-            ));
-        }
-    }
-    if source.node.is_some() && source.url.is_none() {
-        return err(
-            "health.sources[].node",
-            "only with url: prometheus and pods sources read each device's node",
-        );
-    }
-    if let Some(url) = &source.url
-        && !url.starts_with("http://")
-    {
-        return err(
-            "health.sources[].url",
-            "must be an http:// URL, e.g. http://10.0.0.5:9400/metrics",
-        );
-    }
-    if let Some(p) = &source.prometheus {
-        if !p.url.starts_with("http://") || p.url.contains(['?', '#']) || p.url.len() <= 7 {
-            return err(
-                "health.sources[].prometheus.url",
-                "must be the http:// base URL of the query API, e.g. http://prometheus.monitoring:9090",
-            );
-        }
-        if let Err(e) = crate::health::promql::selector_matchers(&p.selector) {
-            return Err(("health.sources[].prometheus.selector", e));
-        }
-        match p.node_label(source.kind) {
-            None => {
-                return err(
-                    "health.sources[].prometheus.nodeLabel",
-                    "required for this exporter kind (it has no hostname label), e.g. kubernetes_node",
-                );
-            }
-            Some(l) if !valid_label_name(l) => {
-                return err(
-                    "health.sources[].prometheus.nodeLabel",
-                    "must be a Prometheus label name, e.g. Hostname or kubernetes_node",
-                );
-            }
-            Some(_) => {}
-        }
-    }
-    if let Some(p) = &source.pods {
-        if p.namespace.is_empty() || !crate::plan::names::valid_dns_subdomain(&p.namespace) {
-            return err(
-                "health.sources[].pods.namespace",
-                "must be a namespace name, e.g. gpu-operator",
-            );
-        }
-        if p.selector.trim().is_empty() {
-            return err(
-                "health.sources[].pods.selector",
-                "must be a label selector, e.g. app=nvidia-dcgm-exporter",
-            );
-        }
-        if p.port == 0 {
-            return err("health.sources[].pods.port", "must be 1..65535");
-        }
-        if !p.path.starts_with('/') || p.path.contains(['?', '#', ' ']) {
-            return err(
-                "health.sources[].pods.path",
-                "must be a URL path, e.g. /metrics",
-            );
-        }
-    }
-    if source.interval_seconds == 0 || source.timeout_seconds == 0 {
-        return err(
-            "health.sources[].intervalSeconds",
-            "intervalSeconds and timeoutSeconds must be at least 1",
-        );
-    }
-    if source.stale_after_seconds < source.interval_seconds as i64 {
-        return err(
-            "health.sources[].staleAfterSeconds",
-            "must be at least intervalSeconds, or every source would always be stale",
-        );
-    }
-    Ok(())
-}
-
-fn valid_label_name(name: &str) -> bool {
-    let mut bytes = name.bytes();
-    matches!(bytes.next(), Some(b) if b.is_ascii_alphabetic() || b == b'_')
-        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
-}
-
 impl Config {
     pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
         let Some(path) = path else {
@@ -441,93 +323,6 @@ impl Config {
         };
         config.validate(&shown)?;
         Ok(config)
-    }
-
-    fn validate(&self, path: &str) -> Result<(), ConfigError> {
-        let invalid = |field, message: &str| ConfigError::Invalid {
-            path: path.to_string(),
-            field,
-            message: message.to_string(),
-        };
-        if self.field_manager.is_empty() {
-            return Err(invalid("fieldManager", "must not be empty"));
-        }
-        if !crate::plan::names::valid_dns_subdomain(&self.root_cohort) {
-            return Err(invalid(
-                "rootCohort",
-                "must be a DNS subdomain, e.g. kaccel",
-            ));
-        }
-        if self.max_delay_ms < self.debounce_ms {
-            return Err(invalid("maxDelayMs", "must be at least debounceMs"));
-        }
-        let le = &self.leader_election;
-        if le.enabled && le.renew_grace_seconds >= le.lease_duration_seconds {
-            return Err(invalid(
-                "leaderElection.renewGraceSeconds",
-                "must be below leaseDurationSeconds, or the leader could never renew in time",
-            ));
-        }
-        let mut names = std::collections::BTreeSet::new();
-        for source in &self.health.sources {
-            if !names.insert(source.name.as_str()) {
-                return Err(invalid("health.sources[].name", "names must be unique"));
-            }
-            validate_source(source).map_err(|(field, message)| ConfigError::Invalid {
-                path: path.to_string(),
-                field,
-                message: format!("source {:?}: {message}", source.name),
-            })?;
-        }
-        if self.health.actions.max_share_percent > 100 {
-            return Err(invalid("health.actions.maxSharePercent", "must be 0..100"));
-        }
-        if self.planner.demote_warning_percent > 100 {
-            return Err(invalid("planner.demoteWarningPercent", "must be 0..100"));
-        }
-        let ledger = &self.ledger;
-        if !crate::plan::names::valid_dns_subdomain(&ledger.admission_check_name) {
-            return Err(invalid(
-                "ledger.admissionCheckName",
-                "must be a DNS subdomain, e.g. kaccel-credits",
-            ));
-        }
-        if ledger.controller_name.is_empty() || !ledger.controller_name.contains('/') {
-            return Err(invalid(
-                "ledger.controllerName",
-                "must be a domain-prefixed path, e.g. kaccel.io/credits",
-            ));
-        }
-        if ledger.post_interval_seconds < 60 {
-            return Err(invalid(
-                "ledger.postIntervalSeconds",
-                "must be at least 60 (one post per interval per running workload)",
-            ));
-        }
-        if ledger.default_horizon_seconds == 0 {
-            return Err(invalid(
-                "ledger.defaultHorizonSeconds",
-                "must be positive, e.g. 3600",
-            ));
-        }
-        if ledger.budget_interval_seconds == 0 || ledger.retry_after_seconds == 0 {
-            return Err(invalid(
-                "ledger.budgetIntervalSeconds",
-                "ledger.budgetIntervalSeconds and ledger.retryAfterSeconds must be positive",
-            ));
-        }
-        let url = ledger.store_url();
-        let sqlite_path = url
-            .strip_prefix("sqlite:")
-            .map(|p| p.trim_start_matches("//"));
-        let postgres = url.starts_with("postgres://") || url.starts_with("postgresql://");
-        if !(postgres || sqlite_path.is_some_and(|p| !p.is_empty())) {
-            return Err(invalid(
-                "ledger.store",
-                "must be sqlite:PATH (a file) or postgres://USER@HOST:PORT/DB",
-            ));
-        }
-        Ok(())
     }
 
     pub fn plan_options(&self) -> PlanOptions {
@@ -572,7 +367,7 @@ mod tests {
         );
     }
 
-    fn load_text(name: &str, text: &str) -> Result<Config, ConfigError> {
+    pub(super) fn load_text(name: &str, text: &str) -> Result<Config, ConfigError> {
         let dir = std::env::temp_dir().join(format!("kaccel-config-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join(format!("{name}.yaml"));
@@ -580,7 +375,7 @@ mod tests {
         Config::load(Some(&path))
     }
 
-    fn sources(items: &str) -> String {
+    pub(super) fn sources(items: &str) -> String {
         format!("health:\n  sources:\n{items}")
     }
 
@@ -623,97 +418,44 @@ mod tests {
     }
 
     #[test]
-    fn bad_sources_name_the_field() {
-        let cases = [
-            (
-                "    - {name: a, kind: dcgm-exporter}\n",
-                "health.sources[].url",
-                "has none",
-            ),
-            (
-                "    - {name: a, kind: dcgm-exporter, url: \"http://x:1/metrics\", prometheus: {url: \"http://p:9090\"}}\n",
-                "health.sources[].prometheus",
-                "has url and prometheus",
-            ),
-            (
-                "    - {name: a, kind: dcgm-exporter, url: \"http://x:1/metrics\", pods: {namespace: n, selector: a=b, port: 1}}\n",
-                "health.sources[].pods",
-                "has url and pods",
-            ),
-            (
-                "    - {name: a, kind: dcgm-exporter, node: n, prometheus: {url: \"http://p:9090\"}}\n",
-                "health.sources[].node",
-                "only with url",
-            ),
-            (
-                "    - {name: a, kind: dcgm-exporter, prometheus: {url: \"https://p:9090\"}}\n",
-                "health.sources[].prometheus.url",
-                "http://",
-            ),
-            (
-                "    - {name: a, kind: dcgm-exporter, prometheus: {url: \"http://p:9090\", selector: 'job=\"x\"'}}\n",
-                "health.sources[].prometheus.selector",
-                "braces",
-            ),
-            (
-                "    - {name: a, kind: gaudi-exporter, prometheus: {url: \"http://p:9090\"}}\n",
-                "health.sources[].prometheus.nodeLabel",
-                "required",
-            ),
-            (
-                "    - {name: a, kind: dcgm-exporter, prometheus: {url: \"http://p:9090\", nodeLabel: \"k8s-node\"}}\n",
-                "health.sources[].prometheus.nodeLabel",
-                "label name",
-            ),
-            (
-                "    - {name: a, kind: dcgm-exporter, pods: {namespace: gpu-operator, selector: \"\", port: 9400}}\n",
-                "health.sources[].pods.selector",
-                "label selector",
-            ),
-            (
-                "    - {name: a, kind: dcgm-exporter, pods: {namespace: gpu-operator, selector: a=b, port: 0}}\n",
-                "health.sources[].pods.port",
-                "1..65535",
-            ),
-            (
-                "    - {name: a, kind: dcgm-exporter, pods: {namespace: gpu-operator, selector: a=b, port: 9400, path: metrics}}\n",
-                "health.sources[].pods.path",
-                "URL path",
-            ),
-            (
-                "    - {name: a/b, kind: dcgm-exporter, url: \"http://x:1/metrics\"}\n",
-                "health.sources[].name",
-                "without `/`",
-            ),
-            (
-                "    - {name: a, kind: dcgm-exporter, pods: {namespace: gpu-operator, selector: a=b, port: 9400, typo: 1}}\n",
-                "typo",
-                "unknown field",
-            ),
-        ];
-        for (i, (items, field, message)) in cases.iter().enumerate() {
-            let err = load_text(&format!("src{i}"), &sources(items))
-                .unwrap_err()
-                .to_string();
-            assert!(err.contains(field), "{items}: {err}");
-            assert!(err.contains(message), "{items}: {err}");
-        }
+    fn plan_options_carry_the_planner_settings_and_the_check_only_with_the_ledger() {
+        let mut config = Config {
+            root_cohort: "org".into(),
+            planner: Planner {
+                unknown_counts_as_capacity: !Planner::default().unknown_counts_as_capacity,
+                demote_warning_percent: 40,
+                queueing_strategy: "StrictFIFO".into(),
+            },
+            ..Config::default()
+        };
+        let options = config.plan_options();
+        assert_eq!(options.root_cohort, "org");
+        assert_eq!(
+            options.unknown_counts_as_capacity,
+            config.planner.unknown_counts_as_capacity
+        );
+        assert_eq!(options.demote_warning_percent, 40);
+        assert_eq!(options.queueing_strategy, "StrictFIFO");
+        assert_eq!(options.admission_check, None, "nobody would answer it");
+        config.ledger.enabled = true;
+        config.ledger.admission_check_name = "credits".into();
+        assert_eq!(
+            config.plan_options().admission_check.as_deref(),
+            Some("credits")
+        );
     }
 
     #[test]
-    fn bad_config_names_the_field() {
-        let dir = std::env::temp_dir().join(format!("kaccel-config-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("bad.yaml");
-        std::fs::write(
-            &path,
-            "leaderElection:\n  leaseDurationSeconds: 5\n  renewGraceSeconds: 5\n",
-        )
-        .unwrap();
-        let err = Config::load(Some(&path)).unwrap_err().to_string();
-        assert!(err.contains("leaderElection.renewGraceSeconds"), "{err}");
-        std::fs::write(&path, "debounceMS: 5\n").unwrap();
-        let err = Config::load(Some(&path)).unwrap_err().to_string();
-        assert!(err.contains("debounceMS"), "{err}");
+    fn timings_are_durations_and_a_zero_resync_still_ticks() {
+        let config = Config {
+            debounce_ms: 250,
+            max_delay_ms: 2000,
+            resync_seconds: 0,
+            ..Config::default()
+        };
+        assert_eq!(config.debounce(), Duration::from_millis(250));
+        assert_eq!(config.max_delay(), Duration::from_secs(2));
+        assert_eq!(config.resync(), Duration::from_secs(1));
+        assert_eq!(Config::default().resync(), Duration::from_secs(300));
     }
 }

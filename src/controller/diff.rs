@@ -481,4 +481,19 @@ mod tests {
         assert!(contains(&json!({"a": 1, "b": 2}), &json!({"a": 1})));
         assert!(!contains(&json!({"a": [1, 2]}), &json!({"a": [1]})));
     }
+
+    #[test]
+    fn the_holder_of_a_foreign_object_is_named() {
+        let owned = json!({"metadata": {"ownerReferences": [{"kind": "Team", "name": "x"}]}});
+        assert_eq!(holder_of(&owned), "owned by Team x");
+        let labelled =
+            json!({"metadata": {"labels": {"app.kubernetes.io/managed-by": "terraform"}}});
+        assert_eq!(holder_of(&labelled), "managed by terraform");
+        let written = json!({"metadata": {"managedFields": [{"manager": "kubectl-create"}, {"manager": "kubectl-create"}]}});
+        assert_eq!(
+            holder_of(&written),
+            "written by field manager kubectl-create"
+        );
+        assert!(holder_of(&json!({})).contains("no owner recorded"));
+    }
 }

@@ -1,0 +1,272 @@
+//! Planned names held by objects kaccel does not own: whom they concern and the conditions saying so.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use super::diff::{Kind, ObjectRef};
+use crate::plan::Plan;
+
+/// Planned names taken by objects kaccel does not own, as notes for the classes
+/// and budgets whose objects they are.
+#[derive(Debug, Default, PartialEq)]
+pub(super) struct NameConflicts {
+    pub(super) classes: BTreeMap<String, Vec<String>>,
+    pub(super) budgets: BTreeMap<String, Vec<String>>,
+}
+
+/// A taken ResourceFlavor concerns the classes pooled into it; a taken Cohort,
+/// ClusterQueue or LocalQueue its budget (the root Cohort: every budget). An object
+/// held up because it would use a taken one concerns its own budget.
+pub(super) fn name_conflicts(
+    taken: &BTreeMap<ObjectRef, String>,
+    held_up: &[(ObjectRef, ObjectRef)],
+    desired: &BTreeMap<ObjectRef, Value>,
+    planned: &Plan,
+) -> NameConflicts {
+    let mut out = NameConflicts::default();
+    let budget_of = |target: &ObjectRef| -> Vec<String> {
+        match desired
+            .get(target)
+            .and_then(|o| o["metadata"]["labels"][crate::plan::BUDGET_LABEL].as_str())
+        {
+            Some(b) => vec![b.to_string()],
+            None => planned.budgets.keys().cloned().collect(),
+        }
+    };
+    for (target, holder) in taken {
+        let note = format!(
+            "{target} already exists and is not kaccel's ({holder}): kaccel leaves it unchanged and does not use it; delete or rename it"
+        );
+        if target.kind == Kind::ResourceFlavor {
+            for class in planned
+                .flavors
+                .get(&target.name)
+                .map(|f| f.classes.iter())
+                .into_iter()
+                .flatten()
+            {
+                out.classes
+                    .entry(class.clone())
+                    .or_default()
+                    .push(note.clone());
+            }
+        } else {
+            for budget in budget_of(target) {
+                out.budgets.entry(budget).or_default().push(note.clone());
+            }
+        }
+    }
+    for (target, used) in held_up {
+        for budget in budget_of(target) {
+            out.budgets.entry(budget).or_default().push(format!(
+                "{target} is not written: it would use {used}, which is not kaccel's"
+            ));
+        }
+    }
+    out
+}
+
+/// A status's conditions with `notes` (name conflicts found while writing) added:
+/// `Conflict` True naming them (after any conflict the planner found) and `Ready`
+/// False. Unchanged without notes.
+pub(super) fn with_name_conflicts(
+    mut conditions: Vec<crate::api::DesiredCondition>,
+    notes: Option<&Vec<String>>,
+) -> Vec<crate::api::DesiredCondition> {
+    use crate::api::{CONFLICT, DesiredCondition, READY};
+    let Some(notes) = notes.filter(|n| !n.is_empty()) else {
+        return conditions;
+    };
+    let message = notes.join("; ");
+    match conditions
+        .iter_mut()
+        .find(|c| c.type_ == CONFLICT && c.status)
+    {
+        Some(c) => c.message = format!("{}; {message}", c.message),
+        None => {
+            conditions.retain(|c| c.type_ != CONFLICT);
+            conditions.push(DesiredCondition::new(
+                CONFLICT,
+                true,
+                "NameTaken",
+                message.clone(),
+            ));
+        }
+    }
+    match conditions.iter_mut().find(|c| c.type_ == READY) {
+        Some(ready) if ready.status => {
+            *ready = DesiredCondition::new(READY, false, "NameTaken", message);
+        }
+        Some(_) => {}
+        None => conditions.insert(0, DesiredCondition::new(READY, false, "NameTaken", message)),
+    }
+    conditions
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controller::diff::{self, desired_objects};
+    use crate::inventory::Inventory;
+    use crate::plan::{PlanInput, plan};
+
+    #[test]
+    fn a_taken_name_is_a_conflict_on_the_classes_or_budget_that_planned_it() {
+        let loaded = crate::cli::load::examples();
+        let planned = plan(&PlanInput {
+            classes: &loaded.classes,
+            budgets: &loaded.budgets,
+            inventory: &Inventory::from_nodes(&loaded.nodes),
+            health: &Default::default(),
+            options: &Default::default(),
+        });
+        let desired = desired_objects(&planned);
+        let (flavor, report) = planned.flavors.iter().next().unwrap();
+        let cq = desired
+            .keys()
+            .find(|r| r.kind == Kind::ClusterQueue)
+            .unwrap()
+            .clone();
+        let budget = desired[&cq]["metadata"]["labels"][crate::plan::BUDGET_LABEL]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let flavor_ref = ObjectRef {
+            kind: Kind::ResourceFlavor,
+            namespace: None,
+            name: flavor.clone(),
+        };
+        let taken = BTreeMap::from([
+            (flavor_ref.clone(), "managed by terraform".to_string()),
+            (cq.clone(), "owned by Team x".to_string()),
+        ]);
+        let lq = desired
+            .iter()
+            .find(|(r, v)| {
+                r.kind == Kind::LocalQueue && v["spec"]["clusterQueue"] == cq.name.as_str()
+            })
+            .map(|(r, _)| r.clone())
+            .unwrap();
+        assert_eq!(
+            diff::references(Kind::LocalQueue, &desired[&lq]),
+            vec![cq.clone()]
+        );
+        let notes = name_conflicts(&taken, &[(lq.clone(), cq.clone())], &desired, &planned);
+        for class in &report.classes {
+            let n = &notes.classes[class];
+            assert!(
+                n[0].contains(&format!("ResourceFlavor {flavor}"))
+                    && n[0].contains("managed by terraform"),
+                "{n:?}"
+            );
+        }
+        let n = &notes.budgets[&budget];
+        assert!(
+            n.iter()
+                .any(|m| m.contains(&format!("ClusterQueue {}", cq.name))
+                    && m.contains("owned by Team x")),
+            "{n:?}"
+        );
+        assert!(
+            n.iter()
+                .any(|m| m.starts_with(&format!("{lq} is not written"))),
+            "{n:?}"
+        );
+
+        // Ready goes False, Conflict True; an earlier planner Conflict keeps its reason.
+        let ready = vec![crate::api::DesiredCondition::new(
+            crate::api::READY,
+            true,
+            "Planned",
+            "ok",
+        )];
+        let merged = with_name_conflicts(ready.clone(), Some(&vec!["X taken".into()]));
+        assert_eq!(merged[0].type_, crate::api::READY);
+        assert!(!merged[0].status && merged[0].reason == "NameTaken");
+        assert!(
+            merged
+                .iter()
+                .any(|c| c.type_ == crate::api::CONFLICT && c.status && c.message == "X taken")
+        );
+        assert_eq!(with_name_conflicts(ready.clone(), None), ready);
+        let pooled = vec![
+            crate::api::DesiredCondition::new(crate::api::READY, false, "PoolingConflict", "p"),
+            crate::api::DesiredCondition::new(crate::api::CONFLICT, true, "PoolingConflict", "p"),
+        ];
+        let merged = with_name_conflicts(pooled, Some(&vec!["X taken".into()]));
+        assert_eq!(merged[1].message, "p; X taken");
+        assert_eq!(merged[0].reason, "PoolingConflict");
+    }
+
+    #[test]
+    fn a_taken_object_no_budget_labels_concerns_every_budget() {
+        let loaded = crate::cli::load::examples();
+        let planned = plan(&PlanInput {
+            classes: &loaded.classes,
+            budgets: &loaded.budgets,
+            inventory: &Inventory::from_nodes(&loaded.nodes),
+            health: &Default::default(),
+            options: &Default::default(),
+        });
+        let desired = desired_objects(&planned);
+        let root = desired
+            .iter()
+            .find(|(r, v)| {
+                r.kind == Kind::Cohort
+                    && v["metadata"]["labels"][crate::plan::BUDGET_LABEL].is_null()
+            })
+            .map(|(r, _)| r.clone())
+            .expect("the root Cohort carries no budget label");
+        let taken = BTreeMap::from([(root.clone(), "managed by terraform".to_string())]);
+        let notes = name_conflicts(&taken, &[], &desired, &planned);
+        assert!(notes.classes.is_empty(), "{notes:?}");
+        assert!(
+            planned.budgets.len() > 1,
+            "the examples have several budgets"
+        );
+        assert_eq!(
+            notes.budgets.keys().collect::<Vec<_>>(),
+            planned.budgets.keys().collect::<Vec<_>>()
+        );
+        for n in notes.budgets.values() {
+            assert_eq!(n.len(), 1);
+            assert!(n[0].starts_with(&format!("{root} already exists")), "{n:?}");
+        }
+        assert_eq!(
+            name_conflicts(&BTreeMap::new(), &[], &desired, &planned),
+            NameConflicts::default()
+        );
+    }
+
+    #[test]
+    fn name_conflicts_add_ready_false_unless_it_already_is_and_replace_a_false_conflict() {
+        use crate::api::{CONFLICT, DesiredCondition, READY};
+        let notes = Some(vec!["X taken".to_string()]);
+        // No Ready yet: one goes first.
+        let merged = with_name_conflicts(vec![], notes.as_ref());
+        assert_eq!(
+            merged[0],
+            DesiredCondition::new(READY, false, "NameTaken", "X taken")
+        );
+        assert_eq!(
+            merged[1],
+            DesiredCondition::new(CONFLICT, true, "NameTaken", "X taken")
+        );
+        // Ready already False for the planner's own reason: kept as it is.
+        let not_ready = vec![
+            DesiredCondition::new(READY, false, "InvalidSpec", "bad rate"),
+            DesiredCondition::new(CONFLICT, false, "NoConflict", "none"),
+        ];
+        let merged = with_name_conflicts(not_ready.clone(), notes.as_ref());
+        assert_eq!(merged[0], not_ready[0]);
+        let conflicts: Vec<_> = merged.iter().filter(|c| c.type_ == CONFLICT).collect();
+        assert_eq!(conflicts.len(), 1, "{merged:?}");
+        assert!(conflicts[0].status && conflicts[0].reason == "NameTaken");
+        // No notes: unchanged.
+        assert_eq!(
+            with_name_conflicts(not_ready.clone(), Some(&vec![])),
+            not_ready
+        );
+    }
+}

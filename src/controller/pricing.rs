@@ -1,0 +1,174 @@
+//! The ledger's pricing inputs from each plan, including which ClusterQueue charges which budget.
+
+use std::collections::BTreeMap;
+
+use kube::ResourceExt;
+
+use super::credits;
+use crate::api::{AcceleratorClass, CreditBudget};
+use crate::plan::Plan;
+
+/// The ledger's pricing inputs from one plan.
+pub(super) fn pricing_snapshot(
+    planned: &Plan,
+    classes: &[AcceleratorClass],
+    budgets: &[CreditBudget],
+) -> credits::PricingSnapshot {
+    credits::PricingSnapshot {
+        ready: true,
+        flavor_models: planned
+            .flavors
+            .iter()
+            .map(|(name, f)| (name.clone(), f.model.clone()))
+            .collect(),
+        classes: classes
+            .iter()
+            .map(|c| (c.name_any(), (c.spec.clone(), c.metadata.generation)))
+            .collect(),
+        queues: priced_queues(planned, budgets),
+        budgets: budgets
+            .iter()
+            .map(|b| (b.name_any(), b.spec.clone()))
+            .collect(),
+    }
+}
+
+/// ClusterQueue -> (budget, class) for the credit check: the planned queues, and
+/// the queues of grants whose class turned invalid. Kaccel deletes the latter, but
+/// Workloads holding quota in them still get an answer: the class's own error
+/// when its rate cannot price, rather than waiting for a queue nobody pays for.
+fn priced_queues(planned: &Plan, budgets: &[CreditBudget]) -> BTreeMap<String, (String, String)> {
+    let mut queues: BTreeMap<String, (String, String)> = planned
+        .cluster_queues
+        .iter()
+        .filter_map(|q| {
+            let labels = q.metadata.labels.as_ref()?;
+            Some((
+                q.metadata.name.clone()?,
+                (
+                    labels.get(crate::plan::BUDGET_LABEL)?.clone(),
+                    labels.get(crate::plan::CLASS_LABEL)?.clone(),
+                ),
+            ))
+        })
+        .collect();
+    for budget in budgets {
+        let name = budget.name_any();
+        for grant in &budget.spec.classes {
+            if planned.classes.get(&grant.name).is_some_and(|c| !c.valid) {
+                queues
+                    .entry(crate::plan::cluster_queue_name(&name, &grant.name))
+                    .or_insert_with(|| (name.clone(), grant.name.clone()));
+            }
+        }
+    }
+    queues
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inventory::Inventory;
+    use crate::plan::{PlanInput, plan};
+
+    #[test]
+    fn workloads_in_the_queue_of_a_class_turned_invalid_still_get_an_answer() {
+        let loaded = crate::cli::load::examples();
+        let (mut classes, budgets) = (loaded.classes, loaded.budgets);
+        let inventory = Inventory::from_nodes(&loaded.nodes);
+        let budget = &budgets[0];
+        let class = budget.spec.classes[0].name.clone();
+        let queue = crate::plan::cluster_queue_name(&budget.name_any(), &class);
+        let input = |classes: &[AcceleratorClass]| {
+            plan(&PlanInput {
+                classes,
+                budgets: &budgets,
+                inventory: &inventory,
+                health: &Default::default(),
+                options: &Default::default(),
+            })
+        };
+        let planned = input(&classes);
+        assert!(
+            planned
+                .cluster_queues
+                .iter()
+                .any(|q| q.metadata.name.as_deref() == Some(queue.as_str())),
+            "cluster_queue_name is the planner's name"
+        );
+        let valid = priced_queues(&planned, &budgets);
+        assert_eq!(valid[&queue], (budget.name_any(), class.clone()));
+
+        let bad = classes.iter_mut().find(|c| c.name_any() == class).unwrap();
+        bad.spec.credits.per_device_hour = "abc".into();
+        let planned = input(&classes);
+        assert!(
+            !planned
+                .cluster_queues
+                .iter()
+                .any(|q| q.metadata.name.as_deref() == Some(queue.as_str()))
+        );
+        assert_eq!(
+            priced_queues(&planned, &budgets)[&queue],
+            (budget.name_any(), class)
+        );
+    }
+
+    fn example_plan(classes: &[AcceleratorClass], budgets: &[CreditBudget]) -> Plan {
+        let loaded = crate::cli::load::examples();
+        plan(&PlanInput {
+            classes,
+            budgets,
+            inventory: &Inventory::from_nodes(&loaded.nodes),
+            health: &Default::default(),
+            options: &Default::default(),
+        })
+    }
+
+    #[test]
+    fn the_ledger_is_told_every_flavors_model_class_rate_and_budget() {
+        let loaded = crate::cli::load::examples();
+        let mut classes = loaded.classes.clone();
+        classes[0].metadata.generation = Some(7);
+        let planned = example_plan(&classes, &loaded.budgets);
+        let snapshot = pricing_snapshot(&planned, &classes, &loaded.budgets);
+        assert!(snapshot.ready);
+        assert!(!planned.flavors.is_empty());
+        assert_eq!(
+            snapshot.flavor_models,
+            planned
+                .flavors
+                .iter()
+                .map(|(n, f)| (n.clone(), f.model.clone()))
+                .collect::<BTreeMap<_, _>>()
+        );
+        assert_eq!(snapshot.classes.len(), classes.len());
+        assert_eq!(
+            snapshot.classes[&classes[0].name_any()],
+            (classes[0].spec.clone(), Some(7))
+        );
+        assert!(!snapshot.queues.is_empty());
+        assert_eq!(snapshot.queues, priced_queues(&planned, &loaded.budgets));
+        assert_eq!(snapshot.budgets.len(), loaded.budgets.len());
+        for b in &loaded.budgets {
+            assert_eq!(snapshot.budgets[&b.name_any()], b.spec);
+        }
+    }
+
+    #[test]
+    fn a_grant_of_a_class_that_does_not_exist_is_not_priced() {
+        let loaded = crate::cli::load::examples();
+        let budget = &loaded.budgets[0];
+        let class = budget.spec.classes[0].name.clone();
+        let queue = crate::plan::cluster_queue_name(&budget.name_any(), &class);
+        let classes: Vec<AcceleratorClass> = loaded
+            .classes
+            .iter()
+            .filter(|c| c.name_any() != class)
+            .cloned()
+            .collect();
+        let planned = example_plan(&classes, &loaded.budgets);
+        assert!(!planned.classes.contains_key(&class));
+        assert!(!priced_queues(&planned, &loaded.budgets).contains_key(&queue));
+    }
+}

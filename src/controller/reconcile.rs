@@ -1,0 +1,186 @@
+//! One reconcile's stages in order: observe -> plan -> diff -> apply -> nodes -> status.
+//!
+//! The stages' writes live in apply.rs, node_actions.rs and status.rs.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use kube::runtime::events::Recorder;
+use kube::{Client, ResourceExt};
+use serde_json::Value;
+
+use super::apply::Applied;
+use super::diff::{self, Kind, ObjectRef, desired_objects};
+use super::metrics::{ClassHealthLabels, KindLabel, Metrics};
+use super::name_conflicts::name_conflicts;
+use super::pricing::pricing_snapshot;
+use super::status::share_limited;
+use super::watches::Caches;
+use super::{Config, Error, credits, health_poller};
+use crate::api::{AcceleratorClass, CreditBudget};
+use crate::health::policy::apply_node_conditions;
+use crate::inventory::Inventory;
+use crate::plan::{Plan, PlanInput, plan};
+
+/// Everything one reconcile needs besides the caches.
+pub(super) struct Reconciler {
+    pub(super) client: Client,
+    pub(super) config: Config,
+    pub(super) metrics: Metrics,
+    pub(super) recorder: Recorder,
+    pub(super) health: health_poller::SharedTracker,
+    /// Nodes held back by the share limit at the last reconcile.
+    pub(super) held_back: std::sync::Mutex<std::collections::BTreeSet<String>>,
+    /// Workloads kaccel evicted may be waiting to be requeued (checked at start too).
+    pub(super) requeue_pending: AtomicBool,
+    /// Some budget names a namespace that does not exist (retried every few seconds).
+    pub(super) namespaces_missing: AtomicBool,
+    /// A planned name is taken by an object kaccel does not own (not watched:
+    /// retried every few seconds, so its removal is noticed).
+    pub(super) names_taken: AtomicBool,
+    /// The credit ledger, when `ledger.enabled`.
+    pub(super) ledger: Option<LedgerParts>,
+}
+
+/// The ledger's tasks and what they share with the planner loop.
+pub(super) struct LedgerParts {
+    pub(super) shared: Arc<credits::LedgerShared>,
+    pub(super) runtime: Arc<credits::LedgerRuntime>,
+}
+
+impl Reconciler {
+    /// observe -> plan -> diff -> apply -> status.
+    pub(super) async fn reconcile(&self, caches: &Caches) -> Result<(), Error> {
+        // Observe.
+        let classes: Vec<AcceleratorClass> = caches
+            .classes
+            .state()
+            .iter()
+            .map(|c| (**c).clone())
+            .collect();
+        let budgets: Vec<CreditBudget> = caches
+            .budgets
+            .state()
+            .iter()
+            .map(|b| (**b).clone())
+            .collect();
+        let nodes = caches.nodes.state();
+        let slices = caches
+            .slices
+            .as_ref()
+            .map(|s| s.state())
+            .unwrap_or_default();
+        let inventory = Inventory::from_nodes_and_slices(
+            nodes.iter().map(|n| n.as_ref()),
+            slices.iter().map(|s| s.as_ref()),
+        );
+        self.metrics
+            .inventory_unclassified_devices
+            .set(i64::try_from(inventory.unclassified_device_count()).unwrap_or(i64::MAX));
+        let live = caches.live_objects();
+
+        // Plan (pure).
+        let mut options = self.config.plan_options();
+        let ledger_views = self
+            .ledger
+            .as_ref()
+            .map(|l| l.shared.budget_views())
+            .unwrap_or_default();
+        options.held_budgets = budgets
+            .iter()
+            .filter(|b| ledger_views.get(&b.name_any()).is_some_and(|v| v.exhausted))
+            .map(|b| (b.name_any(), b.spec.on_exhaustion))
+            .collect();
+        let health = {
+            let tracker = self.health.lock().expect("tracker lock");
+            tracker.snapshot(&inventory, health_poller::now_seconds())
+        };
+        let mut health = health;
+        apply_node_conditions(&mut health, &inventory, &self.config.health.node_conditions);
+        let planned = plan(&PlanInput {
+            classes: &classes,
+            budgets: &budgets,
+            inventory: &inventory,
+            health: &health,
+            options: &options,
+        });
+
+        if let Some(l) = &self.ledger {
+            l.shared
+                .set_pricing(pricing_snapshot(&planned, &classes, &budgets));
+        }
+
+        // Diff (pure).
+        let desired = desired_objects(&planned);
+        let actions = diff::diff(&desired, &live);
+
+        // Apply.
+        let Applied {
+            mut first_error,
+            missing_namespaces,
+            taken,
+            held_up,
+        } = self.apply_all(&actions, &live).await;
+        self.namespaces_missing
+            .store(!missing_namespaces.is_empty(), Ordering::Relaxed);
+        self.names_taken.store(!taken.is_empty(), Ordering::Relaxed);
+        let name_conflicts = name_conflicts(&taken, &held_up, &desired, &planned);
+        self.record_metrics(&planned, &desired);
+
+        // Nodes: taint / cordon for health, within the share limit.
+        let decided = self
+            .act_on_nodes(&inventory, &health, &planned, &mut first_error)
+            .await;
+
+        // Workloads kaccel evicted go back to their queues once Kueue evicted them.
+        self.requeue_evicted_workloads().await?;
+
+        // Status.
+        let limited = share_limited(&decided.held_back);
+        self.write_class_status(&classes, &planned, &limited, &name_conflicts.classes)
+            .await?;
+        self.write_budget_status(
+            &budgets,
+            &planned,
+            &missing_namespaces,
+            &ledger_views,
+            &name_conflicts.budgets,
+        )
+        .await?;
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    fn record_metrics(&self, planned: &Plan, desired: &BTreeMap<ObjectRef, Value>) {
+        for kind in Kind::ALL {
+            let n = desired.keys().filter(|r| r.kind == kind).count();
+            self.metrics
+                .managed_objects
+                .get_or_create(&KindLabel {
+                    kind: kind.as_str().into(),
+                })
+                .set(n as i64);
+        }
+        for (class, report) in &planned.classes {
+            let d = report.devices;
+            for (health, n) in [
+                ("healthy", d.healthy),
+                ("warning", d.warning),
+                ("degraded", d.degraded),
+                ("failed", d.failed),
+                ("unknown", d.unknown),
+            ] {
+                self.metrics
+                    .class_devices
+                    .get_or_create(&ClassHealthLabels {
+                        class: class.clone(),
+                        health: health.into(),
+                    })
+                    .set(i64::from(n));
+            }
+        }
+    }
+}

@@ -1,0 +1,368 @@
+//! The process around the reconcile: startup, leader election, the debounced loop, shutdown.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use futures::stream::{self, StreamExt};
+use kube::Client;
+use kube::runtime::events::{Recorder, Reporter};
+use prometheus_client::registry::Registry;
+use tokio::sync::watch;
+
+use super::diff::Kind;
+use super::metrics::{Metrics, ReasonLabel};
+use super::reconcile::{LedgerParts, Reconciler};
+use super::watches::{Caches, Events, start_watches};
+use super::{Config, Error, allocator, credits, health_poller, http};
+
+/// Run the controller until SIGTERM / Ctrl-C.
+pub async fn run(config: Config) -> Result<(), Error> {
+    let client = Client::try_default()
+        .await
+        .map_err(|e| Error::Connect(e.to_string()))?;
+    let mut registry = Registry::default();
+    let metrics = Metrics::register(&mut registry);
+    let ready = Arc::new(AtomicBool::new(false));
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+
+    let tracker = health_poller::tracker(&config.health);
+    let http_state = http::HttpState {
+        registry: Arc::new(registry),
+        ready: ready.clone(),
+        tracker: tracker.clone(),
+    };
+    let address = config.http_address;
+    let mut http_shutdown = shutdown_rx.clone();
+    let http_task = tokio::spawn(async move {
+        http::serve(address, http_state, async move {
+            let _ = http_shutdown.wait_for(|s| *s).await;
+        })
+        .await
+        .map_err(|source| Error::Http { address, source })
+    });
+
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        tracing::info!("shutting down");
+        let _ = shutdown_tx.send(true);
+    });
+
+    tokio::spawn(allocator::trim_periodically(metrics.clone()));
+    let (caches, watch_events) = start_watches(&client, &config).await?;
+    // Health pollers wake the reconcile loop like a watch event does.
+    let (wake_tx, wake_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let ledger = config.ledger.enabled.then(|| {
+        let shared = Arc::new(credits::LedgerShared::default());
+        LedgerParts {
+            runtime: credits::LedgerRuntime::new(
+                client.clone(),
+                config.ledger.clone(),
+                &config.field_manager,
+                metrics.clone(),
+                shared.clone(),
+                wake_tx.clone(),
+            ),
+            shared,
+        }
+    });
+    health_poller::spawn_pollers(
+        &client,
+        &config.health,
+        tracker.clone(),
+        metrics.clone(),
+        wake_tx,
+    );
+    let health_events = tokio_stream_from(wake_rx);
+    let events: Events = stream::select(watch_events, health_events).boxed();
+    let identity = std::env::var("POD_NAME")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "kaccel".into());
+    let reconciler = Reconciler {
+        recorder: Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: "kaccel".into(),
+                instance: Some(identity.clone()),
+            },
+        ),
+        client: client.clone(),
+        config: config.clone(),
+        metrics: metrics.clone(),
+        health: tracker,
+        held_back: Default::default(),
+        requeue_pending: AtomicBool::new(config.health.actions.evict_workloads_on_failed),
+        namespaces_missing: AtomicBool::new(false),
+        names_taken: AtomicBool::new(false),
+        ledger,
+    };
+
+    let result = if config.leader_election.enabled {
+        lead_then_reconcile(
+            &client,
+            &config,
+            &identity,
+            reconciler,
+            caches,
+            events,
+            ready,
+            shutdown_rx.clone(),
+        )
+        .await
+    } else {
+        metrics.leader.set(1);
+        reconcile_loop(reconciler, caches, events, ready, shutdown_rx.clone(), None).await
+    };
+    // Stop the HTTP server too, whatever ended the loop.
+    http_task.abort();
+    result
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("SIGTERM handler installs");
+        tokio::select! {
+            _ = ctrl_c => {},
+            _ = term.recv() => {},
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn lead_then_reconcile(
+    client: &Client,
+    config: &Config,
+    identity: &str,
+    reconciler: Reconciler,
+    caches: Caches,
+    events: Events,
+    ready: Arc<AtomicBool>,
+    mut shutdown: watch::Receiver<bool>,
+) -> Result<(), Error> {
+    let le = &config.leader_election;
+    let namespace = std::env::var("POD_NAMESPACE").unwrap_or_else(|_| le.lease_namespace.clone());
+    let manager = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &le.lease_name)
+        .with_namespace(&namespace)
+        .with_identity(identity)
+        .with_duration(le.lease_duration_seconds)
+        .with_grace(le.renew_grace_seconds)
+        // Each replica needs its own field manager: kube-lease-manager relies on
+        // server-side apply conflicts between managers to keep a single holder.
+        .with_field_manager(format!("{}-lease-{identity}", config.field_manager))
+        .build()
+        .await
+        .map_err(|e| Error::LeaderElection(e.to_string()))?;
+    let (mut is_leader, lease_task) = manager.watch().await;
+    tracing::info!(lease = %le.lease_name, %namespace, %identity, "waiting for leadership");
+    // Caches fill while waiting, so a new leader acts at once.
+    let cache_ready = ready.clone();
+    let caches_for_ready = caches.clone();
+    tokio::spawn(async move {
+        caches_for_ready.wait_until_ready().await;
+        cache_ready.store(true, Ordering::Relaxed);
+    });
+    // The watch streams must be polled to fill the caches even while following.
+    let (events_tx, events_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let mut events = events;
+    tokio::spawn(async move {
+        while let Some(e) = events.next().await {
+            match e {
+                Ok(()) => {
+                    if events_tx.send(()).is_err() {
+                        break;
+                    }
+                }
+                Err(err) => tracing::warn!(error = %err, "watch error (retrying)"),
+            }
+        }
+    });
+    loop {
+        tokio::select! {
+            _ = shutdown.wait_for(|s| *s) => {
+                drop(is_leader);
+                // Dropping the channel makes the lease task release the Lease.
+                let _ = lease_task.await;
+                return Ok(());
+            }
+            changed = is_leader.changed() => {
+                if changed.is_err() {
+                    return Err(Error::LeaderElection("lease task ended".into()));
+                }
+                if *is_leader.borrow_and_update() {
+                    break;
+                }
+            }
+        }
+    }
+    tracing::info!(%identity, "became leader");
+    reconciler.metrics.leader.set(1);
+    let events = tokio_stream_from(events_rx);
+    let lost = async move {
+        let _ = is_leader.wait_for(|l| !*l).await;
+    };
+    let result = reconcile_loop(
+        reconciler,
+        caches,
+        events,
+        ready,
+        shutdown.clone(),
+        Some(Box::pin(lost)),
+    )
+    .await;
+    // Returning drops the channel: the lease task releases the Lease for a fast handover.
+    let _ = lease_task.await;
+    result
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The wake-ups sent on `rx`, as a stream.
+pub(super) fn receiver_stream(
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<()>,
+) -> impl futures::Stream<Item = ()> + Send + 'static {
+    stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+/// The wake-ups sent on `rx`, as reconcile events.
+fn tokio_stream_from(rx: tokio::sync::mpsc::UnboundedReceiver<()>) -> Events {
+    receiver_stream(rx).map(Ok).boxed()
+}
+
+async fn reconcile_loop(
+    reconciler: Reconciler,
+    caches: Caches,
+    mut events: Events,
+    ready: Arc<AtomicBool>,
+    mut shutdown: watch::Receiver<bool>,
+    mut lost_leadership: Option<std::pin::Pin<Box<dyn Future<Output = ()> + Send>>>,
+) -> Result<(), Error> {
+    // Poll events while the caches sync (they fill from these streams).
+    let sync = caches.wait_until_ready();
+    tokio::pin!(sync);
+    loop {
+        tokio::select! {
+            _ = &mut sync => break,
+            e = events.next() => if let Some(Err(err)) = e { tracing::warn!(error = %err, "watch error (retrying)") },
+            _ = shutdown.wait_for(|s| *s) => return Ok(()),
+        }
+    }
+    ready.store(true, Ordering::Relaxed);
+    tracing::info!("caches synced");
+    // The ledger's tasks run while this loop does (the leader's), and stop with it.
+    let _ledger_task = reconciler.ledger.as_ref().map(|l| {
+        let cluster_queues = caches.kueue[&Kind::ClusterQueue].clone();
+        AbortOnDrop(tokio::spawn(l.runtime.clone().run(cluster_queues)))
+    });
+
+    let debounce = reconciler.config.debounce();
+    let max_delay = reconciler.config.max_delay();
+    let mut dirty_since: Option<Instant> = Some(Instant::now());
+    let mut last_event = Instant::now();
+    let mut resync = tokio::time::interval(reconciler.config.resync());
+    resync.tick().await;
+    loop {
+        let deadline = dirty_since.map(|first| (last_event + debounce).min(first + max_delay));
+        let sleep = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d.into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        let lost = async {
+            match lost_leadership.as_mut() {
+                Some(l) => l.await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = shutdown.wait_for(|s| *s) => return Ok(()),
+            _ = lost => {
+                tracing::warn!("lost leadership: stopping writes");
+                reconciler.metrics.leader.set(0);
+                return Err(Error::LeaderElection("lost the Lease".into()));
+            }
+            e = events.next() => match e {
+                Some(Ok(())) => {
+                    last_event = Instant::now();
+                    dirty_since.get_or_insert(last_event);
+                }
+                Some(Err(err)) => tracing::warn!(error = %err, "watch error (retrying)"),
+                None => return Err(Error::Connect("watch streams ended".into())),
+            },
+            _ = resync.tick() => { dirty_since.get_or_insert(Instant::now()); }
+            _ = sleep => {
+                dirty_since = None;
+                let started = Instant::now();
+                reconciler.metrics.reconciles.inc();
+                if let Err(e) = reconciler.reconcile(&caches).await {
+                    tracing::warn!(error = %e, "reconcile failed; retrying");
+                    reconciler.metrics.reconcile_failures.get_or_create(&ReasonLabel { reason: e.metric_label().into() }).inc();
+                    // Retry after a pause rather than spinning.
+                    dirty_since = Some(Instant::now() + Duration::from_secs(1));
+                    last_event = Instant::now() + Duration::from_secs(1);
+                }
+                reconciler.metrics.reconcile_duration.observe(started.elapsed().as_secs_f64());
+                if dirty_since.is_none()
+                    && (reconciler.namespaces_missing.load(Ordering::Relaxed)
+                        || reconciler.names_taken.load(Ordering::Relaxed))
+                {
+                    // Namespaces and objects kaccel does not own are not watched:
+                    // try again in a while.
+                    dirty_since = Some(Instant::now() + Duration::from_secs(5));
+                    last_event = Instant::now() + Duration::from_secs(5);
+                }
+                if dirty_since.is_none() && reconciler.requeue_pending.load(Ordering::Relaxed) {
+                    // Kueue evicts asynchronously and Workloads are not watched: look again soon.
+                    dirty_since = Some(Instant::now());
+                    last_event = Instant::now() + Duration::from_millis(500);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn wake_ups_are_events_until_every_sender_is_gone() {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut events = tokio_stream_from(rx);
+        tx.send(()).unwrap();
+        tx.send(()).unwrap();
+        drop(tx);
+        assert!(matches!(events.next().await, Some(Ok(()))));
+        assert!(matches!(events.next().await, Some(Ok(()))));
+        // The end of the stream is what makes the reconcile loop stop.
+        assert!(events.next().await.is_none());
+    }
+
+    #[tokio::test]
+    async fn dropping_the_guard_stops_its_task() {
+        let (alive, gone) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            let _alive = alive;
+            std::future::pending::<()>().await;
+        });
+        drop(AbortOnDrop(task));
+        // The task's future, and with it the sender, is dropped when it is aborted.
+        let ended = tokio::time::timeout(Duration::from_secs(5), gone).await;
+        assert!(matches!(ended, Ok(Err(_))), "{ended:?}");
+    }
+}

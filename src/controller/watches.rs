@@ -1,0 +1,213 @@
+//! The watch caches a reconcile reads, and the event stream that marks the world dirty.
+
+use std::collections::BTreeMap;
+
+use futures::stream::{self, BoxStream, StreamExt};
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::resource::v1::ResourceSlice;
+use kube::api::{Api, DynamicObject, ListParams};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Resource, ResourceExt};
+use serde_json::Value;
+
+use super::diff::{Kind, ObjectRef};
+use super::{Config, Error, kueue_resource};
+use crate::api::{AcceleratorClass, CreditBudget};
+use crate::plan::{MANAGED_BY, MANAGED_BY_LABEL};
+
+/// The watch caches the reconcile reads.
+#[derive(Clone)]
+pub(super) struct Caches {
+    pub(super) nodes: Store<Node>,
+    pub(super) slices: Option<Store<ResourceSlice>>,
+    pub(super) classes: Store<AcceleratorClass>,
+    pub(super) budgets: Store<CreditBudget>,
+    pub(super) kueue: BTreeMap<Kind, Store<DynamicObject>>,
+}
+
+pub(super) type Events = BoxStream<'static, Result<(), watcher::Error>>;
+
+fn watch_typed<K>(api: Api<K>, config: watcher::Config) -> (Store<K>, Events)
+where
+    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    watch_slimmed(api, config, |_| {})
+}
+
+/// A watch cache of objects with managedFields (large, never read) and what
+/// `slim` removes dropped before they are stored.
+fn watch_slimmed<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    slim: impl Fn(&mut K) + Send + Sync + 'static,
+) -> (Store<K>, Events)
+where
+    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    let (store, writer) = reflector::store();
+    let events = watcher(api, config)
+        .default_backoff()
+        .modify(move |o: &mut K| {
+            o.meta_mut().managed_fields = None;
+            slim(o);
+        })
+        .reflect(writer)
+        .map(|e| e.map(|_| ()))
+        .boxed();
+    (store, events)
+}
+
+/// What kubelets report that the inventory and health loop never read: the
+/// node's container images (up to 50 names and sizes each, the largest part of
+/// a real Node), attached volumes and the kubelet's config source.
+fn slim_node(node: &mut Node) {
+    if let Some(status) = node.status.as_mut() {
+        status.images = None;
+        status.volumes_attached = None;
+        status.volumes_in_use = None;
+        status.config = None;
+    }
+}
+
+pub(super) async fn start_watches(
+    client: &Client,
+    config: &Config,
+) -> Result<(Caches, Events), Error> {
+    let managed = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"));
+    let (nodes, nodes_events) = watch_slimmed(
+        Api::<Node>::all(client.clone()),
+        Default::default(),
+        slim_node,
+    );
+    let (classes, class_events) = watch_typed(
+        Api::<AcceleratorClass>::all(client.clone()),
+        Default::default(),
+    );
+    let (budgets, budget_events) =
+        watch_typed(Api::<CreditBudget>::all(client.clone()), Default::default());
+    let mut streams: Vec<Events> = vec![nodes_events, class_events, budget_events];
+
+    let slices = if config.watch_resource_slices {
+        let api = Api::<ResourceSlice>::all(client.clone());
+        match api.list(&ListParams::default().limit(1)).await {
+            Ok(_) => {
+                let (store, events) = watch_typed(api, Default::default());
+                streams.push(events);
+                Some(store)
+            }
+            Err(e) => {
+                tracing::info!(error = %e, "resource.k8s.io/v1 ResourceSlices not served; DRA devices are not read");
+                None
+            }
+        }
+    } else {
+        None
+    };
+
+    let mut kueue = BTreeMap::new();
+    for kind in Kind::ALL {
+        let ar = kueue_resource(kind);
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+        let writer = reflector::store::Writer::new(ar.clone());
+        let store = writer.as_reader();
+        let events = watcher(api, managed.clone())
+            .default_backoff()
+            .modify(|o: &mut DynamicObject| o.metadata.managed_fields = None)
+            .reflect(writer)
+            .map(|e| e.map(|_| ()))
+            .boxed();
+        streams.push(events);
+        kueue.insert(kind, store);
+    }
+    Ok((
+        Caches {
+            nodes,
+            slices,
+            classes,
+            budgets,
+            kueue,
+        },
+        stream::select_all(streams).boxed(),
+    ))
+}
+
+impl Caches {
+    pub(super) async fn wait_until_ready(&self) {
+        let _ = self.nodes.wait_until_ready().await;
+        let _ = self.classes.wait_until_ready().await;
+        let _ = self.budgets.wait_until_ready().await;
+        if let Some(s) = &self.slices {
+            let _ = s.wait_until_ready().await;
+        }
+        for store in self.kueue.values() {
+            let _ = store.wait_until_ready().await;
+        }
+    }
+
+    pub(super) fn live_objects(&self) -> BTreeMap<ObjectRef, Value> {
+        let mut live = BTreeMap::new();
+        for (kind, store) in &self.kueue {
+            for obj in store.state() {
+                let value = serde_json::to_value(obj.as_ref()).expect("objects serialise");
+                live.insert(
+                    ObjectRef {
+                        kind: *kind,
+                        namespace: obj.metadata.namespace.clone(),
+                        name: obj.name_any(),
+                    },
+                    value,
+                );
+            }
+        }
+        live
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cached_node_keeps_what_the_inventory_reads_and_drops_its_images() {
+        let mut node: Node = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "gpu-1", "labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}},
+            "spec": {"taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]},
+            "status": {
+                "allocatable": {"nvidia.com/gpu": "8"}, "capacity": {"nvidia.com/gpu": "8"},
+                "conditions": [{"type": "Ready", "status": "True"}],
+                "images": [{"names": ["registry.k8s.io/pause:3.10"], "sizeBytes": 320368}],
+                "volumesInUse": ["kubernetes.io/csi/x"],
+                "volumesAttached": [{"name": "kubernetes.io/csi/x", "devicePath": ""}]
+            }
+        }))
+        .unwrap();
+        let kept = node.clone();
+        slim_node(&mut node);
+        let status = node.status.as_ref().unwrap();
+        assert!(status.images.is_none() && status.volumes_in_use.is_none());
+        assert!(status.volumes_attached.is_none());
+        let before = kept.status.as_ref().unwrap();
+        assert_eq!(status.allocatable, before.allocatable);
+        assert_eq!(status.capacity, before.capacity);
+        assert_eq!(status.conditions, before.conditions);
+        assert_eq!(node.metadata, kept.metadata);
+        assert_eq!(node.spec, kept.spec);
+    }
+
+    #[test]
+    fn a_cached_node_drops_the_kubelet_config_source_and_a_bare_node_is_left_alone() {
+        let mut node: Node = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "gpu-1"},
+            "status": {"config": {"error": "kubelet config checkpoint is invalid"}}
+        }))
+        .unwrap();
+        slim_node(&mut node);
+        assert!(node.status.as_ref().unwrap().config.is_none());
+        let mut bare = Node::default();
+        slim_node(&mut bare);
+        assert_eq!(bare, Node::default());
+    }
+}
