@@ -6,8 +6,15 @@
 //! proportion to what each still needs (largest remainder, ties by name), and the
 //! rest spills to the next level. By construction the total granted on a flavor
 //! never exceeds its capacity, and the result depends only on the input.
+//!
+//! Stage 7 of the planner, [`split`], runs [`allocate`] over the budgets' demands
+//! and records the result on the flavor and budget reports.
 
 use std::collections::BTreeMap;
+
+use crate::api::{self, DesiredCondition};
+
+use super::{BudgetReport, FlavorReport};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Demand {
@@ -100,6 +107,47 @@ fn proportional(
         }
     }
     shares.into_iter().map(|(i, s, _)| (i, s)).collect()
+}
+
+/// Stage 7: grants each demand its share of the flavors' healthy capacity, records
+/// it on the budget's report (`grants`, and a `QuotaShortfall` condition when less
+/// than guaranteed fits) and on the flavor reports (`granted`, `spare`).
+pub(super) fn split(
+    demands: &[Demand],
+    flavor_reports: &mut BTreeMap<String, FlavorReport>,
+    budget_reports: &mut BTreeMap<String, BudgetReport>,
+) {
+    let capacity: BTreeMap<String, u64> = flavor_reports
+        .iter()
+        .map(|(n, r)| (n.clone(), r.healthy_capacity))
+        .collect();
+    let granted = allocate(demands, &capacity);
+    for (demand, grant) in demands.iter().zip(&granted) {
+        let report = budget_reports
+            .get_mut(&demand.budget)
+            .expect("budget report");
+        let total: u64 = grant.values().sum();
+        for (flavor, amount) in grant {
+            report
+                .grants
+                .insert((demand.class.clone(), flavor.clone()), *amount);
+            flavor_reports.get_mut(flavor).expect("flavor").granted += amount;
+        }
+        if total < demand.amount {
+            report.conditions.push(DesiredCondition::new(
+                api::QUOTA_SHORTFALL,
+                true,
+                "NotEnoughHealthyCapacity",
+                format!(
+                    "class {}: {} of {} guaranteed devices fit in healthy capacity; the quota is lowered so Kueue never admits onto broken or missing hardware",
+                    demand.class, total, demand.amount
+                ),
+            ));
+        }
+    }
+    for r in flavor_reports.values_mut() {
+        r.spare = r.healthy_capacity - r.granted;
+    }
 }
 
 #[cfg(test)]
