@@ -123,6 +123,12 @@ pub struct Plan {
     /// their variant (see [`purity`]); each is reported on the classes that wanted it.
     #[serde(skip)]
     pub impure_flavors: Vec<ImpureFlavor>,
+    /// ClusterQueue name -> (budget, class) it bills, for the credit check: every
+    /// planned ClusterQueue, plus the queues of grants whose class is invalid (not
+    /// planned, so kaccel deletes them, but Workloads holding quota in them still
+    /// get an answer).
+    #[serde(skip)]
+    pub priced_queues: BTreeMap<String, (String, String)>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -215,6 +221,7 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
             class_reports: &class_reports,
             class_order: &class_order,
             budgets: &budgets.ordered,
+            input_budgets: input.budgets,
             namespaces: &budgets.namespaces,
             options,
         },
@@ -233,6 +240,7 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
         budgets: budgets.reports,
         flavors: flavor_reports,
         impure_flavors,
+        priced_queues: objects.priced_queues,
     }
 }
 

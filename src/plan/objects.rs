@@ -1,4 +1,4 @@
-//! Stage 8, build objects: the ResourceFlavors, Cohorts, ClusterQueues and LocalQueues.
+//! Stage 8, build objects: the ResourceFlavors, Cohorts, ClusterQueues and LocalQueues, and which budget and class each ClusterQueue bills.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -6,7 +6,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     LabelSelector, LabelSelectorRequirement, ObjectMeta, OwnerReference,
 };
-use kube::Resource;
+use kube::{Resource, ResourceExt};
 
 use crate::api::{
     self, AcceleratorClass, CreditBudget, Credits, DesiredCondition, ExhaustionPolicy,
@@ -34,6 +34,8 @@ pub(super) struct ObjectsInput<'a> {
     pub(super) class_order: &'a BTreeMap<String, Vec<String>>,
     /// Budgets oldest first, as admitted.
     pub(super) budgets: &'a [&'a CreditBudget],
+    /// Budgets in input order (see [`price_invalid_class_queues`]).
+    pub(super) input_budgets: &'a [CreditBudget],
     pub(super) namespaces: &'a BTreeMap<String, Vec<String>>,
     pub(super) options: &'a PlanOptions,
 }
@@ -45,6 +47,8 @@ pub(super) struct KueueObjects {
     pub(super) cohorts: Vec<Cohort>,
     pub(super) cluster_queues: Vec<ClusterQueue>,
     pub(super) local_queues: Vec<LocalQueue>,
+    /// ClusterQueue -> (budget, class); see [`super::Plan::priced_queues`].
+    pub(super) priced_queues: BTreeMap<String, (String, String)>,
 }
 
 /// Builds every object. Each valid budget's report gets its cohort, queue names,
@@ -133,6 +137,11 @@ pub(super) fn build(
                 options,
             );
             objects.cluster_queues.push(cq);
+            // A later queue of the same name replaces an earlier one here, as it
+            // would among the sorted queues.
+            objects
+                .priced_queues
+                .insert(cq_name.clone(), (bname.clone(), grant.name.clone()));
             report.cluster_queues.push(cq_name.clone());
             for ns in &namespaces {
                 objects.local_queues.push(LocalQueue {
@@ -154,6 +163,11 @@ pub(super) fn build(
         let ready = status::budget_ready(report);
         report.conditions.insert(0, ready);
     }
+    price_invalid_class_queues(
+        &mut objects.priced_queues,
+        input.input_budgets,
+        input.class_reports,
+    );
     objects
         .cohorts
         .sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
@@ -164,6 +178,28 @@ pub(super) fn build(
         (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name))
     });
     objects
+}
+
+/// Adds the queues of grants whose class is invalid, which are not planned (kaccel
+/// deletes them): Workloads still holding quota in them must get the class's own
+/// error from the credit check rather than wait on a queue nobody pays for. Every
+/// budget counts here, valid or not, in input order; a planned queue keeps its entry.
+fn price_invalid_class_queues(
+    priced_queues: &mut BTreeMap<String, (String, String)>,
+    budgets: &[CreditBudget],
+    class_reports: &BTreeMap<String, ClassReport>,
+) {
+    for budget in budgets {
+        // name_any, like the controller that reads these names back.
+        let name = budget.name_any();
+        for grant in &budget.spec.classes {
+            if class_reports.get(&grant.name).is_some_and(|c| !c.valid) {
+                priced_queues
+                    .entry(cluster_queue_name(&name, &grant.name))
+                    .or_insert_with(|| (name.clone(), grant.name.clone()));
+            }
+        }
+    }
 }
 
 fn meta(
@@ -438,5 +474,150 @@ fn build_cluster_queue(
             }),
         },
         status: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::health::HealthSnapshot;
+    use crate::inventory::Inventory;
+    use crate::inventory::synthetic::generate_fleet;
+    use crate::plan::tests::{arb_budgets, arb_classes, arb_health, budget, run};
+    use crate::plan::{Plan, PlanInput, plan};
+
+    /// What the controller derives today (`controller::priced_queues`), restated:
+    /// the planned ClusterQueues' budget and class labels, plus the queue of every
+    /// grant whose class is invalid.
+    fn priced_from_labels(
+        planned: &Plan,
+        budgets: &[CreditBudget],
+    ) -> BTreeMap<String, (String, String)> {
+        let mut queues: BTreeMap<String, (String, String)> = planned
+            .cluster_queues
+            .iter()
+            .filter_map(|q| {
+                let labels = q.metadata.labels.as_ref()?;
+                Some((
+                    q.metadata.name.clone()?,
+                    (
+                        labels.get(BUDGET_LABEL)?.clone(),
+                        labels.get(CLASS_LABEL)?.clone(),
+                    ),
+                ))
+            })
+            .collect();
+        for budget in budgets {
+            let name = budget.name_any();
+            for grant in &budget.spec.classes {
+                if planned.classes.get(&grant.name).is_some_and(|c| !c.valid) {
+                    queues
+                        .entry(cluster_queue_name(&name, &grant.name))
+                        .or_insert_with(|| (name.clone(), grant.name.clone()));
+                }
+            }
+        }
+        queues
+    }
+
+    #[test]
+    fn priced_queues_of_the_examples_are_the_label_derived_map() {
+        let loaded = crate::cli::load::examples();
+        let (planned, _) = run(
+            &loaded.classes,
+            &loaded.budgets,
+            &loaded.nodes,
+            &HealthSnapshot::default(),
+        );
+        assert_eq!(planned.priced_queues.len(), planned.cluster_queues.len());
+        assert_eq!(
+            planned.priced_queues,
+            priced_from_labels(&planned, &loaded.budgets)
+        );
+    }
+
+    #[test]
+    fn the_queues_of_an_invalid_class_stay_priced() {
+        let mut loaded = crate::cli::load::examples();
+        let target = loaded.budgets[0].spec.classes[0].name.clone();
+        let owner = loaded.budgets[0].name_any();
+        let class = loaded
+            .classes
+            .iter_mut()
+            .find(|c| c.name_any() == target)
+            .expect("the granted class exists");
+        class.spec.credits.per_device_hour = "abc".into();
+        // An invalid budget's grants of the invalid class are priced too.
+        let mut invalid_budget = budget("zz-invalid", &["zz"], &[(target.as_str(), 1)]);
+        invalid_budget.spec.fair_share_weight = Some("-1".into());
+        loaded.budgets.push(invalid_budget);
+
+        let (planned, _) = run(
+            &loaded.classes,
+            &loaded.budgets,
+            &loaded.nodes,
+            &HealthSnapshot::default(),
+        );
+        let queue = cluster_queue_name(&owner, &target);
+        assert!(
+            !planned
+                .cluster_queues
+                .iter()
+                .any(|q| q.metadata.name.as_deref() == Some(queue.as_str()))
+        );
+        assert_eq!(planned.priced_queues[&queue], (owner, target.clone()));
+        assert_eq!(
+            planned.priced_queues[&cluster_queue_name("zz-invalid", &target)],
+            ("zz-invalid".to_string(), target)
+        );
+        assert_eq!(
+            planned.priced_queues,
+            priced_from_labels(&planned, &loaded.budgets)
+        );
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+        #[test]
+        fn priced_queues_of_random_fleets_are_the_label_derived_map(
+            (mut classes, budgets) in arb_classes().prop_flat_map(|c| { let n = c.len(); (Just(c), arb_budgets(n)) }),
+            fleet_size in 5usize..40,
+            seed in any::<u64>(),
+            invalid in any::<prop::sample::Index>(),
+        ) {
+            // One class the ledger cannot price, so invalid grants are covered too.
+            let broken = invalid.index(classes.len());
+            classes[broken].spec.credits.per_device_hour = "-1".into();
+            let nodes = generate_fleet(fleet_size, seed);
+            let health = arb_health(&nodes, seed);
+            let inventory = Inventory::from_nodes(&nodes);
+            let options = PlanOptions::default();
+            let planned = plan(&PlanInput {
+                classes: &classes,
+                budgets: &budgets,
+                inventory: &inventory,
+                health: &health,
+                options: &options,
+            });
+            prop_assert_eq!(&planned.priced_queues, &priced_from_labels(&planned, &budgets));
+        }
+    }
+
+    #[test]
+    fn team_weight_is_explicit_or_credits_per_day() {
+        let mut team = budget("team", &["ns"], &[("gpu", 1)]);
+        // 3000 credits over 30 days.
+        assert_eq!(team_weight(&team.spec), Quantity("100000m".into()));
+        team.spec.fair_share_weight = Some("2.5".into());
+        assert_eq!(team_weight(&team.spec), Quantity("2500m".into()));
+    }
+
+    #[test]
+    fn cpu_quotas_are_whole_cores_when_they_can_be() {
+        assert_eq!(cpu_quantity(64_000), Quantity("64".into()));
+        assert_eq!(cpu_quantity(1_500), Quantity("1500m".into()));
     }
 }
