@@ -123,3 +123,102 @@ fn claim_namespaces<'a>(
     }
     own
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{HardwareSelector, SharingMode};
+    use crate::plan::tests::{budget, class};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    fn created_at(mut budget: CreditBudget, second: i64) -> CreditBudget {
+        budget.metadata.creation_timestamp = Some(Time(
+            k8s_openapi::jiff::Timestamp::from_second(second).unwrap(),
+        ));
+        budget
+    }
+
+    #[test]
+    fn the_oldest_budget_keeps_a_namespace_and_only_valid_classes_make_demands() {
+        let gpu = class("gpu", SharingMode::Whole, HardwareSelector::default());
+        let bad = class("bad", SharingMode::Partition, HardwareSelector::default());
+        let class_by_name = BTreeMap::from([("gpu".to_string(), &gpu), ("bad".to_string(), &bad)]);
+        let class_reports = BTreeMap::from([
+            (
+                "gpu".to_string(),
+                ClassReport {
+                    valid: true,
+                    ..Default::default()
+                },
+            ),
+            ("bad".to_string(), ClassReport::default()),
+        ]);
+        let class_order = BTreeMap::from([("gpu".to_string(), vec!["h100".to_string()])]);
+        let budgets = [
+            // First by name, but created later.
+            // Nothing guaranteed: no demand.
+            created_at(
+                budget("a-young", &["shared", "young"], &[("gpu", 0)]),
+                2_000,
+            ),
+            created_at(
+                budget(
+                    "b-old",
+                    &["shared"],
+                    &[("gpu", 4), ("bad", 1), ("ghost", 1)],
+                ),
+                1_000,
+            ),
+        ];
+
+        let admitted = admit(&budgets, &class_by_name, &class_reports, &class_order);
+        let order: Vec<String> = admitted
+            .ordered
+            .iter()
+            .map(|b| name_of(&b.metadata))
+            .collect();
+        assert_eq!(order, ["b-old", "a-young"]);
+        assert_eq!(admitted.namespaces["b-old"], ["shared"]);
+        assert_eq!(admitted.namespaces["a-young"], ["young"]);
+        let claimed = &admitted.reports["a-young"].conditions[0];
+        assert_eq!(claimed.reason, "NamespaceClaimed");
+        assert!(claimed.message.contains("shared (budget b-old)"));
+
+        let reasons: Vec<&str> = admitted.reports["b-old"]
+            .conditions
+            .iter()
+            .map(|c| c.reason.as_str())
+            .collect();
+        assert_eq!(reasons, ["ClassInvalid", "ClassNotFound"]);
+        let demands: Vec<(&str, u64)> = admitted
+            .demands
+            .iter()
+            .map(|d| (d.budget.as_str(), d.amount))
+            .collect();
+        assert_eq!(demands, [("b-old", 4)]);
+        assert_eq!(admitted.demands[0].flavors, ["h100"]);
+    }
+
+    #[test]
+    fn an_invalid_budget_claims_nothing() {
+        let mut invalid = budget("invalid", &["shared"], &[("gpu", 1)]);
+        invalid.spec.fair_share_weight = Some("-1".into());
+        let valid = budget("valid", &["shared"], &[("gpu", 1)]);
+        let budgets = [invalid, valid];
+        let admitted = admit(
+            &budgets,
+            &BTreeMap::new(),
+            &BTreeMap::new(),
+            &BTreeMap::new(),
+        );
+        assert!(!admitted.reports["invalid"].valid);
+        assert!(!admitted.namespaces.contains_key("invalid"));
+        assert_eq!(admitted.namespaces["valid"], ["shared"]);
+        let reasons: Vec<&str> = admitted.reports["valid"]
+            .conditions
+            .iter()
+            .map(|c| c.reason.as_str())
+            .collect();
+        assert_eq!(reasons, ["ClassNotFound"]);
+    }
+}

@@ -124,3 +124,99 @@ fn blocking_taint(node: &NodeInventory, tolerated: &BTreeSet<String>) -> bool {
         (t.effect == "NoSchedule" || t.effect == "NoExecute") && !tolerated.contains(&t.key)
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::HealthCounts;
+    use crate::plan::fixtures::{PRODUCT_LABEL, gpus, node, whole_gpu};
+
+    const H100: &str = "NVIDIA-H100-80GB-HBM3";
+
+    /// One flavor holding the single GPU group of each node.
+    fn measure_one(
+        nodes: &[NodeInventory],
+        health: &HealthSnapshot,
+        options: &PlanOptions,
+    ) -> FlavorReport {
+        let key = FlavorKey {
+            variant: Some(whole_gpu(H100)),
+            pins: BTreeMap::from([(PRODUCT_LABEL.to_string(), H100.to_string())]),
+            extra: BTreeMap::new(),
+        };
+        let acc = FlavorAcc {
+            members: (0..nodes.len()).map(|i| (i, Some(0))).collect(),
+            ..Default::default()
+        };
+        let names = BTreeMap::from([(key.clone(), "h100".to_string())]);
+        let flavors = BTreeMap::from([(key, acc)]);
+        let nodes: Vec<&NodeInventory> = nodes.iter().collect();
+        let mut reports = measure(&flavors, &names, &nodes, health, options);
+        assert_eq!(reports.len(), 1);
+        reports.remove("h100").expect("keyed by name")
+    }
+
+    #[test]
+    fn only_usable_devices_on_open_nodes_are_healthy_capacity() {
+        let mut cordoned = node("b-cordoned", &[], vec![gpus(H100, 8)]);
+        cordoned.unschedulable = true;
+        let mut silent = node("c-silent", &[], vec![gpus(H100, 8)]);
+        silent.ready = None;
+        let nodes = [node("a-sick", &[], vec![gpus(H100, 8)]), cordoned, silent];
+        let mut health = HealthSnapshot::default();
+        health.set(
+            "a-sick",
+            "nvidia.com/gpu",
+            HealthCounts {
+                healthy: 5,
+                warning: 1,
+                failed: 2,
+                ..Default::default()
+            },
+        );
+
+        let report = measure_one(&nodes, &health, &PlanOptions::default());
+        // a-sick: 5 healthy + 1 warning; c-silent: 8 unknown, still capacity.
+        assert_eq!(report.healthy_capacity, 6 + 8);
+        assert_eq!(
+            report.devices,
+            HealthCounts {
+                healthy: 5 + 8,
+                warning: 1,
+                failed: 2,
+                unknown: 8,
+                ..Default::default()
+            }
+        );
+        assert_eq!(report.nodes.len(), 3);
+        // All of a node's CPU goes with its only device group.
+        assert_eq!(report.cpu_millis, 2 * 64_000);
+
+        let strict = PlanOptions {
+            unknown_counts_as_capacity: false,
+            ..Default::default()
+        };
+        assert_eq!(measure_one(&nodes, &health, &strict).healthy_capacity, 6);
+    }
+
+    #[test]
+    fn a_warning_share_at_the_threshold_demotes_the_flavor() {
+        let nodes = [node("gpu", &[], vec![gpus(H100, 10)])];
+        let mut health = HealthSnapshot::default();
+        health.set(
+            "gpu",
+            "nvidia.com/gpu",
+            HealthCounts {
+                healthy: 9,
+                warning: 1,
+                ..Default::default()
+            },
+        );
+        let at = |percent| PlanOptions {
+            demote_warning_percent: percent,
+            ..Default::default()
+        };
+        assert!(measure_one(&nodes, &health, &at(10)).demoted);
+        assert!(!measure_one(&nodes, &health, &at(11)).demoted);
+    }
+}

@@ -99,3 +99,67 @@ pub(super) fn hardware_mismatch(
     }
     None
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::fixtures::gpus;
+
+    const H100: &str = "NVIDIA-H100-80GB-HBM3";
+
+    fn mismatch(
+        sel: &HardwareSelector,
+        sharing: SharingMode,
+        group: &DeviceGroup,
+    ) -> Option<String> {
+        hardware_mismatch(sel, sharing, &Signature::of(group))
+    }
+
+    #[test]
+    fn a_requirement_on_a_property_the_device_does_not_publish_fails() {
+        let mut group = gpus(H100, 8);
+        let sel = HardwareSelector {
+            min_memory_mib: Some(40_000),
+            ..Default::default()
+        };
+        assert_eq!(mismatch(&sel, SharingMode::Whole, &group), None);
+        group.memory_mib = None;
+        assert_eq!(
+            mismatch(&sel, SharingMode::Whole, &group).as_deref(),
+            Some("memory not published, minMemoryMiB cannot be verified")
+        );
+    }
+
+    #[test]
+    fn sharing_model_and_versions_are_hard_requirements() {
+        let mut group = gpus(H100, 8);
+        group.driver_version = Some("550.54.15".into());
+        let any = HardwareSelector::default();
+        assert_eq!(
+            mismatch(&any, SharingMode::TimeShare, &group).as_deref(),
+            Some("is Whole, class wants TimeShare")
+        );
+        let h100s = HardwareSelector {
+            models: vec!["NVIDIA-H100*".into()],
+            min_driver_version: Some("535.104".into()),
+            ..Default::default()
+        };
+        assert_eq!(mismatch(&h100s, SharingMode::Whole, &group), None);
+        let a100s = HardwareSelector {
+            models: vec!["*A100*".into()],
+            ..Default::default()
+        };
+        assert_eq!(
+            mismatch(&a100s, SharingMode::Whole, &group).as_deref(),
+            Some("model not selected")
+        );
+        let newer_driver = HardwareSelector {
+            min_driver_version: Some("560".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            mismatch(&newer_driver, SharingMode::Whole, &group).as_deref(),
+            Some("550.54.15 below minDriverVersion 560")
+        );
+    }
+}

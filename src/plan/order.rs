@@ -37,3 +37,53 @@ pub(super) fn preference_order(
     }
     class_order
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{HardwareSelector, SharingMode};
+    use crate::plan::tests::class;
+
+    #[test]
+    fn demoted_flavors_go_last_then_preference_then_name() {
+        let key = |zone: &str| FlavorKey {
+            variant: None,
+            pins: BTreeMap::new(),
+            extra: BTreeMap::from([("zone".to_string(), zone.to_string())]),
+        };
+        let report = |model: &str, demoted: bool| FlavorReport {
+            model: model.into(),
+            demoted,
+            ..Default::default()
+        };
+        let flavor_names: BTreeMap<FlavorKey, String> = ["a", "b", "c", "d"]
+            .into_iter()
+            .map(|n| (key(n), n.to_string()))
+            .collect();
+        let flavor_reports = BTreeMap::from([
+            ("a".to_string(), report("NVIDIA-A100-SXM4-80GB", false)),
+            ("b".to_string(), report("AMD-MI300X", true)),
+            ("c".to_string(), report("AMD-MI300X", false)),
+            ("d".to_string(), report("NVIDIA-A100-SXM4-40GB", false)),
+        ]);
+        let mut mi300_first = class("mi300", SharingMode::Whole, HardwareSelector::default());
+        mi300_first.spec.preference = vec!["*MI300X*".into()];
+        let unresolved = class(
+            "unresolved",
+            SharingMode::Whole,
+            HardwareSelector::default(),
+        );
+        let class_flavors =
+            BTreeMap::from([("mi300".to_string(), flavor_names.keys().cloned().collect())]);
+
+        let order = preference_order(
+            &[&mi300_first, &unresolved],
+            &class_flavors,
+            &flavor_names,
+            &flavor_reports,
+        );
+        // c is preferred; a and d match no pattern and go by name; b is demoted.
+        assert_eq!(order["mi300"], ["c", "a", "d", "b"]);
+        assert!(!order.contains_key("unresolved"));
+    }
+}

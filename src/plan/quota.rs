@@ -165,6 +165,45 @@ mod tests {
     }
 
     #[test]
+    fn split_records_grants_shortfall_and_spare() {
+        let flavor = |capacity| FlavorReport {
+            healthy_capacity: capacity,
+            ..Default::default()
+        };
+        let mut flavor_reports = BTreeMap::from([
+            ("f1".to_string(), flavor(4)),
+            ("f2".to_string(), flavor(2)),
+            ("idle".to_string(), flavor(5)),
+        ]);
+        let mut budget_reports = BTreeMap::from([("team".to_string(), BudgetReport::default())]);
+        let mut demand = d("team", 8, &["f1", "f2"]);
+        demand.class = "gpu".into();
+
+        split(&[demand], &mut flavor_reports, &mut budget_reports);
+
+        let report = &budget_reports["team"];
+        let grants: Vec<((&str, &str), u64)> = report
+            .grants
+            .iter()
+            .map(|((c, f), n)| ((c.as_str(), f.as_str()), *n))
+            .collect();
+        assert_eq!(grants, [(("gpu", "f1"), 4), (("gpu", "f2"), 2)]);
+        assert_eq!(report.conditions.len(), 1);
+        assert_eq!(report.conditions[0].type_, api::QUOTA_SHORTFALL);
+        assert!(
+            report.conditions[0]
+                .message
+                .starts_with("class gpu: 6 of 8 guaranteed devices")
+        );
+        let granted_spare: Vec<(u64, u64)> = flavor_reports
+            .values()
+            .map(|r| (r.granted, r.spare))
+            .collect();
+        // f1, f2, idle in name order.
+        assert_eq!(granted_spare, [(4, 0), (2, 0), (0, 5)]);
+    }
+
+    #[test]
     fn spills_to_next_preference() {
         let cap = BTreeMap::from([("a".to_string(), 4), ("b".to_string(), 10)]);
         let g = allocate(&[d("t1", 6, &["a", "b"])], &cap);

@@ -193,3 +193,176 @@ fn invalid_condition(errors: &[FieldError]) -> DesiredCondition {
             .join("; "),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn condition(type_: &str, reason: &str) -> DesiredCondition {
+        DesiredCondition::new(type_, true, reason, format!("{reason} happened"))
+    }
+
+    #[test]
+    fn a_budget_is_ready_until_a_condition_holds() {
+        let mut report = BudgetReport {
+            valid: true,
+            cluster_queues: vec!["team-gpu".into()],
+            local_queues: vec!["ns/gpu".into(), "ns2/gpu".into()],
+            ..Default::default()
+        };
+        let ready = budget_ready(&report);
+        assert!(ready.status);
+        assert_eq!(
+            ready.message,
+            "1 ClusterQueue(s) and 2 LocalQueue(s) planned"
+        );
+        report.conditions = vec![
+            DesiredCondition::new(api::DEGRADED, false, "Fine", "nothing"),
+            condition(api::QUOTA_SHORTFALL, "NotEnoughHealthyCapacity"),
+            condition(api::EXHAUSTED, "CreditsExhausted"),
+        ];
+        let ready = budget_ready(&report);
+        assert!(!ready.status);
+        assert_eq!(ready.reason, "NotEnoughHealthyCapacity");
+        assert_eq!(ready.message, "NotEnoughHealthyCapacity happened");
+    }
+
+    #[test]
+    fn invalid_reports_show_only_ready_false_and_their_field_errors() {
+        let error = |field: &str| FieldError {
+            field: field.into(),
+            message: "is wrong".into(),
+        };
+        let mut budget_reports = BTreeMap::from([
+            (
+                "broken".to_string(),
+                BudgetReport {
+                    errors: vec![error("spec.namespaces"), error("spec.classes")],
+                    conditions: vec![condition(api::CONFLICT, "NamespaceClaimed")],
+                    ..Default::default()
+                },
+            ),
+            (
+                "fine".to_string(),
+                BudgetReport {
+                    valid: true,
+                    conditions: vec![condition(api::CONFLICT, "NamespaceClaimed")],
+                    ..Default::default()
+                },
+            ),
+        ]);
+        invalid_budgets(&mut budget_reports);
+        let broken = &budget_reports["broken"].conditions;
+        assert_eq!(broken.len(), 2);
+        assert_eq!(
+            (broken[0].type_.as_str(), broken[0].status),
+            (api::READY, false)
+        );
+        assert_eq!(broken[1].type_, api::INVALID);
+        assert_eq!(
+            broken[1].message,
+            "spec.namespaces: is wrong; spec.classes: is wrong"
+        );
+        assert_eq!(
+            budget_reports["fine"].conditions[0].reason,
+            "NamespaceClaimed"
+        );
+
+        let mut class_reports = BTreeMap::from([(
+            "bad".to_string(),
+            ClassReport {
+                errors: vec![error("spec.selector")],
+                ..Default::default()
+            },
+        )]);
+        classes(&mut class_reports, &BTreeMap::new(), &BTreeMap::new());
+        let reasons: Vec<&str> = class_reports["bad"]
+            .conditions
+            .iter()
+            .map(|c| c.reason.as_str())
+            .collect();
+        assert_eq!(reasons, ["Invalid", "FieldError"]);
+    }
+
+    #[test]
+    fn a_class_reports_its_flavors_health_and_readiness() {
+        let flavor = |capacity: u64, devices: HealthCounts, demoted: bool| FlavorReport {
+            model: "GPU".into(),
+            healthy_capacity: capacity,
+            devices,
+            demoted,
+            ..Default::default()
+        };
+        let flavor_reports = BTreeMap::from([
+            (
+                "ok".to_string(),
+                flavor(
+                    3,
+                    HealthCounts {
+                        healthy: 3,
+                        unknown: 1,
+                        ..Default::default()
+                    },
+                    false,
+                ),
+            ),
+            (
+                "warm".to_string(),
+                flavor(
+                    0,
+                    HealthCounts {
+                        warning: 2,
+                        failed: 2,
+                        ..Default::default()
+                    },
+                    true,
+                ),
+            ),
+        ]);
+        let valid = || ClassReport {
+            valid: true,
+            ..Default::default()
+        };
+        let mut class_reports = BTreeMap::from([
+            ("both".to_string(), valid()),
+            ("broken".to_string(), valid()),
+        ]);
+        let class_order = BTreeMap::from([
+            (
+                "both".to_string(),
+                vec!["ok".to_string(), "warm".to_string()],
+            ),
+            ("broken".to_string(), vec!["warm".to_string()]),
+        ]);
+        classes(&mut class_reports, &class_order, &flavor_reports);
+
+        let both = &class_reports["both"];
+        let flavors: Vec<&str> = both.flavors.iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(flavors, ["ok", "warm"]);
+        assert_eq!(both.devices.total(), 8);
+        let summary: Vec<(&str, bool, &str)> = both
+            .conditions
+            .iter()
+            .map(|c| (c.type_.as_str(), c.status, c.reason.as_str()))
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                (api::READY, true, "Resolved"),
+                (api::DEGRADED, true, "UnhealthyDevices"),
+                (api::HEALTH_UNKNOWN, true, "NoFreshHealthData"),
+            ]
+        );
+        assert!(both.conditions[1].message.contains("health warnings: warm"));
+        assert_eq!(
+            both.conditions[0].message,
+            "2 flavor(s), 3 healthy device(s) schedulable"
+        );
+
+        let broken = &class_reports["broken"].conditions[0];
+        assert_eq!(
+            (broken.status, broken.reason.as_str()),
+            (false, "NoHealthyCapacity")
+        );
+    }
+}

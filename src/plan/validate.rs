@@ -241,3 +241,28 @@ pub(super) fn classes(
     }
     (ordered, class_reports)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::HardwareSelector;
+    use crate::plan::tests::class;
+
+    #[test]
+    fn classes_come_back_in_name_order_each_with_a_report() {
+        let partition_without_profile = class(
+            "b-part",
+            SharingMode::Partition,
+            HardwareSelector::default(),
+        );
+        let whole = class("a-whole", SharingMode::Whole, HardwareSelector::default());
+        let input = [partition_without_profile, whole];
+        let (ordered, reports) = classes(&input);
+        let names: Vec<String> = ordered.iter().map(|c| name_of(&c.metadata)).collect();
+        assert_eq!(names, ["a-whole", "b-part"]);
+        assert!(reports["a-whole"].valid && reports["a-whole"].errors.is_empty());
+        let invalid = &reports["b-part"];
+        assert!(!invalid.valid);
+        assert_eq!(invalid.errors[0].field, "spec.selector.partitionProfile");
+    }
+}
