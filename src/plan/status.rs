@@ -27,115 +27,131 @@ pub(super) fn classes(
             ];
             continue;
         }
-        let order = class_order.get(cname).cloned().unwrap_or_default();
+        let order = class_order
+            .get(cname)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
         let mut devices = HealthCounts::default();
-        for fname in &order {
-            let r = &flavor_reports[fname];
-            devices.add(&r.devices);
-            report.flavors.push(ResolvedFlavor {
-                name: fname.clone(),
-                vendor: r
-                    .vendor
-                    .map(|v| v.to_string())
-                    .unwrap_or_else(|| "none".into()),
-                model: r.model.clone(),
-                sharing: r.sharing.to_string(),
-                partition_profile: r.partition_profile.clone(),
-                resource_name: r.resource_name.clone(),
-                nodes: r.nodes.len() as u32,
-                devices: r.devices,
-                healthy_capacity: r.healthy_capacity.min(u64::from(u32::MAX)) as u32,
-                demoted: r.demoted,
-            });
+        for fname in order {
+            let flavor = &flavor_reports[fname];
+            devices.add(&flavor.devices);
+            report.flavors.push(resolved_flavor(fname, flavor));
         }
         report.devices = devices;
-        let out = devices.degraded + devices.failed;
-        let demoted: Vec<&str> = report
-            .flavors
-            .iter()
-            .filter(|f| f.demoted)
-            .map(|f| f.name.as_str())
-            .collect();
-        if out > 0 || !demoted.is_empty() {
-            let mut msg = format!(
-                "{} of {} devices are degraded or failed and left out of quota",
-                out,
-                devices.total()
-            );
-            if !demoted.is_empty() {
-                msg.push_str(&format!(
-                    "; flavors moved later for health warnings: {}",
-                    demoted.join(", ")
-                ));
-            }
-            report.conditions.push(DesiredCondition::new(
-                api::DEGRADED,
-                true,
-                "UnhealthyDevices",
-                msg,
-            ));
-        } else {
-            report.conditions.push(DesiredCondition::new(
-                api::DEGRADED,
-                false,
-                "AllHealthy",
-                "no device of this class is degraded or failed",
+        let degraded = degraded_condition(&devices, &report.flavors);
+        report.conditions.push(degraded);
+        // Unknown is not unhealthy, but it must be visible (invariant 6).
+        report.conditions.push(health_unknown_condition(&devices));
+        let ready = class_ready(report);
+        report.conditions.insert(0, ready);
+    }
+}
+
+/// A flavor as a class's status lists it.
+fn resolved_flavor(name: &str, r: &FlavorReport) -> ResolvedFlavor {
+    ResolvedFlavor {
+        name: name.to_string(),
+        vendor: r
+            .vendor
+            .map(|v| v.to_string())
+            .unwrap_or_else(|| "none".into()),
+        model: r.model.clone(),
+        sharing: r.sharing.to_string(),
+        partition_profile: r.partition_profile.clone(),
+        resource_name: r.resource_name.clone(),
+        nodes: r.nodes.len() as u32,
+        devices: r.devices,
+        healthy_capacity: r.healthy_capacity.min(u64::from(u32::MAX)) as u32,
+        demoted: r.demoted,
+    }
+}
+
+/// `Degraded`: devices out of quota for health, and flavors demoted for warnings.
+fn degraded_condition(devices: &HealthCounts, flavors: &[ResolvedFlavor]) -> DesiredCondition {
+    let out = devices.degraded + devices.failed;
+    let demoted: Vec<&str> = flavors
+        .iter()
+        .filter(|f| f.demoted)
+        .map(|f| f.name.as_str())
+        .collect();
+    if out > 0 || !demoted.is_empty() {
+        let mut msg = format!(
+            "{} of {} devices are degraded or failed and left out of quota",
+            out,
+            devices.total()
+        );
+        if !demoted.is_empty() {
+            msg.push_str(&format!(
+                "; flavors moved later for health warnings: {}",
+                demoted.join(", ")
             ));
         }
-        // Unknown is not unhealthy, but it must be visible (invariant 6).
-        report.conditions.push(if devices.unknown > 0 {
-            DesiredCondition::new(
-                api::HEALTH_UNKNOWN,
-                true,
-                "NoFreshHealthData",
-                format!(
-                    "{} of {} devices have no fresh health data (a stale, unreachable or unparseable source, or a NotReady node); they still count as capacity and trigger no action, and undo none (devices last seen failed or degraded are counted as such until fresh readings show them healthy for the hold-down)",
-                    devices.unknown,
-                    devices.total()
-                ),
-            )
-        } else {
-            DesiredCondition::new(
-                api::HEALTH_UNKNOWN,
-                false,
-                "HealthKnown",
-                "every device has a fresh health reading or node status",
-            )
-        });
-        let capacity: u64 = report
-            .flavors
-            .iter()
-            .map(|f| u64::from(f.healthy_capacity))
-            .sum();
-        // A class left with no flavor because its flavors were refused as impure
-        // says so, rather than blaming health.
-        let blocking = report.conditions.iter().find(|c| {
-            c.status
-                && (c.type_ == api::NO_MATCHING_HARDWARE
-                    || (c.reason == "ImpureFlavor" && report.flavors.is_empty()))
-        });
-        let ready = match blocking {
-            Some(c) => {
-                DesiredCondition::new(api::READY, false, c.reason.clone(), c.message.clone())
-            }
-            None if capacity == 0 => DesiredCondition::new(
-                api::READY,
-                false,
-                "NoHealthyCapacity",
-                "every device of this class is unschedulable, degraded or failed",
+        DesiredCondition::new(api::DEGRADED, true, "UnhealthyDevices", msg)
+    } else {
+        DesiredCondition::new(
+            api::DEGRADED,
+            false,
+            "AllHealthy",
+            "no device of this class is degraded or failed",
+        )
+    }
+}
+
+fn health_unknown_condition(devices: &HealthCounts) -> DesiredCondition {
+    if devices.unknown > 0 {
+        DesiredCondition::new(
+            api::HEALTH_UNKNOWN,
+            true,
+            "NoFreshHealthData",
+            format!(
+                "{} of {} devices have no fresh health data (a stale, unreachable or unparseable source, or a NotReady node); they still count as capacity and trigger no action, and undo none (devices last seen failed or degraded are counted as such until fresh readings show them healthy for the hold-down)",
+                devices.unknown,
+                devices.total()
             ),
-            None => DesiredCondition::new(
-                api::READY,
-                true,
-                "Resolved",
-                format!(
-                    "{} flavor(s), {} healthy device(s) schedulable",
-                    report.flavors.len(),
-                    capacity
-                ),
+        )
+    } else {
+        DesiredCondition::new(
+            api::HEALTH_UNKNOWN,
+            false,
+            "HealthKnown",
+            "every device has a fresh health reading or node status",
+        )
+    }
+}
+
+/// A valid class's `Ready` condition: false when no hardware matched, when every
+/// flavor was refused as impure, or when no healthy device is schedulable.
+fn class_ready(report: &ClassReport) -> DesiredCondition {
+    let capacity: u64 = report
+        .flavors
+        .iter()
+        .map(|f| u64::from(f.healthy_capacity))
+        .sum();
+    // A class left with no flavor because its flavors were refused as impure
+    // says so, rather than blaming health.
+    let blocking = report.conditions.iter().find(|c| {
+        c.status
+            && (c.type_ == api::NO_MATCHING_HARDWARE
+                || (c.reason == "ImpureFlavor" && report.flavors.is_empty()))
+    });
+    match blocking {
+        Some(c) => DesiredCondition::new(api::READY, false, c.reason.clone(), c.message.clone()),
+        None if capacity == 0 => DesiredCondition::new(
+            api::READY,
+            false,
+            "NoHealthyCapacity",
+            "every device of this class is unschedulable, degraded or failed",
+        ),
+        None => DesiredCondition::new(
+            api::READY,
+            true,
+            "Resolved",
+            format!(
+                "{} flavor(s), {} healthy device(s) schedulable",
+                report.flavors.len(),
+                capacity
             ),
-        };
-        report.conditions.insert(0, ready);
+        ),
     }
 }
 
@@ -204,10 +220,17 @@ mod tests {
 
     #[test]
     fn a_budget_is_ready_until_a_condition_holds() {
+        // A condition that does not hold does not block.
         let mut report = BudgetReport {
             valid: true,
             cluster_queues: vec!["team-gpu".into()],
             local_queues: vec!["ns/gpu".into(), "ns2/gpu".into()],
+            conditions: vec![DesiredCondition::new(
+                api::EXHAUSTED,
+                false,
+                "CreditsLeft",
+                "credits left",
+            )],
             ..Default::default()
         };
         let ready = budget_ready(&report);
@@ -217,7 +240,7 @@ mod tests {
             "1 ClusterQueue(s) and 2 LocalQueue(s) planned"
         );
         report.conditions = vec![
-            DesiredCondition::new(api::DEGRADED, false, "Fine", "nothing"),
+            DesiredCondition::new(api::CONFLICT, false, "Fine", "nothing"),
             condition(api::QUOTA_SHORTFALL, "NotEnoughHealthyCapacity"),
             condition(api::EXHAUSTED, "CreditsExhausted"),
         ];
