@@ -1,4 +1,4 @@
-//! Stage 6, admit budgets: order them, validate them, give each its namespaces and turn its grants into quota demands.
+//! Stage 6, admit budgets: oldest first, validated, namespaces claimed, grants as quota demands.
 
 use std::collections::BTreeMap;
 

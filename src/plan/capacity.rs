@@ -1,4 +1,4 @@
-//! Stage 4, measure flavors: each flavor's report with its health counts and healthy, schedulable capacity.
+//! Stage 4, measure flavors: each flavor's health counts and healthy, schedulable capacity.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -28,6 +28,8 @@ pub(super) fn measure(
         .collect()
 }
 
+/// One flavor: what it is, where its devices are, their health, and how many of
+/// them new pods could use (its CPU and memory are counted alongside).
 fn flavor_report(
     name: &str,
     key: &FlavorKey,

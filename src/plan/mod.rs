@@ -16,6 +16,18 @@
 //!   ClusterQueue, so classes that share `nvidia.com/gpu` cannot be separate groups of
 //!   one queue: one queue per (budget, class) keeps them apart;
 //! - per budget namespace one LocalQueue per class, named after the class.
+//!
+//! [`plan`] is a pipeline; each stage is a pure function in its own file:
+//! 1. `validate`: class reports, valid or not (invalid classes stop here);
+//! 2. `flavors`: the devices each class pools, grouped into flavors (hard
+//!    requirements in `hardware`);
+//! 3. `purity`: flavors whose node labels select other hardware are refused;
+//! 4. `flavors::name_flavors`, `capacity`: flavor names, health and healthy capacity;
+//! 5. `order`: each class's flavors in preference order;
+//! 6. `budgets`: budgets oldest first, validated, namespaces claimed, grants as demands;
+//! 7. `quota`: healthy capacity split into nominal quotas (invariant 1);
+//! 8. `objects`: the Kueue objects, and the budget and class each ClusterQueue bills;
+//! 9. `status`: the conditions of class and budget reports.
 
 pub mod names;
 pub mod nodes;
@@ -211,7 +223,7 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
     let mut budgets = budgets::admit(input.budgets, &class_by_name, &class_reports, &class_order);
     // 7. Split healthy capacity into quotas (invariant 1).
     quota::split(&budgets.demands, &mut flavor_reports, &mut budgets.reports);
-    // 8. Build the Kueue objects (and each valid budget's Ready condition).
+    // 8. Build the Kueue objects; valid budgets get their queue names and Ready.
     let objects = objects::build(
         &objects::ObjectsInput {
             flavors: &resolved.flavors,

@@ -1,4 +1,4 @@
-//! Stage 8, build objects: the ResourceFlavors, Cohorts, ClusterQueues and LocalQueues, and which budget and class each ClusterQueue bills.
+//! Stage 8, build objects: the Kueue objects, and the budget and class each ClusterQueue bills.
 
 use std::collections::{BTreeMap, BTreeSet};
 

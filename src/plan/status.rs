@@ -1,4 +1,4 @@
-//! Stage 9, status: the `Ready`, `Degraded`, `HealthUnknown` and `Invalid` conditions of class and budget reports.
+//! Stage 9, status: the Ready, Degraded, HealthUnknown and Invalid conditions of reports.
 
 use std::collections::BTreeMap;
 
