@@ -13,10 +13,16 @@
 //!
 //! A DRA-only flavor (its resource is a DeviceClass) is checked against the nodes
 //! that publish devices of that class: a claim can only be given such a device.
+//!
+//! Stage 3 of the planner, [`refuse_impure`], applies the check to the resolved flavors.
 
 use std::collections::{BTreeMap, HashMap};
 
+use crate::api::{self, DesiredCondition};
 use crate::inventory::{DeviceVariant, NodeInventory, SharingMode, Vendor};
+
+use super::ClassReport;
+use super::flavors::ResolvedFlavors;
 
 /// At most this many offending nodes are named in a report.
 const NAMED_NODES: usize = 5;
@@ -204,4 +210,78 @@ fn foreign_among(
         .collect();
     foreign.sort();
     foreign
+}
+
+/// Stage 3: removes the device flavors that fail the purity check, from the flavors
+/// and from every class's list, and reports each on the classes that would have
+/// used it (a `Conflict` condition, merged into one per class).
+pub(super) fn refuse_impure(
+    resolved: &mut ResolvedFlavors,
+    nodes: &[&NodeInventory],
+    class_reports: &mut BTreeMap<String, ClassReport>,
+) -> Vec<ImpureFlavor> {
+    let index = LabelIndex::new(
+        nodes,
+        resolved
+            .flavors
+            .keys()
+            .filter(|k| k.variant.is_some())
+            .flat_map(|k| k.pins.keys().chain(k.extra.keys()).map(String::as_str)),
+    );
+    let mut refused = Vec::new();
+    for (key, acc) in &resolved.flavors {
+        let Some(variant) = &key.variant else {
+            continue;
+        };
+        let node_labels = key.node_labels();
+        // A DRA claim can only be given a device its DeviceClass selects, so a DRA-only
+        // flavor is checked against the nodes that publish devices of its class.
+        let foreign_nodes = if crate::inventory::is_dra_device_class(&variant.resource_name) {
+            foreign_nodes_of_class(&index, variant, &node_labels)
+        } else {
+            foreign_nodes(&index, variant, &node_labels)
+        };
+        if foreign_nodes.is_empty() {
+            continue;
+        }
+        let impure = ImpureFlavor {
+            flavor: key.name(),
+            variant: variant.clone(),
+            node_labels,
+            foreign_nodes,
+        };
+        for class in &acc.classes {
+            if let Some(report) = class_reports.get_mut(class) {
+                push_merged(
+                    &mut report.conditions,
+                    api::CONFLICT,
+                    "ImpureFlavor",
+                    impure.message(),
+                );
+            }
+        }
+        refused.push((key.clone(), impure));
+    }
+    refused
+        .into_iter()
+        .map(|(key, impure)| {
+            resolved.flavors.remove(&key);
+            for keys in resolved.class_flavors.values_mut() {
+                keys.remove(&key);
+            }
+            impure
+        })
+        .collect()
+}
+
+/// Add a true condition, or append its message to a true one of the same type (a
+/// status carries one condition per type).
+fn push_merged(conditions: &mut Vec<DesiredCondition>, type_: &str, reason: &str, message: String) {
+    match conditions.iter_mut().find(|c| c.type_ == type_ && c.status) {
+        Some(existing) => {
+            existing.message.push_str("; ");
+            existing.message.push_str(&message);
+        }
+        None => conditions.push(DesiredCondition::new(type_, true, reason, message)),
+    }
 }

@@ -17,6 +17,7 @@ use crate::api::HardwareSelector;
 use crate::inventory::synthetic::generate_fleet;
 use crate::inventory::vendor_fleet_nvidia_amd::{self as vendor_fleet, NODES};
 use crate::inventory::vendor_fleet_other as other_fleet;
+use crate::inventory::{DeviceGroup, DeviceVariant};
 
 /// Total nominal quota per flavor over its device resources.
 fn quota_per_flavor(plan: &Plan) -> BTreeMap<String, u64> {

@@ -6,8 +6,15 @@
 //! proportion to what each still needs (largest remainder, ties by name), and the
 //! rest spills to the next level. By construction the total granted on a flavor
 //! never exceeds its capacity, and the result depends only on the input.
+//!
+//! Stage 7 of the planner, [`split`], runs [`allocate`] over the budgets' demands
+//! and records the result on the flavor and budget reports.
 
 use std::collections::BTreeMap;
+
+use crate::api::{self, DesiredCondition};
+
+use super::{BudgetReport, FlavorReport};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Demand {
@@ -102,6 +109,47 @@ fn proportional(
     shares.into_iter().map(|(i, s, _)| (i, s)).collect()
 }
 
+/// Stage 7: grants each demand its share of the flavors' healthy capacity, records
+/// it on the budget's report (`grants`, and a `QuotaShortfall` condition when less
+/// than guaranteed fits) and on the flavor reports (`granted`, `spare`).
+pub(super) fn split(
+    demands: &[Demand],
+    flavor_reports: &mut BTreeMap<String, FlavorReport>,
+    budget_reports: &mut BTreeMap<String, BudgetReport>,
+) {
+    let capacity: BTreeMap<String, u64> = flavor_reports
+        .iter()
+        .map(|(n, r)| (n.clone(), r.healthy_capacity))
+        .collect();
+    let granted = allocate(demands, &capacity);
+    for (demand, grant) in demands.iter().zip(&granted) {
+        let report = budget_reports
+            .get_mut(&demand.budget)
+            .expect("budget report");
+        let total: u64 = grant.values().sum();
+        for (flavor, amount) in grant {
+            report
+                .grants
+                .insert((demand.class.clone(), flavor.clone()), *amount);
+            flavor_reports.get_mut(flavor).expect("flavor").granted += amount;
+        }
+        if total < demand.amount {
+            report.conditions.push(DesiredCondition::new(
+                api::QUOTA_SHORTFALL,
+                true,
+                "NotEnoughHealthyCapacity",
+                format!(
+                    "class {}: {} of {} guaranteed devices fit in healthy capacity; the quota is lowered so Kueue never admits onto broken or missing hardware",
+                    demand.class, total, demand.amount
+                ),
+            ));
+        }
+    }
+    for r in flavor_reports.values_mut() {
+        r.spare = r.healthy_capacity - r.granted;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -114,6 +162,45 @@ mod tests {
             amount,
             flavors: flavors.iter().map(|s| s.to_string()).collect(),
         }
+    }
+
+    #[test]
+    fn split_records_grants_shortfall_and_spare() {
+        let flavor = |capacity| FlavorReport {
+            healthy_capacity: capacity,
+            ..Default::default()
+        };
+        let mut flavor_reports = BTreeMap::from([
+            ("f1".to_string(), flavor(4)),
+            ("f2".to_string(), flavor(2)),
+            ("idle".to_string(), flavor(5)),
+        ]);
+        let mut budget_reports = BTreeMap::from([("team".to_string(), BudgetReport::default())]);
+        let mut demand = d("team", 8, &["f1", "f2"]);
+        demand.class = "gpu".into();
+
+        split(&[demand], &mut flavor_reports, &mut budget_reports);
+
+        let report = &budget_reports["team"];
+        let grants: Vec<((&str, &str), u64)> = report
+            .grants
+            .iter()
+            .map(|((c, f), n)| ((c.as_str(), f.as_str()), *n))
+            .collect();
+        assert_eq!(grants, [(("gpu", "f1"), 4), (("gpu", "f2"), 2)]);
+        assert_eq!(report.conditions.len(), 1);
+        assert_eq!(report.conditions[0].type_, api::QUOTA_SHORTFALL);
+        assert!(
+            report.conditions[0]
+                .message
+                .starts_with("class gpu: 6 of 8 guaranteed devices")
+        );
+        let granted_spare: Vec<(u64, u64)> = flavor_reports
+            .values()
+            .map(|r| (r.granted, r.spare))
+            .collect();
+        // f1, f2, idle in name order.
+        assert_eq!(granted_spare, [(4, 0), (2, 0), (0, 5)]);
     }
 
     #[test]

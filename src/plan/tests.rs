@@ -5,12 +5,13 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::ObjectMeta;
 use proptest::prelude::*;
 
 use super::*;
 use crate::api::{
-    AcceleratorClassSpec, ClassGrant, CreditAllowance, CreditBudgetSpec, CreditRate,
+    self, AcceleratorClassSpec, ClassGrant, CreditAllowance, CreditBudgetSpec, CreditRate,
     HardwareSelector, Period, Pooling,
 };
 use crate::inventory::synthetic::generate_fleet;

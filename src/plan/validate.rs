@@ -1,10 +1,18 @@
 //! Checks of one object that the CRD schema and CEL rules cannot express (or that
 //! must hold even when a cluster runs an older CRD). Each problem names the field
 //! and the fix.
+//!
+//! Stage 1 of the planner, [`classes`], validates every class; budgets are validated
+//! when they are admitted (stage 6).
 
-use crate::api::{AcceleratorClassSpec, CreditBudgetSpec, Credits, SharingMode, Vendor};
+use std::collections::BTreeMap;
+
+use crate::api::{
+    AcceleratorClass, AcceleratorClassSpec, CreditBudgetSpec, Credits, SharingMode, Vendor,
+};
 
 use super::names::{valid_label_key, valid_label_value, version_at_least};
+use super::{ClassReport, name_of};
 
 /// One problem with a field, in words a platform engineer can act on.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -210,4 +218,51 @@ pub fn validate_budget(spec: &CreditBudgetSpec) -> Vec<FieldError> {
         }
     }
     errors
+}
+
+/// Stage 1: the classes in name order, and a report per class name saying whether
+/// it is valid and why not. Invalid classes take no part in the later stages.
+pub(super) fn classes(
+    classes: &[AcceleratorClass],
+) -> (Vec<&AcceleratorClass>, BTreeMap<String, ClassReport>) {
+    let mut ordered: Vec<&AcceleratorClass> = classes.iter().collect();
+    ordered.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    let mut class_reports: BTreeMap<String, ClassReport> = BTreeMap::new();
+    for class in &ordered {
+        let errors = validate_class(&class.spec);
+        class_reports.insert(
+            name_of(&class.metadata),
+            ClassReport {
+                valid: errors.is_empty(),
+                errors,
+                ..Default::default()
+            },
+        );
+    }
+    (ordered, class_reports)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::HardwareSelector;
+    use crate::plan::tests::class;
+
+    #[test]
+    fn classes_come_back_in_name_order_each_with_a_report() {
+        let partition_without_profile = class(
+            "b-part",
+            SharingMode::Partition,
+            HardwareSelector::default(),
+        );
+        let whole = class("a-whole", SharingMode::Whole, HardwareSelector::default());
+        let input = [partition_without_profile, whole];
+        let (ordered, reports) = classes(&input);
+        let names: Vec<String> = ordered.iter().map(|c| name_of(&c.metadata)).collect();
+        assert_eq!(names, ["a-whole", "b-part"]);
+        assert!(reports["a-whole"].valid && reports["a-whole"].errors.is_empty());
+        let invalid = &reports["b-part"];
+        assert!(!invalid.valid);
+        assert_eq!(invalid.errors[0].field, "spec.selector.partitionProfile");
+    }
 }

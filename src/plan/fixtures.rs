@@ -1,0 +1,53 @@
+//! Hand-built nodes and device groups for the planner's stage tests.
+
+use std::collections::BTreeMap;
+
+use crate::api::{SharingMode, Vendor};
+use crate::inventory::{DeviceGroup, DeviceVariant, NodeInventory};
+
+pub(super) const PRODUCT_LABEL: &str = "nvidia.com/gpu.product";
+
+pub(super) fn whole_gpu(model: &str) -> DeviceVariant {
+    DeviceVariant {
+        vendor: Vendor::Nvidia,
+        model: model.into(),
+        sharing: SharingMode::Whole,
+        partition_profile: None,
+        resource_name: "nvidia.com/gpu".into(),
+    }
+}
+
+/// `count` whole GPUs of `model`, pinned by the product label, 80 GiB each.
+pub(super) fn gpus(model: &str, count: u32) -> DeviceGroup {
+    let mut group = DeviceGroup::new(whole_gpu(model), count, count);
+    group.pin_labels = BTreeMap::from([(PRODUCT_LABEL.to_string(), model.to_string())]);
+    group.memory_mib = Some(81_920);
+    group
+}
+
+/// A Ready, schedulable node with 64 cores and 512 GiB, carrying `labels` and the
+/// pin labels of its groups.
+pub(super) fn node(name: &str, labels: &[(&str, &str)], groups: Vec<DeviceGroup>) -> NodeInventory {
+    let mut all_labels: BTreeMap<String, String> = labels
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    for group in &groups {
+        all_labels.extend(group.pin_labels.clone());
+    }
+    NodeInventory {
+        name: name.into(),
+        labels: all_labels,
+        annotations: BTreeMap::new(),
+        topology: Default::default(),
+        unschedulable: false,
+        ready: Some(true),
+        taints: Vec::new(),
+        conditions: BTreeMap::new(),
+        cpu_millis: 64_000,
+        memory_bytes: 512 << 30,
+        groups,
+        unclassified: Vec::new(),
+        warnings: Vec::new(),
+    }
+}

@@ -1,0 +1,607 @@
+//! Stage 2, resolve flavors: which devices each valid class pools, and into which flavor.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use crate::api::{self, AcceleratorClass, AcceleratorClassSpec, DesiredCondition, SharingMode};
+use crate::inventory::{DeviceVariant, NodeInventory};
+
+use super::hardware::{Signature, hardware_mismatch};
+use super::{CPU_POOL_LABEL, CPU_POOL_VALUE, ClassReport, name_of, names};
+
+/// Identity of a flavor: the variant (None for a CPU pool) plus every node label
+/// that pins it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(super) struct FlavorKey {
+    pub(super) variant: Option<DeviceVariant>,
+    /// Labels the vendor adapter pins the variant with.
+    pub(super) pins: BTreeMap<String, String>,
+    /// Class node labels and `pooling.splitBy` values on top of the pins.
+    pub(super) extra: BTreeMap<String, String>,
+}
+
+impl FlavorKey {
+    pub(super) fn node_labels(&self) -> BTreeMap<String, String> {
+        let mut all = self.pins.clone();
+        all.extend(self.extra.iter().map(|(k, v)| (k.clone(), v.clone())));
+        all
+    }
+
+    /// The flavor's name before collisions are resolved (see [`name_flavors`]).
+    pub(super) fn name(&self) -> String {
+        let mut parts: Vec<String> = Vec::new();
+        match &self.variant {
+            Some(v) => {
+                let model = names::slug(&v.model);
+                let vendor = v.vendor.as_str();
+                if !model.starts_with(vendor) {
+                    parts.push(vendor.to_string());
+                }
+                parts.push(model);
+                match v.sharing {
+                    SharingMode::TimeShare => {
+                        // Replicas of a MIG slice: the slice, then `shared`.
+                        if let Some(profile) = &v.partition_profile {
+                            parts.push(names::slug(profile));
+                        }
+                        parts.push("shared".into())
+                    }
+                    SharingMode::Partition => parts.push(names::slug(
+                        v.partition_profile.as_deref().unwrap_or("part"),
+                    )),
+                    _ => {}
+                }
+            }
+            None => parts.push("cpu".into()),
+        }
+        for value in self.extra.values() {
+            let part = names::slug(value);
+            if parts.last() != Some(&part) {
+                parts.push(part);
+            }
+        }
+        let refs: Vec<&str> = parts
+            .iter()
+            .map(String::as_str)
+            .filter(|p| !p.is_empty())
+            .collect();
+        names::bounded(&refs, 63)
+    }
+}
+
+/// Where a group of devices lives: node index and group index (None = the node's CPU).
+pub(super) type Member = (usize, Option<usize>);
+
+/// What a flavor gathers while classes resolve.
+#[derive(Default)]
+pub(super) struct FlavorAcc {
+    /// The device groups (or CPU nodes) pooled into it.
+    pub(super) members: Vec<Member>,
+    /// The classes that use it.
+    pub(super) classes: BTreeSet<String>,
+    /// Vendor taint keys of its device groups, which it tolerates.
+    pub(super) tolerated: BTreeSet<String>,
+}
+
+/// The output of resolution: every flavor some class uses, and each class's flavors.
+#[derive(Default)]
+pub(super) struct ResolvedFlavors {
+    /// In key order, so names and output do not depend on discovery order.
+    pub(super) flavors: BTreeMap<FlavorKey, FlavorAcc>,
+    /// Valid class -> its flavors (empty when nothing matched).
+    pub(super) class_flavors: BTreeMap<String, BTreeSet<FlavorKey>>,
+}
+
+/// Device groups that passed a class's hardware requirements: the variant (None
+/// for a CPU pool), its pin labels, and where the groups are.
+type Candidate<'a> = (
+    Option<&'a DeviceVariant>,
+    &'a BTreeMap<String, String>,
+    &'a [Member],
+);
+
+/// The fleet indexed once for every class: device groups by signature, CPU nodes.
+struct Fleet<'a> {
+    nodes: &'a [&'a NodeInventory],
+    /// Signatures in order of their first member, so discovery is deterministic.
+    signatures: Vec<(Signature<'a>, Vec<Member>)>,
+    /// Nodes without any accelerator.
+    cpu_nodes: Vec<Member>,
+    /// Of those, the ones carrying kaccel's CPU pool label.
+    labelled_cpu_nodes: Vec<Member>,
+    cpu_pool_pins: BTreeMap<String, String>,
+    no_pins: BTreeMap<String, String>,
+}
+
+impl<'a> Fleet<'a> {
+    fn index(nodes: &'a [&'a NodeInventory]) -> Self {
+        let mut signatures: HashMap<Signature<'a>, Vec<Member>> = HashMap::new();
+        for (ni, node) in nodes.iter().enumerate() {
+            for (gi, group) in node.groups.iter().enumerate() {
+                signatures
+                    .entry(Signature::of(group))
+                    .or_default()
+                    .push((ni, Some(gi)));
+            }
+        }
+        let mut signatures: Vec<(Signature<'a>, Vec<Member>)> = signatures.into_iter().collect();
+        signatures.sort_by(|a, b| a.1[0].cmp(&b.1[0]));
+        let cpu_nodes: Vec<Member> = nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| !n.has_accelerators())
+            .map(|(i, _)| (i, None))
+            .collect();
+        let labelled_cpu_nodes: Vec<Member> = cpu_nodes
+            .iter()
+            .copied()
+            .filter(|m| {
+                nodes[m.0].labels.get(CPU_POOL_LABEL).map(String::as_str) == Some(CPU_POOL_VALUE)
+            })
+            .collect();
+        Fleet {
+            nodes,
+            signatures,
+            cpu_nodes,
+            labelled_cpu_nodes,
+            cpu_pool_pins: BTreeMap::from([(
+                CPU_POOL_LABEL.to_string(),
+                CPU_POOL_VALUE.to_string(),
+            )]),
+            no_pins: BTreeMap::new(),
+        }
+    }
+}
+
+/// Flavors interned in discovery order, and which flavor owns each member.
+/// Interning lets a class matching a whole signature build its key once, not once
+/// per node (the planner runs on every watch event of a large fleet).
+#[derive(Default)]
+struct Pool {
+    interned: HashMap<FlavorKey, usize>,
+    keys: Vec<FlavorKey>,
+    accs: Vec<FlavorAcc>,
+    owner: HashMap<Member, usize>,
+}
+
+impl Pool {
+    fn intern(&mut self, key: FlavorKey) -> usize {
+        let Pool {
+            interned,
+            keys,
+            accs,
+            ..
+        } = self;
+        *interned.entry(key).or_insert_with_key(|k| {
+            keys.push(k.clone());
+            accs.push(FlavorAcc::default());
+            keys.len() - 1
+        })
+    }
+}
+
+/// What matching one class found, before it becomes conditions.
+#[derive(Default)]
+struct ClassMatch<'a> {
+    /// Flavors the class pools devices into.
+    flavors: BTreeSet<usize>,
+    /// Flavors of other classes that already pooled devices this class wanted.
+    conflicts: BTreeSet<usize>,
+    /// What was turned down, and why (for the NoMatchingHardware message).
+    rejected: BTreeMap<String, String>,
+    /// Nodes with accelerators that a CPU pool's node labels select.
+    impure_cpu_pool: Vec<&'a str>,
+}
+
+/// Resolves every valid class (in name order) to its flavors. A device belongs to
+/// the first class that pools it; a later class pooling it differently gets a
+/// `Conflict` condition, and a class that matches nothing a `NoMatchingHardware`
+/// one, on its report in `class_reports`.
+pub(super) fn resolve(
+    classes: &[&AcceleratorClass],
+    nodes: &[&NodeInventory],
+    class_reports: &mut BTreeMap<String, ClassReport>,
+) -> ResolvedFlavors {
+    let fleet = Fleet::index(nodes);
+    let mut pool = Pool::default();
+    let mut class_flavor_idx: BTreeMap<String, BTreeSet<usize>> = BTreeMap::new();
+    for class in classes {
+        let cname = name_of(&class.metadata);
+        let report = class_reports.get_mut(&cname).expect("report exists");
+        if !report.valid {
+            continue;
+        }
+        let mut found = ClassMatch::default();
+        let candidates = candidates(&fleet, &class.spec, &mut found);
+        pool_members(&fleet, &class.spec, &candidates, &mut pool, &mut found);
+        for &idx in &found.flavors {
+            pool.accs[idx].classes.insert(cname.clone());
+        }
+        report_match(report, &found, &pool);
+        class_flavor_idx.insert(cname, found.flavors);
+    }
+
+    // A key interned by a class whose devices all turned out to be pooled by another
+    // class has no class: it is nobody's flavor, so it is neither checked nor emitted.
+    let class_flavors = class_flavor_idx
+        .into_iter()
+        .map(|(c, idx)| (c, idx.into_iter().map(|i| pool.keys[i].clone()).collect()))
+        .collect();
+    let flavors = pool
+        .keys
+        .into_iter()
+        .zip(pool.accs)
+        .filter(|(_, acc)| !acc.classes.is_empty())
+        .collect();
+    ResolvedFlavors {
+        flavors,
+        class_flavors,
+    }
+}
+
+/// The device groups (or CPU nodes) that meet the class's hard requirements.
+fn candidates<'a>(
+    fleet: &'a Fleet<'a>,
+    spec: &AcceleratorClassSpec,
+    found: &mut ClassMatch<'a>,
+) -> Vec<Candidate<'a>> {
+    let mut candidates: Vec<Candidate<'a>> = Vec::new();
+    if spec.sharing == SharingMode::CpuOnly {
+        // Without class node labels, kaccel's own pool label pins the flavor.
+        let selector = if spec.selector.node_labels.is_empty() {
+            if fleet.labelled_cpu_nodes.is_empty() {
+                found.rejected.insert(
+                    "CPU pool".to_string(),
+                    format!(
+                        "no accelerator-free node carries {CPU_POOL_LABEL}={CPU_POOL_VALUE}: label the CPU-only nodes, or set spec.selector.nodeLabels"
+                    ),
+                );
+            }
+            candidates.push((None, &fleet.cpu_pool_pins, &fleet.labelled_cpu_nodes));
+            &fleet.cpu_pool_pins
+        } else {
+            candidates.push((None, &fleet.no_pins, &fleet.cpu_nodes));
+            &spec.selector.node_labels
+        };
+        // Nodes with accelerators the CPU flavor's labels would select: CPU-only
+        // pods could land there while none of their CPUs is counted.
+        found.impure_cpu_pool = fleet
+            .nodes
+            .iter()
+            .filter(|n| {
+                n.has_accelerators() && selector.iter().all(|(k, v)| n.labels.get(k) == Some(v))
+            })
+            .map(|n| n.name.as_str())
+            .collect();
+    } else {
+        for (sig, members) in &fleet.signatures {
+            match hardware_mismatch(&spec.selector, spec.sharing, sig) {
+                None => candidates.push((Some(sig.variant), sig.pins, members)),
+                Some(reason) => {
+                    if spec.sharing == sig.variant.sharing {
+                        found
+                            .rejected
+                            .entry(sig.variant.model.clone())
+                            .or_insert(reason);
+                    }
+                }
+            }
+        }
+    }
+    candidates
+}
+
+/// Puts each candidate member into its flavor: one flavor per signature, or, with
+/// class node labels or `pooling.splitBy`, one per distinct label values.
+fn pool_members(
+    fleet: &Fleet<'_>,
+    spec: &AcceleratorClassSpec,
+    candidates: &[Candidate<'_>],
+    pool: &mut Pool,
+    found: &mut ClassMatch<'_>,
+) {
+    let per_node = !spec.selector.node_labels.is_empty() || !spec.pooling.split_by.is_empty();
+    for &(variant, pins, members) in candidates {
+        let whole_signature = (!per_node).then(|| {
+            pool.intern(FlavorKey {
+                variant: variant.cloned(),
+                pins: pins.clone(),
+                extra: BTreeMap::new(),
+            })
+        });
+        for &member in members {
+            let node = fleet.nodes[member.0];
+            let idx = match whole_signature {
+                Some(idx) => idx,
+                None => {
+                    if !spec
+                        .selector
+                        .node_labels
+                        .iter()
+                        .all(|(k, v)| node.labels.get(k) == Some(v))
+                    {
+                        continue;
+                    }
+                    let mut extra = spec.selector.node_labels.clone();
+                    let mut split_ok = true;
+                    for key in &spec.pooling.split_by {
+                        match node.labels.get(key) {
+                            Some(v) => {
+                                extra.insert(key.clone(), v.clone());
+                            }
+                            None => split_ok = false,
+                        }
+                    }
+                    if !split_ok {
+                        found
+                            .rejected
+                            .entry(format!("node {}", node.name))
+                            .or_insert_with(|| {
+                                format!(
+                                    "lacks a pooling.splitBy label ({})",
+                                    spec.pooling.split_by.join(", ")
+                                )
+                            });
+                        continue;
+                    }
+                    pool.intern(FlavorKey {
+                        variant: variant.cloned(),
+                        pins: pins.clone(),
+                        extra,
+                    })
+                }
+            };
+            match pool.owner.get(&member) {
+                Some(&existing) if existing != idx => {
+                    found.conflicts.insert(existing);
+                    continue;
+                }
+                Some(_) => {}
+                None => {
+                    pool.owner.insert(member, idx);
+                    let acc = &mut pool.accs[idx];
+                    acc.members.push(member);
+                    if let Some(gi) = member.1 {
+                        acc.tolerated
+                            .extend(node.groups[gi].vendor_taint_keys.iter().cloned());
+                    }
+                }
+            }
+            found.flavors.insert(idx);
+        }
+    }
+}
+
+/// The class's conditions from matching: pooling conflicts, a CPU pool that selects
+/// accelerator nodes (one `Conflict` condition for both), and no match at all.
+fn report_match(report: &mut ClassReport, found: &ClassMatch<'_>, pool: &Pool) {
+    // Name the classes that pooled the contested devices first.
+    let conflicts: BTreeSet<String> = found
+        .conflicts
+        .iter()
+        .map(|&idx| {
+            pool.accs[idx]
+                .classes
+                .iter()
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .collect();
+    if !conflicts.is_empty() {
+        report.conditions.push(DesiredCondition::new(
+            api::CONFLICT,
+            true,
+            "PoolingConflict",
+            format!(
+                "some devices are already pooled differently by class(es) {}: classes sharing hardware must use the same spec.pooling.splitBy and spec.selector.nodeLabels; those devices are left out of this class",
+                conflicts.into_iter().collect::<Vec<_>>().join("; ")
+            ),
+        ));
+    }
+    let impure_cpu_pool = &found.impure_cpu_pool;
+    if !impure_cpu_pool.is_empty() {
+        let shown: Vec<&str> = impure_cpu_pool.iter().take(5).copied().collect();
+        let condition = DesiredCondition::new(
+            api::CONFLICT,
+            true,
+            "CpuPoolSelectsAccelerators",
+            format!(
+                "{} node(s) with accelerators ({}{}) carry the CPU pool's node labels: CPU-only workloads could be placed there, and their CPUs are not counted; remove the label from them or narrow spec.selector.nodeLabels",
+                impure_cpu_pool.len(),
+                shown.join(", "),
+                if impure_cpu_pool.len() > shown.len() {
+                    ", ..."
+                } else {
+                    ""
+                }
+            ),
+        );
+        // One condition per type: join a pooling conflict found above.
+        match report
+            .conditions
+            .iter_mut()
+            .find(|c| c.type_ == api::CONFLICT)
+        {
+            Some(existing) => {
+                existing.message = format!("{}; {}", existing.message, condition.message)
+            }
+            None => report.conditions.push(condition),
+        }
+    }
+    if found.flavors.is_empty() {
+        let why = if found.rejected.is_empty() {
+            "no node offers this sharing mode with the selected vendors and labels".to_string()
+        } else {
+            found
+                .rejected
+                .iter()
+                .take(5)
+                .map(|(m, r)| format!("{m}: {r}"))
+                .collect::<Vec<_>>()
+                .join("; ")
+        };
+        report.conditions.push(DesiredCondition::new(
+            api::NO_MATCHING_HARDWARE,
+            true,
+            "NoDeviceMatches",
+            format!("no device meets every hard requirement of this class ({why})"),
+        ));
+    }
+}
+
+/// Names every flavor. Two keys can slug to the same name (labels differing only
+/// in case or punctuation); the later one in key order gets a hash of its key.
+pub(super) fn name_flavors(
+    flavors: &BTreeMap<FlavorKey, FlavorAcc>,
+) -> BTreeMap<FlavorKey, String> {
+    let mut flavor_names: BTreeMap<FlavorKey, String> = BTreeMap::new();
+    let mut used_names: BTreeSet<String> = BTreeSet::new();
+    for key in flavors.keys() {
+        let mut name = key.name();
+        if !used_names.insert(name.clone()) {
+            name = names::bounded(
+                &[
+                    &name,
+                    &format!("{:08x}", names::fnv1a(format!("{key:?}").as_bytes()) as u32),
+                ],
+                63,
+            );
+            used_names.insert(name.clone());
+        }
+        flavor_names.insert(key.clone(), name);
+    }
+    flavor_names
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::HardwareSelector;
+    use crate::plan::fixtures::{gpus, node};
+    use crate::plan::tests::class;
+    use crate::plan::validate;
+
+    const H100: &str = "NVIDIA-H100-80GB-HBM3";
+    const ZONE: &str = "topology.kubernetes.io/zone";
+
+    fn resolve_on(
+        classes: &[AcceleratorClass],
+        nodes: &[NodeInventory],
+    ) -> (ResolvedFlavors, BTreeMap<String, ClassReport>) {
+        let nodes: Vec<&NodeInventory> = nodes.iter().collect();
+        let (ordered, mut reports) = validate::classes(classes);
+        let resolved = resolve(&ordered, &nodes, &mut reports);
+        (resolved, reports)
+    }
+
+    fn two_zones() -> [NodeInventory; 2] {
+        [
+            node("gpu-a", &[(ZONE, "z1")], vec![gpus(H100, 8)]),
+            node("gpu-b", &[(ZONE, "z2")], vec![gpus(H100, 8)]),
+        ]
+    }
+
+    #[test]
+    fn one_flavor_per_signature_unless_split_by_a_label() {
+        let nodes = two_zones();
+        let whole = class("h100", SharingMode::Whole, HardwareSelector::default());
+        let (resolved, _) = resolve_on(std::slice::from_ref(&whole), &nodes);
+        assert_eq!(resolved.flavors.len(), 1);
+        let (key, acc) = resolved.flavors.iter().next().unwrap();
+        assert_eq!(acc.members, vec![(0, Some(0)), (1, Some(0))]);
+        assert_eq!(key.name(), "nvidia-h100-80gb-hbm3");
+
+        let mut zoned = whole;
+        zoned.spec.pooling.split_by = vec![ZONE.into()];
+        let (resolved, _) = resolve_on(&[zoned], &nodes);
+        let names: Vec<String> = resolved.flavors.keys().map(FlavorKey::name).collect();
+        assert_eq!(
+            names,
+            ["nvidia-h100-80gb-hbm3-z1", "nvidia-h100-80gb-hbm3-z2"]
+        );
+        assert_eq!(resolved.class_flavors["h100"].len(), 2);
+    }
+
+    #[test]
+    fn devices_pooled_first_stay_with_that_class_and_the_other_reports_a_conflict() {
+        let nodes = two_zones();
+        let whole = class("a-whole", SharingMode::Whole, HardwareSelector::default());
+        let mut zoned = class("b-zoned", SharingMode::Whole, HardwareSelector::default());
+        zoned.spec.pooling.split_by = vec![ZONE.into()];
+        let (resolved, reports) = resolve_on(&[zoned, whole], &nodes);
+
+        // The zoned class's keys were interned, but own no device: no flavor.
+        assert_eq!(resolved.flavors.len(), 1);
+        assert!(resolved.class_flavors["b-zoned"].is_empty());
+        let conditions = &reports["b-zoned"].conditions;
+        let conflict = conditions
+            .iter()
+            .find(|c| c.type_ == api::CONFLICT)
+            .expect("a Conflict condition");
+        assert_eq!(conflict.reason, "PoolingConflict");
+        assert!(
+            conflict.message.contains("class(es) a-whole"),
+            "{}",
+            conflict.message
+        );
+        assert!(
+            conditions
+                .iter()
+                .any(|c| c.type_ == api::NO_MATCHING_HARDWARE)
+        );
+        assert!(reports["a-whole"].conditions.is_empty());
+    }
+
+    #[test]
+    fn a_class_matching_nothing_says_what_was_turned_down() {
+        let nodes = two_zones();
+        let a100s = class(
+            "a100",
+            SharingMode::Whole,
+            HardwareSelector {
+                models: vec!["*A100*".into()],
+                ..Default::default()
+            },
+        );
+        let (resolved, reports) = resolve_on(&[a100s], &nodes);
+        assert!(resolved.flavors.is_empty());
+        let condition = &reports["a100"].conditions[0];
+        assert_eq!(condition.type_, api::NO_MATCHING_HARDWARE);
+        assert_eq!(
+            condition.message,
+            format!(
+                "no device meets every hard requirement of this class ({H100}: model not selected)"
+            )
+        );
+    }
+
+    #[test]
+    fn invalid_classes_are_not_resolved() {
+        let nodes = two_zones();
+        // Partition without a profile is invalid.
+        let invalid = class("part", SharingMode::Partition, HardwareSelector::default());
+        let (resolved, reports) = resolve_on(&[invalid], &nodes);
+        assert!(!reports["part"].valid);
+        assert!(reports["part"].conditions.is_empty());
+        assert!(resolved.class_flavors.is_empty());
+    }
+
+    #[test]
+    fn names_that_slug_alike_are_told_apart_by_a_hash_of_the_key() {
+        let key = |zone: &str| FlavorKey {
+            variant: Some(crate::plan::fixtures::whole_gpu(H100)),
+            pins: BTreeMap::new(),
+            extra: BTreeMap::from([(ZONE.to_string(), zone.to_string())]),
+        };
+        let flavors: BTreeMap<FlavorKey, FlavorAcc> = [key("Z1"), key("z1")]
+            .into_iter()
+            .map(|k| (k, FlavorAcc::default()))
+            .collect();
+        let named = name_flavors(&flavors);
+        // "Z1" sorts first and keeps the plain name.
+        assert_eq!(named[&key("Z1")], "nvidia-h100-80gb-hbm3-z1");
+        let second = &named[&key("z1")];
+        assert!(second.starts_with("nvidia-h100-80gb-hbm3-z1-"), "{second}");
+        assert_eq!(second.len(), "nvidia-h100-80gb-hbm3-z1-".len() + 8);
+    }
+}

@@ -1,0 +1,623 @@
+//! Stage 8, build objects: the Kueue objects, and the budget and class each ClusterQueue bills.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    LabelSelector, LabelSelectorRequirement, ObjectMeta, OwnerReference,
+};
+use kube::{Resource, ResourceExt};
+
+use crate::api::{
+    self, AcceleratorClass, CreditBudget, Credits, DesiredCondition, ExhaustionPolicy,
+};
+use crate::kueue::{
+    AdmissionCheckStrategyRule, AdmissionChecksStrategy, ClusterQueue, ClusterQueuePreemption,
+    ClusterQueueSpec, Cohort, CohortSpec, FairSharing, FlavorFungibility, FlavorQuotas, LocalQueue,
+    LocalQueueSpec, ResourceFlavor, ResourceFlavorSpec, ResourceGroup, ResourceQuota,
+};
+
+use super::flavors::{FlavorAcc, FlavorKey};
+use super::{
+    BUDGET_LABEL, BudgetReport, CLASS_LABEL, CPU, ClassReport, FLAVOR_LABEL, FlavorReport,
+    MANAGED_BY, MANAGED_BY_LABEL, MAX_FLAVORS_PER_GROUP, MEMORY, PlanOptions, TEAM_LABEL,
+    cluster_queue_name, name_of, names, status,
+};
+
+/// What the objects are built from: the outputs of the earlier stages.
+pub(super) struct ObjectsInput<'a> {
+    pub(super) flavors: &'a BTreeMap<FlavorKey, FlavorAcc>,
+    pub(super) flavor_names: &'a BTreeMap<FlavorKey, String>,
+    pub(super) flavor_reports: &'a BTreeMap<String, FlavorReport>,
+    pub(super) class_by_name: &'a BTreeMap<String, &'a AcceleratorClass>,
+    pub(super) class_reports: &'a BTreeMap<String, ClassReport>,
+    pub(super) class_order: &'a BTreeMap<String, Vec<String>>,
+    /// Budgets oldest first, as admitted.
+    pub(super) budgets: &'a [&'a CreditBudget],
+    /// Budgets in input order (see [`price_invalid_class_queues`]).
+    pub(super) input_budgets: &'a [CreditBudget],
+    pub(super) namespaces: &'a BTreeMap<String, Vec<String>>,
+    pub(super) options: &'a PlanOptions,
+}
+
+/// The Kueue objects, each list sorted by name (LocalQueues by namespace, name).
+#[derive(Default)]
+pub(super) struct KueueObjects {
+    pub(super) resource_flavors: Vec<ResourceFlavor>,
+    pub(super) cohorts: Vec<Cohort>,
+    pub(super) cluster_queues: Vec<ClusterQueue>,
+    pub(super) local_queues: Vec<LocalQueue>,
+    /// ClusterQueue -> (budget, class); see [`super::Plan::priced_queues`].
+    pub(super) priced_queues: BTreeMap<String, (String, String)>,
+}
+
+/// Builds every object. Each valid budget's report gets its cohort, queue names,
+/// an `Exhausted` condition when its credits are held, and its `Ready` condition.
+pub(super) fn build(
+    input: &ObjectsInput<'_>,
+    budget_reports: &mut BTreeMap<String, BudgetReport>,
+) -> KueueObjects {
+    let options = input.options;
+    let mut objects = KueueObjects::default();
+    for (key, name) in input.flavor_names {
+        objects.resource_flavors.push(build_flavor(
+            name,
+            key,
+            &input.flavor_reports[name],
+            &input.flavors[key],
+            input.class_by_name,
+        ));
+    }
+    objects
+        .resource_flavors
+        .sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    objects
+        .cohorts
+        .push(build_root_cohort(options, input.flavor_reports));
+
+    for &budget in input.budgets {
+        let bname = name_of(&budget.metadata);
+        let report = budget_reports.get_mut(&bname).expect("budget report");
+        if !report.valid {
+            continue;
+        }
+        let team_cohort = names::bounded(&[&options.root_cohort, &bname], 253);
+        objects.cohorts.push(Cohort {
+            metadata: meta(
+                &team_cohort,
+                None,
+                labels_for(Some(budget), None),
+                owner_ref(budget),
+            ),
+            spec: CohortSpec {
+                parent_name: Some(options.root_cohort.clone()),
+                resource_groups: vec![],
+                fair_sharing: Some(FairSharing {
+                    weight: Some(team_weight(&budget.spec)),
+                }),
+            },
+        });
+        report.cohort = Some(team_cohort.clone());
+        let held = options.held_budgets.get(&bname).copied();
+        if let Some(policy) = held {
+            report.conditions.push(DesiredCondition::new(
+                api::EXHAUSTED,
+                true,
+                "CreditsExhausted",
+                format!(
+                    "the team's credits are used up: its ClusterQueues are on {} until credits return (new period or top-up)",
+                    policy.as_str()
+                ),
+            ));
+        }
+        let namespaces = input.namespaces.get(&bname).cloned().unwrap_or_default();
+        for grant in &budget.spec.classes {
+            let Some(class) = input.class_by_name.get(&grant.name) else {
+                continue;
+            };
+            if !input.class_reports[&grant.name].valid {
+                continue;
+            }
+            let cq_name = cluster_queue_name(&bname, &grant.name);
+            let order = input
+                .class_order
+                .get(&grant.name)
+                .cloned()
+                .unwrap_or_default();
+            let cq = build_cluster_queue(
+                &cq_name,
+                &team_cohort,
+                budget,
+                class,
+                &order,
+                input.flavor_reports,
+                &report.grants,
+                &namespaces,
+                held,
+                options,
+            );
+            objects.cluster_queues.push(cq);
+            // A later queue of the same name replaces an earlier one here, as it
+            // would among the sorted queues.
+            objects
+                .priced_queues
+                .insert(cq_name.clone(), (bname.clone(), grant.name.clone()));
+            report.cluster_queues.push(cq_name.clone());
+            for ns in &namespaces {
+                objects.local_queues.push(LocalQueue {
+                    metadata: meta(
+                        &grant.name,
+                        Some(ns),
+                        labels_for(Some(budget), Some(&grant.name)),
+                        owner_ref(budget),
+                    ),
+                    spec: LocalQueueSpec {
+                        cluster_queue: cq_name.clone(),
+                        stop_policy: None,
+                    },
+                });
+                report.local_queues.push(format!("{ns}/{}", grant.name));
+            }
+        }
+        // Ready sums up this budget's conditions so far, including Exhausted.
+        let ready = status::budget_ready(report);
+        report.conditions.insert(0, ready);
+    }
+    price_invalid_class_queues(
+        &mut objects.priced_queues,
+        input.input_budgets,
+        input.class_reports,
+    );
+    objects
+        .cohorts
+        .sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    objects
+        .cluster_queues
+        .sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    objects.local_queues.sort_by(|a, b| {
+        (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name))
+    });
+    objects
+}
+
+/// Adds the queues of grants whose class is invalid, which are not planned (kaccel
+/// deletes them): Workloads still holding quota in them must get the class's own
+/// error from the credit check rather than wait on a queue nobody pays for. Every
+/// budget counts here, valid or not, in input order; a planned queue keeps its entry.
+fn price_invalid_class_queues(
+    priced_queues: &mut BTreeMap<String, (String, String)>,
+    budgets: &[CreditBudget],
+    class_reports: &BTreeMap<String, ClassReport>,
+) {
+    for budget in budgets {
+        // name_any, like the controller that reads these names back.
+        let name = budget.name_any();
+        for grant in &budget.spec.classes {
+            if class_reports.get(&grant.name).is_some_and(|c| !c.valid) {
+                priced_queues
+                    .entry(cluster_queue_name(&name, &grant.name))
+                    .or_insert_with(|| (name.clone(), grant.name.clone()));
+            }
+        }
+    }
+}
+
+fn meta(
+    name: &str,
+    namespace: Option<&str>,
+    labels: BTreeMap<String, String>,
+    owners: Vec<OwnerReference>,
+) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.to_string()),
+        namespace: namespace.map(str::to_string),
+        labels: Some(labels),
+        owner_references: (!owners.is_empty()).then_some(owners),
+        ..Default::default()
+    }
+}
+
+fn labels_for(budget: Option<&CreditBudget>, class: Option<&str>) -> BTreeMap<String, String> {
+    let mut labels = BTreeMap::from([(MANAGED_BY_LABEL.to_string(), MANAGED_BY.to_string())]);
+    if let Some(b) = budget {
+        labels.insert(BUDGET_LABEL.into(), name_of(&b.metadata));
+        labels.insert(TEAM_LABEL.into(), b.spec.team.clone());
+    }
+    if let Some(c) = class {
+        labels.insert(CLASS_LABEL.into(), c.to_string());
+    }
+    labels
+}
+
+/// Owner reference to a kaccel object, when it came from the API server (has a UID).
+fn owner_ref<K: Resource<DynamicType = ()>>(obj: &K) -> Vec<OwnerReference> {
+    let meta = obj.meta();
+    match (&meta.uid, &meta.name) {
+        (Some(uid), Some(name)) => vec![OwnerReference {
+            api_version: K::api_version(&()).to_string(),
+            kind: K::kind(&()).to_string(),
+            name: name.clone(),
+            uid: uid.clone(),
+            controller: Some(true),
+            block_owner_deletion: None,
+        }],
+        _ => vec![],
+    }
+}
+
+fn build_flavor(
+    name: &str,
+    key: &FlavorKey,
+    report: &FlavorReport,
+    acc: &FlavorAcc,
+    classes: &BTreeMap<String, &AcceleratorClass>,
+) -> ResourceFlavor {
+    let mut labels = labels_for(None, None);
+    labels.insert(FLAVOR_LABEL.into(), name.to_string());
+    // A flavor shared by several classes is owned by each of them (no controller
+    // owner), so it goes away only when the last class using it does.
+    let owners: Vec<OwnerReference> = acc
+        .classes
+        .iter()
+        .filter_map(|c| classes.get(c))
+        .flat_map(|c| owner_ref(*c))
+        .map(|mut o| {
+            o.controller = None;
+            o
+        })
+        .collect();
+    ResourceFlavor {
+        metadata: meta(name, None, labels, owners),
+        spec: ResourceFlavorSpec {
+            node_labels: key.node_labels(),
+            tolerations: report
+                .tolerated_taint_keys
+                .iter()
+                .map(|k| k8s_openapi::api::core::v1::Toleration {
+                    key: Some(k.clone()),
+                    operator: Some("Exists".into()),
+                    effect: Some("NoSchedule".into()),
+                    ..Default::default()
+                })
+                .collect(),
+        },
+    }
+}
+
+fn build_root_cohort(options: &PlanOptions, reports: &BTreeMap<String, FlavorReport>) -> Cohort {
+    let resource_groups = if reports.is_empty() {
+        vec![]
+    } else {
+        let flavors: Vec<&FlavorReport> = reports.values().take(MAX_FLAVORS_PER_GROUP).collect();
+        let covered = covered_resources(flavors.iter().copied());
+        vec![ResourceGroup {
+            flavors: flavors
+                .iter()
+                .map(|r| FlavorQuotas {
+                    name: r.name.clone(),
+                    resources: quotas_for(&covered, r, r.spare, None),
+                })
+                .collect(),
+            covered_resources: covered,
+        }]
+    };
+    Cohort {
+        metadata: meta(&options.root_cohort, None, labels_for(None, None), vec![]),
+        spec: CohortSpec {
+            parent_name: None,
+            resource_groups,
+            fair_sharing: None,
+        },
+    }
+}
+
+/// Device resources of the flavors (sorted), then cpu and memory: Kueue refuses a
+/// workload that requests a resource its ClusterQueue does not cover.
+fn covered_resources<'a>(flavors: impl Iterator<Item = &'a FlavorReport>) -> Vec<String> {
+    let devices: BTreeSet<String> = flavors
+        .map(|r| r.resource_name.clone())
+        .filter(|r| r != CPU)
+        .collect();
+    devices
+        .into_iter()
+        .chain([CPU.to_string(), MEMORY.to_string()])
+        .collect()
+}
+
+/// Quotas of one flavor for every covered resource: `amount` units of the flavor's
+/// own resource, the matching share of its CPU and memory, and 0 of the others.
+fn quotas_for(
+    covered: &[String],
+    flavor: &FlavorReport,
+    amount: u64,
+    borrowing_limit: Option<u64>,
+) -> Vec<ResourceQuota> {
+    let share = |total: u64| -> u64 {
+        if flavor.healthy_capacity == 0 {
+            0
+        } else {
+            (u128::from(total) * u128::from(amount) / u128::from(flavor.healthy_capacity)) as u64
+        }
+    };
+    let is_cpu_pool = flavor.resource_name == CPU;
+    covered
+        .iter()
+        .map(|r| {
+            let nominal = if r == CPU {
+                cpu_quantity(if is_cpu_pool {
+                    amount * 1000
+                } else {
+                    share(flavor.cpu_millis)
+                })
+            } else if r == MEMORY {
+                Quantity(share(flavor.memory_bytes).to_string())
+            } else if *r == flavor.resource_name {
+                Quantity(amount.to_string())
+            } else {
+                Quantity("0".into())
+            };
+            ResourceQuota {
+                name: r.clone(),
+                nominal_quota: nominal,
+                borrowing_limit: borrowing_limit.map(|b| Quantity(b.to_string())),
+                lending_limit: None,
+            }
+        })
+        .collect()
+}
+
+fn cpu_quantity(millis: u64) -> Quantity {
+    if millis.is_multiple_of(1000) {
+        Quantity((millis / 1000).to_string())
+    } else {
+        Quantity(format!("{millis}m"))
+    }
+}
+
+/// Team weight: explicit, or credits per day (so a team with twice the budget gets
+/// twice the share of idle capacity).
+fn team_weight(spec: &api::CreditBudgetSpec) -> Quantity {
+    if let Some(w) = &spec.fair_share_weight
+        && let Ok(c) = w.parse::<Credits>()
+    {
+        return Quantity(format!("{}m", c.micros() / 1000));
+    }
+    let per_period = spec
+        .credits
+        .per_period
+        .parse::<Credits>()
+        .unwrap_or_default();
+    let per_day_milli = per_period.micros() / 1000 / u64::from(spec.credits.period.days.max(1));
+    Quantity(format!("{per_day_milli}m"))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn build_cluster_queue(
+    name: &str,
+    team_cohort: &str,
+    budget: &CreditBudget,
+    class: &AcceleratorClass,
+    order: &[String],
+    reports: &BTreeMap<String, FlavorReport>,
+    grants: &BTreeMap<(String, String), u64>,
+    namespaces: &[String],
+    held: Option<ExhaustionPolicy>,
+    options: &PlanOptions,
+) -> ClusterQueue {
+    let class_name = name_of(&class.metadata);
+    let flavors: Vec<&FlavorReport> = order
+        .iter()
+        .take(MAX_FLAVORS_PER_GROUP)
+        .map(|f| &reports[f])
+        .collect();
+    let resource_groups = if flavors.is_empty() {
+        vec![]
+    } else {
+        let covered = covered_resources(flavors.iter().copied());
+        let borrowing = (!budget.spec.allow_borrowing).then_some(0);
+        vec![ResourceGroup {
+            flavors: flavors
+                .iter()
+                .map(|r| FlavorQuotas {
+                    name: r.name.clone(),
+                    resources: quotas_for(
+                        &covered,
+                        r,
+                        grants
+                            .get(&(class_name.clone(), r.name.clone()))
+                            .copied()
+                            .unwrap_or(0),
+                        borrowing,
+                    ),
+                })
+                .collect(),
+            covered_resources: covered,
+        }]
+    };
+    ClusterQueue {
+        metadata: meta(
+            name,
+            None,
+            labels_for(Some(budget), Some(&class_name)),
+            owner_ref(budget),
+        ),
+        spec: ClusterQueueSpec {
+            cohort_name: Some(team_cohort.to_string()),
+            namespace_selector: Some(LabelSelector {
+                match_expressions: Some(vec![LabelSelectorRequirement {
+                    key: "kubernetes.io/metadata.name".into(),
+                    operator: "In".into(),
+                    values: Some(namespaces.to_vec()),
+                }]),
+                match_labels: None,
+            }),
+            resource_groups,
+            queueing_strategy: Some(options.queueing_strategy.clone()),
+            // Try every flavor before borrowing or preempting, so the preference
+            // order (healthy flavors first) is what decides placement.
+            flavor_fungibility: Some(FlavorFungibility {
+                when_can_borrow: Some("TryNextFlavor".into()),
+                when_can_preempt: Some("TryNextFlavor".into()),
+            }),
+            // A guarantee is nominal quota that others may borrow while it is
+            // idle; Kueue's default (`Never`) would never give it back, so the
+            // owner reclaims it by preempting borrowers.
+            preemption: Some(ClusterQueuePreemption {
+                reclaim_within_cohort: Some("Any".into()),
+            }),
+            stop_policy: Some(held.map(|p| p.as_str()).unwrap_or("None").to_string()),
+            fair_sharing: None,
+            admission_checks_strategy: options.admission_check.as_ref().map(|c| {
+                AdmissionChecksStrategy {
+                    admission_checks: vec![AdmissionCheckStrategyRule { name: c.clone() }],
+                }
+            }),
+        },
+        status: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::health::HealthSnapshot;
+    use crate::inventory::Inventory;
+    use crate::inventory::synthetic::generate_fleet;
+    use crate::plan::tests::{arb_budgets, arb_classes, arb_health, budget, run};
+    use crate::plan::{Plan, PlanInput, plan};
+
+    /// What the controller derives today (`controller::priced_queues`), restated:
+    /// the planned ClusterQueues' budget and class labels, plus the queue of every
+    /// grant whose class is invalid.
+    fn priced_from_labels(
+        planned: &Plan,
+        budgets: &[CreditBudget],
+    ) -> BTreeMap<String, (String, String)> {
+        let mut queues: BTreeMap<String, (String, String)> = planned
+            .cluster_queues
+            .iter()
+            .filter_map(|q| {
+                let labels = q.metadata.labels.as_ref()?;
+                Some((
+                    q.metadata.name.clone()?,
+                    (
+                        labels.get(BUDGET_LABEL)?.clone(),
+                        labels.get(CLASS_LABEL)?.clone(),
+                    ),
+                ))
+            })
+            .collect();
+        for budget in budgets {
+            let name = budget.name_any();
+            for grant in &budget.spec.classes {
+                if planned.classes.get(&grant.name).is_some_and(|c| !c.valid) {
+                    queues
+                        .entry(cluster_queue_name(&name, &grant.name))
+                        .or_insert_with(|| (name.clone(), grant.name.clone()));
+                }
+            }
+        }
+        queues
+    }
+
+    #[test]
+    fn priced_queues_of_the_examples_are_the_label_derived_map() {
+        let loaded = crate::cli::load::examples();
+        let (planned, _) = run(
+            &loaded.classes,
+            &loaded.budgets,
+            &loaded.nodes,
+            &HealthSnapshot::default(),
+        );
+        assert_eq!(planned.priced_queues.len(), planned.cluster_queues.len());
+        assert_eq!(
+            planned.priced_queues,
+            priced_from_labels(&planned, &loaded.budgets)
+        );
+    }
+
+    #[test]
+    fn the_queues_of_an_invalid_class_stay_priced() {
+        let mut loaded = crate::cli::load::examples();
+        let target = loaded.budgets[0].spec.classes[0].name.clone();
+        let owner = loaded.budgets[0].name_any();
+        let class = loaded
+            .classes
+            .iter_mut()
+            .find(|c| c.name_any() == target)
+            .expect("the granted class exists");
+        class.spec.credits.per_device_hour = "abc".into();
+        // An invalid budget's grants of the invalid class are priced too.
+        let mut invalid_budget = budget("zz-invalid", &["zz"], &[(target.as_str(), 1)]);
+        invalid_budget.spec.fair_share_weight = Some("-1".into());
+        loaded.budgets.push(invalid_budget);
+
+        let (planned, _) = run(
+            &loaded.classes,
+            &loaded.budgets,
+            &loaded.nodes,
+            &HealthSnapshot::default(),
+        );
+        let queue = cluster_queue_name(&owner, &target);
+        assert!(
+            !planned
+                .cluster_queues
+                .iter()
+                .any(|q| q.metadata.name.as_deref() == Some(queue.as_str()))
+        );
+        assert_eq!(planned.priced_queues[&queue], (owner, target.clone()));
+        assert_eq!(
+            planned.priced_queues[&cluster_queue_name("zz-invalid", &target)],
+            ("zz-invalid".to_string(), target)
+        );
+        assert_eq!(
+            planned.priced_queues,
+            priced_from_labels(&planned, &loaded.budgets)
+        );
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+        #[test]
+        fn priced_queues_of_random_fleets_are_the_label_derived_map(
+            (mut classes, budgets) in arb_classes().prop_flat_map(|c| { let n = c.len(); (Just(c), arb_budgets(n)) }),
+            fleet_size in 5usize..40,
+            seed in any::<u64>(),
+            invalid in any::<prop::sample::Index>(),
+        ) {
+            // One class the ledger cannot price, so invalid grants are covered too.
+            let broken = invalid.index(classes.len());
+            classes[broken].spec.credits.per_device_hour = "-1".into();
+            let nodes = generate_fleet(fleet_size, seed);
+            let health = arb_health(&nodes, seed);
+            let inventory = Inventory::from_nodes(&nodes);
+            let options = PlanOptions::default();
+            let planned = plan(&PlanInput {
+                classes: &classes,
+                budgets: &budgets,
+                inventory: &inventory,
+                health: &health,
+                options: &options,
+            });
+            prop_assert_eq!(&planned.priced_queues, &priced_from_labels(&planned, &budgets));
+        }
+    }
+
+    #[test]
+    fn team_weight_is_explicit_or_credits_per_day() {
+        let mut team = budget("team", &["ns"], &[("gpu", 1)]);
+        // 3000 credits over 30 days.
+        assert_eq!(team_weight(&team.spec), Quantity("100000m".into()));
+        team.spec.fair_share_weight = Some("2.5".into());
+        assert_eq!(team_weight(&team.spec), Quantity("2500m".into()));
+    }
+
+    #[test]
+    fn cpu_quotas_are_whole_cores_when_they_can_be() {
+        assert_eq!(cpu_quantity(64_000), Quantity("64".into()));
+        assert_eq!(cpu_quantity(1_500), Quantity("1500m".into()));
+    }
+}

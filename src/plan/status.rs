@@ -1,0 +1,391 @@
+//! Stage 9, status: the Ready, Degraded, HealthUnknown and Invalid conditions of reports.
+
+use std::collections::BTreeMap;
+
+use crate::api::{self, DesiredCondition, HealthCounts, ResolvedFlavor};
+
+use super::{BudgetReport, ClassReport, FieldError, FlavorReport};
+
+/// Completes every class report: an invalid class gets `Ready=False` and its
+/// field errors; a valid one its flavors in preference order, device counts and
+/// the `Ready`, `Degraded` and `HealthUnknown` conditions.
+pub(super) fn classes(
+    class_reports: &mut BTreeMap<String, ClassReport>,
+    class_order: &BTreeMap<String, Vec<String>>,
+    flavor_reports: &BTreeMap<String, FlavorReport>,
+) {
+    for (cname, report) in class_reports.iter_mut() {
+        if !report.valid {
+            report.conditions = vec![
+                DesiredCondition::new(
+                    api::READY,
+                    false,
+                    "Invalid",
+                    "the class is invalid; nothing is created for it",
+                ),
+                invalid_condition(&report.errors),
+            ];
+            continue;
+        }
+        let order = class_order
+            .get(cname)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let mut devices = HealthCounts::default();
+        for fname in order {
+            let flavor = &flavor_reports[fname];
+            devices.add(&flavor.devices);
+            report.flavors.push(resolved_flavor(fname, flavor));
+        }
+        report.devices = devices;
+        let degraded = degraded_condition(&devices, &report.flavors);
+        report.conditions.push(degraded);
+        // Unknown is not unhealthy, but it must be visible (invariant 6).
+        report.conditions.push(health_unknown_condition(&devices));
+        let ready = class_ready(report);
+        report.conditions.insert(0, ready);
+    }
+}
+
+/// A flavor as a class's status lists it.
+fn resolved_flavor(name: &str, r: &FlavorReport) -> ResolvedFlavor {
+    ResolvedFlavor {
+        name: name.to_string(),
+        vendor: r
+            .vendor
+            .map(|v| v.to_string())
+            .unwrap_or_else(|| "none".into()),
+        model: r.model.clone(),
+        sharing: r.sharing.to_string(),
+        partition_profile: r.partition_profile.clone(),
+        resource_name: r.resource_name.clone(),
+        nodes: r.nodes.len() as u32,
+        devices: r.devices,
+        healthy_capacity: r.healthy_capacity.min(u64::from(u32::MAX)) as u32,
+        demoted: r.demoted,
+    }
+}
+
+/// `Degraded`: devices out of quota for health, and flavors demoted for warnings.
+fn degraded_condition(devices: &HealthCounts, flavors: &[ResolvedFlavor]) -> DesiredCondition {
+    let out = devices.degraded + devices.failed;
+    let demoted: Vec<&str> = flavors
+        .iter()
+        .filter(|f| f.demoted)
+        .map(|f| f.name.as_str())
+        .collect();
+    if out > 0 || !demoted.is_empty() {
+        let mut msg = format!(
+            "{} of {} devices are degraded or failed and left out of quota",
+            out,
+            devices.total()
+        );
+        if !demoted.is_empty() {
+            msg.push_str(&format!(
+                "; flavors moved later for health warnings: {}",
+                demoted.join(", ")
+            ));
+        }
+        DesiredCondition::new(api::DEGRADED, true, "UnhealthyDevices", msg)
+    } else {
+        DesiredCondition::new(
+            api::DEGRADED,
+            false,
+            "AllHealthy",
+            "no device of this class is degraded or failed",
+        )
+    }
+}
+
+fn health_unknown_condition(devices: &HealthCounts) -> DesiredCondition {
+    if devices.unknown > 0 {
+        DesiredCondition::new(
+            api::HEALTH_UNKNOWN,
+            true,
+            "NoFreshHealthData",
+            format!(
+                "{} of {} devices have no fresh health data (a stale, unreachable or unparseable source, or a NotReady node); they still count as capacity and trigger no action, and undo none (devices last seen failed or degraded are counted as such until fresh readings show them healthy for the hold-down)",
+                devices.unknown,
+                devices.total()
+            ),
+        )
+    } else {
+        DesiredCondition::new(
+            api::HEALTH_UNKNOWN,
+            false,
+            "HealthKnown",
+            "every device has a fresh health reading or node status",
+        )
+    }
+}
+
+/// A valid class's `Ready` condition: false when no hardware matched, when every
+/// flavor was refused as impure, or when no healthy device is schedulable.
+fn class_ready(report: &ClassReport) -> DesiredCondition {
+    let capacity: u64 = report
+        .flavors
+        .iter()
+        .map(|f| u64::from(f.healthy_capacity))
+        .sum();
+    // A class left with no flavor because its flavors were refused as impure
+    // says so, rather than blaming health.
+    let blocking = report.conditions.iter().find(|c| {
+        c.status
+            && (c.type_ == api::NO_MATCHING_HARDWARE
+                || (c.reason == "ImpureFlavor" && report.flavors.is_empty()))
+    });
+    match blocking {
+        Some(c) => DesiredCondition::new(api::READY, false, c.reason.clone(), c.message.clone()),
+        None if capacity == 0 => DesiredCondition::new(
+            api::READY,
+            false,
+            "NoHealthyCapacity",
+            "every device of this class is unschedulable, degraded or failed",
+        ),
+        None => DesiredCondition::new(
+            api::READY,
+            true,
+            "Resolved",
+            format!(
+                "{} flavor(s), {} healthy device(s) schedulable",
+                report.flavors.len(),
+                capacity
+            ),
+        ),
+    }
+}
+
+/// A valid budget's `Ready` condition: true when no other condition is, otherwise
+/// false with the first true condition's reason and message.
+pub(super) fn budget_ready(report: &BudgetReport) -> DesiredCondition {
+    let ready = report.conditions.iter().all(|c| !c.status);
+    if ready {
+        DesiredCondition::new(
+            api::READY,
+            true,
+            "Planned",
+            format!(
+                "{} ClusterQueue(s) and {} LocalQueue(s) planned",
+                report.cluster_queues.len(),
+                report.local_queues.len()
+            ),
+        )
+    } else {
+        let first = report
+            .conditions
+            .iter()
+            .find(|c| c.status)
+            .expect("a true condition");
+        DesiredCondition::new(
+            api::READY,
+            false,
+            first.reason.clone(),
+            first.message.clone(),
+        )
+    }
+}
+
+/// An invalid budget's conditions: `Ready=False` and its field errors, nothing else.
+pub(super) fn invalid_budgets(budget_reports: &mut BTreeMap<String, BudgetReport>) {
+    for report in budget_reports.values_mut() {
+        if !report.valid {
+            report.conditions = vec![
+                DesiredCondition::new(api::READY, false, "Invalid", "the budget is invalid"),
+                invalid_condition(&report.errors),
+            ];
+        }
+    }
+}
+
+fn invalid_condition(errors: &[FieldError]) -> DesiredCondition {
+    DesiredCondition::new(
+        api::INVALID,
+        true,
+        "FieldError",
+        errors
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; "),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn condition(type_: &str, reason: &str) -> DesiredCondition {
+        DesiredCondition::new(type_, true, reason, format!("{reason} happened"))
+    }
+
+    #[test]
+    fn a_budget_is_ready_until_a_condition_holds() {
+        // A condition that does not hold does not block.
+        let mut report = BudgetReport {
+            valid: true,
+            cluster_queues: vec!["team-gpu".into()],
+            local_queues: vec!["ns/gpu".into(), "ns2/gpu".into()],
+            conditions: vec![DesiredCondition::new(
+                api::EXHAUSTED,
+                false,
+                "CreditsLeft",
+                "credits left",
+            )],
+            ..Default::default()
+        };
+        let ready = budget_ready(&report);
+        assert!(ready.status);
+        assert_eq!(
+            ready.message,
+            "1 ClusterQueue(s) and 2 LocalQueue(s) planned"
+        );
+        report.conditions = vec![
+            DesiredCondition::new(api::CONFLICT, false, "Fine", "nothing"),
+            condition(api::QUOTA_SHORTFALL, "NotEnoughHealthyCapacity"),
+            condition(api::EXHAUSTED, "CreditsExhausted"),
+        ];
+        let ready = budget_ready(&report);
+        assert!(!ready.status);
+        assert_eq!(ready.reason, "NotEnoughHealthyCapacity");
+        assert_eq!(ready.message, "NotEnoughHealthyCapacity happened");
+    }
+
+    #[test]
+    fn invalid_reports_show_only_ready_false_and_their_field_errors() {
+        let error = |field: &str| FieldError {
+            field: field.into(),
+            message: "is wrong".into(),
+        };
+        let mut budget_reports = BTreeMap::from([
+            (
+                "broken".to_string(),
+                BudgetReport {
+                    errors: vec![error("spec.namespaces"), error("spec.classes")],
+                    conditions: vec![condition(api::CONFLICT, "NamespaceClaimed")],
+                    ..Default::default()
+                },
+            ),
+            (
+                "fine".to_string(),
+                BudgetReport {
+                    valid: true,
+                    conditions: vec![condition(api::CONFLICT, "NamespaceClaimed")],
+                    ..Default::default()
+                },
+            ),
+        ]);
+        invalid_budgets(&mut budget_reports);
+        let broken = &budget_reports["broken"].conditions;
+        assert_eq!(broken.len(), 2);
+        assert_eq!(
+            (broken[0].type_.as_str(), broken[0].status),
+            (api::READY, false)
+        );
+        assert_eq!(broken[1].type_, api::INVALID);
+        assert_eq!(
+            broken[1].message,
+            "spec.namespaces: is wrong; spec.classes: is wrong"
+        );
+        assert_eq!(
+            budget_reports["fine"].conditions[0].reason,
+            "NamespaceClaimed"
+        );
+
+        let mut class_reports = BTreeMap::from([(
+            "bad".to_string(),
+            ClassReport {
+                errors: vec![error("spec.selector")],
+                ..Default::default()
+            },
+        )]);
+        classes(&mut class_reports, &BTreeMap::new(), &BTreeMap::new());
+        let reasons: Vec<&str> = class_reports["bad"]
+            .conditions
+            .iter()
+            .map(|c| c.reason.as_str())
+            .collect();
+        assert_eq!(reasons, ["Invalid", "FieldError"]);
+    }
+
+    #[test]
+    fn a_class_reports_its_flavors_health_and_readiness() {
+        let flavor = |capacity: u64, devices: HealthCounts, demoted: bool| FlavorReport {
+            model: "GPU".into(),
+            healthy_capacity: capacity,
+            devices,
+            demoted,
+            ..Default::default()
+        };
+        let flavor_reports = BTreeMap::from([
+            (
+                "ok".to_string(),
+                flavor(
+                    3,
+                    HealthCounts {
+                        healthy: 3,
+                        unknown: 1,
+                        ..Default::default()
+                    },
+                    false,
+                ),
+            ),
+            (
+                "warm".to_string(),
+                flavor(
+                    0,
+                    HealthCounts {
+                        warning: 2,
+                        failed: 2,
+                        ..Default::default()
+                    },
+                    true,
+                ),
+            ),
+        ]);
+        let valid = || ClassReport {
+            valid: true,
+            ..Default::default()
+        };
+        let mut class_reports = BTreeMap::from([
+            ("both".to_string(), valid()),
+            ("broken".to_string(), valid()),
+        ]);
+        let class_order = BTreeMap::from([
+            (
+                "both".to_string(),
+                vec!["ok".to_string(), "warm".to_string()],
+            ),
+            ("broken".to_string(), vec!["warm".to_string()]),
+        ]);
+        classes(&mut class_reports, &class_order, &flavor_reports);
+
+        let both = &class_reports["both"];
+        let flavors: Vec<&str> = both.flavors.iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(flavors, ["ok", "warm"]);
+        assert_eq!(both.devices.total(), 8);
+        let summary: Vec<(&str, bool, &str)> = both
+            .conditions
+            .iter()
+            .map(|c| (c.type_.as_str(), c.status, c.reason.as_str()))
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                (api::READY, true, "Resolved"),
+                (api::DEGRADED, true, "UnhealthyDevices"),
+                (api::HEALTH_UNKNOWN, true, "NoFreshHealthData"),
+            ]
+        );
+        assert!(both.conditions[1].message.contains("health warnings: warm"));
+        assert_eq!(
+            both.conditions[0].message,
+            "2 flavor(s), 3 healthy device(s) schedulable"
+        );
+
+        let broken = &class_reports["broken"].conditions[0];
+        assert_eq!(
+            (broken.status, broken.reason.as_str()),
+            (false, "NoHealthyCapacity")
+        );
+    }
+}
