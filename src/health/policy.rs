@@ -1,5 +1,6 @@
 //! From readings to a status, with reasons and hysteresis; from statuses and source
-//! states to the planner's [`HealthSnapshot`]. Pure: time is passed in.
+//! states to the planner's [`HealthSnapshot`](super::HealthSnapshot). Pure: time is
+//! passed in.
 //!
 //! This file holds the rules from one reading to a status ([`Policy`],
 //! [`classify`]); tracking statuses over time (hysteresis, silent sources, the

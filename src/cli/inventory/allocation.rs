@@ -1,5 +1,4 @@
-//! What admitted Kueue Workloads hold, per ResourceFlavor and device resource,
-//! beside the capacity of the devices each flavor selects.
+//! Allocation: what admitted Kueue Workloads hold per ResourceFlavor and device resource.
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -1,5 +1,4 @@
-//! Reading the inventory: the cluster's Nodes, DRA ResourceSlices and Kueue objects,
-//! Nodes from files, or per-device health from a running controller.
+//! Reading the inventory: the cluster, Node files, or a running controller's device health.
 
 use std::path::PathBuf;
 

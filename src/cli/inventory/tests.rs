@@ -1,6 +1,4 @@
-//! Tests of `kaccel inventory`: the table and JSON of the example fleet, partitions,
-//! allocation per flavor from admitted Workloads and ClusterQueue quotas, and what
-//! is reported when something cannot be read or classified.
+//! Tests of `kaccel inventory`: the table and JSON, allocation per flavor, unreadable sources.
 
 use k8s_openapi::api::core::v1::Node;
 use serde_json::{Value, json};

@@ -1,5 +1,4 @@
-//! Tests of the exporter mapping: each vendor's fixture, identity and grouping,
-//! non-finite values, and that no sample set makes it panic.
+//! Tests of the exporter mapping: vendor fixtures, device grouping, non-finite values, no panics.
 
 use super::*;
 use crate::health::prom;

@@ -1,5 +1,4 @@
-//! How each vendor exporter names things, and how its metrics fill a
-//! [`DeviceReading`].
+//! How each vendor exporter names things, and how its metrics fill a [`DeviceReading`].
 //!
 //! Where the names come from (checked against the vendors' public material):
 //! - NVIDIA dcgm-exporter: `etc/default-counters.csv` in NVIDIA/dcgm-exporter (field

@@ -1,5 +1,4 @@
-//! Node conditions (node-problem-detector, NVSentinel, vendor agents) applied on top
-//! of what the health sources said.
+//! Node conditions (node-problem-detector, NVSentinel, vendor agents) raising device statuses.
 
 use serde::{Deserialize, Serialize};
 

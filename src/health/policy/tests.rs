@@ -1,5 +1,4 @@
-//! Tests of the health policy: the rules, hold-down, silent and broken sources, and
-//! that a failed chip never rounds away in the snapshot.
+//! Tests of the health policy: rules, hold-down, silent sources, failed chips never rounding away.
 
 use super::*;
 use crate::api::{HealthCounts, Vendor};

@@ -1,5 +1,4 @@
-//! Device health over time: tracked devices and source states, hysteresis, silences,
-//! and the planner's [`HealthSnapshot`] from them.
+//! Device health over time: tracked devices, sources, hysteresis, and the planner's snapshot.
 
 use std::collections::{BTreeMap, BTreeSet};
 

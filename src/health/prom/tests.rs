@@ -1,5 +1,4 @@
-//! Tests of the exposition parser: what real exporters emit, what is an error,
-//! the size limits, and parse/render round trips on arbitrary input.
+//! Tests of the exposition parser: real exporter output, errors, size limits, round trips.
 
 use super::*;
 use proptest::prelude::*;

@@ -1,5 +1,4 @@
-//! Reading a Prometheus query answer (JSON, a vector or a matrix) into samples;
-//! an answer that cannot be used is a [`QueryError`], never "no samples".
+//! Reading a Prometheus query answer (a vector or a matrix) into samples, or a [`QueryError`].
 
 use std::collections::BTreeMap;
 

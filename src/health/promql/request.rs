@@ -1,5 +1,4 @@
-//! The request for one source: the series the exporter mapping reads, the PromQL
-//! range selector over them, and the query URL.
+//! The query for one source: the series the mapping reads, the PromQL selector and its URL.
 
 use std::fmt::Write as _;
 

@@ -1,6 +1,4 @@
-//! Tests of the PromQL source: both answer shapes, errors that are never "no
-//! samples", the query and its name matching against the exporter mapping, the
-//! split by node with stale samples dropped, and no panic on any answer.
+//! Tests of the PromQL source: answers and errors, the query against the mapping, the node split.
 
 use super::*;
 use crate::health::prom;

@@ -1,5 +1,4 @@
-//! The DRA drivers kaccel reads: their names, vendors, resources, node labels and
-//! taints, and the DeviceClass a group's devices are claimed through.
+//! The DRA drivers kaccel reads: names, vendors, resources, labels, taints and DeviceClasses.
 
 use crate::inventory::{DeviceGroup, SharingMode, Vendor, google, intel};
 

@@ -1,5 +1,4 @@
-//! Attaching a DRA device to its node's group, or forming a DRA-only group for it
-//! (its model name, memory, architecture and pin labels).
+//! Attaching a DRA device to its node's group, or forming a DRA-only group for it.
 
 use std::collections::BTreeMap;
 

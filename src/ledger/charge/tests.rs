@@ -1,6 +1,4 @@
-//! Tests of charging: whole runs term by term, overruns, usage posted past the end,
-//! per-line entries, renewals a budget cannot cover, preemption refunds, and the
-//! property that every admitted second is charged once.
+//! Tests of charging: terms, overruns, posts past the end, renewals, refunds, every second charged.
 
 use super::*;
 use crate::ledger::admission::{FlavorUsage, RateInfo};

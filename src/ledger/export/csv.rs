@@ -1,5 +1,4 @@
-//! The plain CSV export (one row per entry, every kind) and the RFC 4180 writer
-//! that the FOCUS export shares.
+//! The plain CSV export (one row per entry) and the RFC 4180 writer FOCUS shares.
 //!
 //! **Plain CSV.** `credits` is the entry's amount as recorded: non-negative, signed
 //! only for `Correction`; what it does depends on `kind`, so summing it across

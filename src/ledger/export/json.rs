@@ -1,5 +1,4 @@
-//! The JSON lines export: each entry as stored, plus its `id` and its credits as an
-//! exact decimal.
+//! The JSON lines export: each entry as stored, with its `id` and exact decimal credits.
 
 use std::io::{self, Write};
 

@@ -1,5 +1,4 @@
-//! Tests of the exports: the shared fixtures (a run charged by the real charging
-//! code and its ledger), the plain CSV, pricing and party names, and decimals.
+//! Tests of the exports: shared fixtures (a charged run, its ledger), plain CSV, pricing, decimals.
 
 use std::collections::BTreeMap;
 

@@ -1,6 +1,4 @@
-//! Tests of the FOCUS 1.2 rows: the specification's columns and allowed values on
-//! a charged run, pricing without a recorded rate, refunds, eviction reasons and
-//! the exact product of unit price and quantity.
+//! Tests of the FOCUS 1.2 rows: the spec's columns on a charged run, pricing edge cases, refunds.
 
 use proptest::prelude::*;
 
