@@ -1,0 +1,319 @@
+//! Tests of the health policy: rules, hold-down, silent sources, failed chips never rounding away.
+
+use super::*;
+use crate::api::{HealthCounts, Vendor};
+
+fn reading(node: &str, device: &str) -> DeviceReading {
+    DeviceReading {
+        vendor: Some(Vendor::Nvidia),
+        node: Some(node.into()),
+        device: device.into(),
+        temperature_c: Some(50.0),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn rules_map_signals_to_status() {
+    let p = Policy::default();
+    let mut r = reading("n", "0");
+    assert_eq!(classify(&r, &p).0, DeviceStatus::Healthy);
+    r.last_xid = Some(13);
+    assert_eq!(
+        classify(&r, &p).0,
+        DeviceStatus::Healthy,
+        "application XID ignored"
+    );
+    r.last_xid = Some(79);
+    assert_eq!(classify(&r, &p).0, DeviceStatus::Failed);
+    let mut r = reading("n", "0");
+    r.ecc_uncorrectable = Some(2.0);
+    let (s, why) = classify(&r, &p);
+    assert_eq!(s, DeviceStatus::Failed);
+    assert!(why[0].contains("uncorrectable ECC"));
+    let mut r = reading("n", "0");
+    r.temperature_c = Some(88.0);
+    assert_eq!(classify(&r, &p).0, DeviceStatus::Warning);
+    r.temperature_c = Some(99.0);
+    assert_eq!(classify(&r, &p).0, DeviceStatus::Degraded);
+    let mut r = reading("n", "0");
+    r.vendor_healthy = Some(false);
+    r.error_codes = vec!["0x80E01801".into()];
+    let (s, why) = classify(&r, &p);
+    assert_eq!(s, DeviceStatus::Failed, "worst wins");
+    assert_eq!(why.len(), 2, "every reason kept");
+}
+
+#[test]
+fn recovery_waits_for_hold_down() {
+    let p = Policy {
+        hold_down_seconds: 60,
+        ..Default::default()
+    };
+    let mut t = Tracker::default();
+    t.sources.insert(
+        "s".into(),
+        SourceState {
+            name: "s".into(),
+            // Polls 30 s apart stay fresh: a longer gap would restart the hold-down.
+            stale_after_seconds: 45,
+            ..Default::default()
+        },
+    );
+    let mut bad = reading("n", "0");
+    bad.ecc_uncorrectable = Some(1.0);
+    t.observe("s", vec![bad], 100, &p);
+    t.observe("s", vec![reading("n", "0")], 130, &p);
+    let d = &t.devices[&("n".to_string(), "0".to_string())];
+    assert_eq!(d.status, DeviceStatus::Failed, "still in hold-down");
+    assert!(d.reasons[0].contains("recovering"));
+    t.observe("s", vec![reading("n", "0")], 161, &p);
+    assert_eq!(
+        t.devices[&("n".to_string(), "0".to_string())].status,
+        DeviceStatus::Healthy
+    );
+}
+
+#[test]
+fn hold_down_is_never_shorter_than_configured() {
+    // Whole-second clock: bad at 100.99 reads as 100, healthy at 102.00 as 102.
+    // Only ~1 s has passed, so a 2 s hold-down must still hold.
+    let p = Policy {
+        hold_down_seconds: 2,
+        ..Default::default()
+    };
+    let mut t = Tracker::default();
+    let key = ("n".to_string(), "0".to_string());
+    let mut bad = reading("n", "0");
+    bad.last_xid = Some(79);
+    t.observe("s", vec![bad], 100, &p);
+    t.observe("s", vec![reading("n", "0")], 101, &p);
+    assert_eq!(t.devices[&key].status, DeviceStatus::Failed);
+    t.observe("s", vec![reading("n", "0")], 102, &p);
+    assert_eq!(
+        t.devices[&key].status,
+        DeviceStatus::Failed,
+        "released after as little as 1 s"
+    );
+    assert!(t.devices[&key].reasons[0].contains("counts from 103"));
+    t.observe("s", vec![reading("n", "0")], 103, &p);
+    assert_eq!(t.devices[&key].status, DeviceStatus::Healthy);
+}
+
+#[test]
+fn stale_or_broken_sources_are_unknown_never_last_value() {
+    let s = SourceState {
+        name: "s".into(),
+        last_success_at: Some(100),
+        stale_after_seconds: 10,
+        ..Default::default()
+    };
+    assert!(s.usable(105));
+    assert!(!s.usable(111));
+    assert!(s.problem(111).unwrap().contains("stale"));
+    let broken = SourceState {
+        last_error: Some("connection refused".into()),
+        ..s
+    };
+    assert!(!broken.usable(101));
+}
+
+#[test]
+fn a_failed_chip_never_rounds_away() {
+    // 8 physical chips shared by a 4-card group and a 20-vNPU group.
+    let inventory = testing::fleet();
+    let node = inventory
+        .nodes
+        .values()
+        .find(|n| n.groups.len() > 1 && n.groups.iter().all(|g| g.variant.vendor == Vendor::Huawei))
+        .expect("an Ascend node with whole and vNPU groups");
+    let p = Policy::default();
+    let mut t = Tracker::default();
+    t.sources.insert(
+        "s".into(),
+        SourceState {
+            name: "s".into(),
+            nodes: vec![node.name.clone()],
+            vendor: Some(Vendor::Huawei),
+            stale_after_seconds: 30,
+            ..Default::default()
+        },
+    );
+    let readings: Vec<DeviceReading> = (0..8)
+        .map(|i| DeviceReading {
+            vendor: Some(Vendor::Huawei),
+            node: Some(node.name.clone()),
+            device: i.to_string(),
+            vendor_healthy: Some(i != 3),
+            ..Default::default()
+        })
+        .collect();
+    t.observe("s", readings, 100, &p);
+    let snap = t.snapshot(inventory, 100);
+    for g in &node.groups {
+        let c = snap.counts_for(node, g);
+        assert!(c.failed >= 1, "{}: {c:?}", g.variant.resource_name);
+        assert_eq!(c.total(), g.capacity);
+    }
+}
+mod last_known_bad {
+    use super::super::testing::{
+        NODE, SOURCE, STALE_AFTER, counts, fleet, gpus, silent_poll, watched,
+    };
+    use super::*;
+
+    const ALL: [u32; 8] = [0, 1, 2, 3, 4, 5, 6, 7];
+
+    fn status(t: &Tracker, device: &str) -> DeviceStatus {
+        t.devices[&(NODE.to_string(), device.to_string())].status
+    }
+
+    #[test]
+    fn a_device_last_seen_failed_stays_out_while_its_source_is_silent() {
+        let p = Policy::default();
+        let inventory = fleet();
+        let mut t = watched();
+        t.observe(SOURCE, gpus(&ALL, &[3], &[5]), 100, &p);
+        let before = counts(&t, inventory, 100);
+        assert_eq!((before.failed, before.degraded, before.healthy), (1, 1, 6));
+        // Unreachable, then long stale: the bad two stay out, the rest is Unknown.
+        t.fail(SOURCE, "connection refused".into(), 101);
+        for now in [101, 100 + 2 * STALE_AFTER, 100_000] {
+            let c = counts(&t, inventory, now);
+            assert_eq!(
+                (c.failed, c.degraded, c.healthy, c.unknown),
+                (1, 1, 0, 6),
+                "at {now}"
+            );
+        }
+        let d = &t.devices[&(NODE.to_string(), "3".to_string())];
+        assert_eq!(
+            d.status_text(&t.sources, 200),
+            "Failed (last seen 1970-01-01T00:01:40Z, source stale since 1970-01-01T00:01:41Z)"
+        );
+        let ok = &t.devices[&(NODE.to_string(), "0".to_string())];
+        assert_eq!(ok.effective_status(&t.sources, 200), DeviceStatus::Unknown);
+        assert!(
+            ok.status_text(&t.sources, 200)
+                .starts_with("Unknown (last seen Healthy at 1970-01-01T00:01:40Z"),
+            "{}",
+            ok.status_text(&t.sources, 200)
+        );
+    }
+
+    #[test]
+    fn a_stale_source_without_errors_holds_the_same() {
+        let p = Policy::default();
+        let inventory = fleet();
+        let mut t = watched();
+        t.observe(SOURCE, gpus(&ALL, &[3], &[]), 100, &p);
+        let c = counts(&t, inventory, 100 + STALE_AFTER + 1);
+        assert_eq!((c.failed, c.unknown), (1, 7));
+        let d = &t.devices[&(NODE.to_string(), "3".to_string())];
+        assert!(
+            d.status_text(&t.sources, 200)
+                .ends_with("source stale since 1970-01-01T00:02:10Z)"),
+            "{}",
+            d.status_text(&t.sources, 200)
+        );
+    }
+
+    #[test]
+    fn recovery_after_a_silence_waits_a_full_hold_down() {
+        let p = Policy {
+            hold_down_seconds: 60,
+            ..Default::default()
+        };
+        let mut t = watched();
+        t.observe(SOURCE, gpus(&ALL, &[3], &[]), 100, &p);
+        t.fail(SOURCE, "connection refused".into(), 110);
+        // Back long after the hold-down would have ended: the silence proves
+        // nothing, so the hold-down starts at the first fresh healthy reading.
+        t.observe(SOURCE, gpus(&ALL, &[], &[]), 500, &p);
+        assert_eq!(status(&t, "3"), DeviceStatus::Failed);
+        assert!(
+            t.devices[&(NODE.to_string(), "3".to_string())].reasons[0].contains("counts from 561")
+        );
+        for now in [520, 540, 560] {
+            t.observe(SOURCE, gpus(&ALL, &[], &[]), now, &p);
+            assert_eq!(status(&t, "3"), DeviceStatus::Failed, "at {now}");
+        }
+        t.observe(SOURCE, gpus(&ALL, &[], &[]), 561, &p);
+        assert_eq!(status(&t, "3"), DeviceStatus::Healthy);
+        assert_eq!(status(&t, "0"), DeviceStatus::Healthy, "never held");
+    }
+
+    #[test]
+    fn a_bad_device_its_source_stops_reporting_stays_out() {
+        let p = Policy {
+            hold_down_seconds: 10,
+            ..Default::default()
+        };
+        let inventory = fleet();
+        let mut t = watched();
+        t.observe(SOURCE, gpus(&ALL, &[3], &[]), 100, &p);
+        // GPU 3 fell off the bus: the exporter answers for the other seven.
+        let others: Vec<u32> = ALL.iter().copied().filter(|i| *i != 3).collect();
+        t.observe(SOURCE, gpus(&others, &[], &[]), 101, &p);
+        let c = counts(&t, inventory, 101);
+        assert_eq!((c.failed, c.healthy, c.unknown), (1, 7, 0));
+        let d = &t.devices[&(NODE.to_string(), "3".to_string())];
+        assert_eq!(
+            d.status_text(&t.sources, 101),
+            "Failed (last seen 1970-01-01T00:01:40Z, not reported since 1970-01-01T00:01:41Z)"
+        );
+        // Back and healthy: out for a full hold-down from its first fresh reading.
+        t.observe(SOURCE, gpus(&ALL, &[], &[]), 200, &p);
+        assert_eq!(status(&t, "3"), DeviceStatus::Failed);
+        t.observe(SOURCE, gpus(&ALL, &[], &[]), 211, &p);
+        assert_eq!(status(&t, "3"), DeviceStatus::Healthy);
+        // A healthy device that vanishes is forgotten, as before.
+        t.observe(SOURCE, gpus(&others, &[], &[]), 212, &p);
+        assert!(!t.devices.contains_key(&(NODE.to_string(), "3".to_string())));
+    }
+
+    #[test]
+    fn a_bad_device_outlives_its_removed_source() {
+        let p = Policy::default();
+        let inventory = fleet();
+        let mut t = watched();
+        t.observe(SOURCE, gpus(&ALL, &[3], &[]), 100, &p);
+        // The node's exporter pod went away: no source covers the node any more.
+        t.remove_source(SOURCE, 150);
+        let c = counts(&t, inventory, 150);
+        assert_eq!((c.failed, c.unknown), (1, 7), "{c:?}");
+        // With nothing bad to remember, the group falls back to the Node's view.
+        let mut clean = watched();
+        clean.observe(SOURCE, gpus(&ALL, &[], &[]), 100, &p);
+        clean.remove_source(SOURCE, 150);
+        assert!(clean.devices.is_empty());
+        assert_eq!(counts(&clean, inventory, 150).healthy, 8);
+    }
+
+    proptest::proptest! {
+        /// No sequence of silent polls (unreachable, unparseable, stale, an answer
+        /// without the bad devices, the source removed) lowers the bad count.
+        #[test]
+        fn silence_never_lowers_the_bad_count(
+            failed in proptest::collection::btree_set(0u32..8, 0..4),
+            degraded in proptest::collection::btree_set(0u32..8, 0..4),
+            events in proptest::collection::vec((0u8..4, 1i64..200), 1..12),
+        ) {
+            let p = Policy::default();
+            let inventory = fleet();
+            let failed: Vec<u32> = failed.into_iter().collect();
+            let degraded: Vec<u32> = degraded.into_iter().collect();
+            let mut t = watched();
+            t.observe(SOURCE, gpus(&ALL, &failed, &degraded), 100, &p);
+            let out = |c: HealthCounts| c.failed + c.degraded;
+            let bad = out(counts(&t, inventory, 100));
+            let mut now = 100;
+            let silenced: Vec<u32> = failed.iter().chain(&degraded).copied().collect();
+            for (event, dt) in events {
+                now += dt;
+                silent_poll(&mut t, event, now, &silenced);
+                proptest::prop_assert!(out(counts(&t, inventory, now)) >= bad);
+            }
+        }
+    }
+}

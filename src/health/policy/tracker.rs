@@ -1,0 +1,370 @@
+//! Device health over time: tracked devices, sources, hysteresis, and the planner's snapshot.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use super::{Policy, classify};
+use crate::api::{HealthCounts, SharingMode, Vendor};
+use crate::health::exporters::DeviceReading;
+use crate::health::{DeviceStatus, HealthSnapshot};
+use crate::inventory::Inventory;
+
+/// One device's tracked health.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TrackedDevice {
+    pub node: String,
+    pub vendor: Option<Vendor>,
+    pub device: String,
+    pub status: DeviceStatus,
+    pub reasons: Vec<String>,
+    /// Unix seconds of the reading.
+    pub observed_at: i64,
+    /// Unix seconds of the last reading that was not healthy.
+    pub last_unhealthy_at: Option<i64>,
+    /// Unix seconds the hold-down counts from: the last unhealthy reading, or the
+    /// first fresh reading after a silence that kept the device out (a healthy
+    /// reading before the silence proves nothing about the device after it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold_down_from: Option<i64>,
+    /// Set when its source answered (or went away) without this device, which was
+    /// last seen Failed or Degraded: it is kept, still out, until a fresh reading.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unreported_since: Option<i64>,
+    /// The source that reported it.
+    pub source: String,
+    pub reading: DeviceReading,
+}
+
+/// Out of quota and scheduling: the statuses a silence never undoes (invariant 6).
+pub fn keeps_out(status: DeviceStatus) -> bool {
+    matches!(status, DeviceStatus::Failed | DeviceStatus::Degraded)
+}
+
+/// Why nothing fresh speaks for a device any more, and since when (unix seconds).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Silence {
+    /// Its source is stale, unreachable or unparseable (or has not answered again).
+    SourceStale(Option<i64>),
+    /// Its source answers, but no longer about this device (or its source is gone).
+    Unreported(i64),
+}
+
+impl TrackedDevice {
+    /// None while a fresh, parseable reading speaks for the device.
+    pub fn silence(&self, sources: &BTreeMap<String, SourceState>, now: i64) -> Option<Silence> {
+        if let Some(t) = self.unreported_since {
+            return Some(Silence::Unreported(t));
+        }
+        match sources.get(&self.source) {
+            None => Some(Silence::Unreported(self.observed_at)),
+            Some(s) if s.usable(now) => None,
+            Some(s) => Some(Silence::SourceStale(s.silent_since())),
+        }
+    }
+
+    /// What the device counts as now. A silent device is Unknown (capacity, never an
+    /// action), except one last seen Failed or Degraded: it keeps that status, so a
+    /// dead exporter never puts a broken device back into quota or its node back
+    /// into service. Only fresh healthy readings, held for the hold-down, do.
+    pub fn effective_status(
+        &self,
+        sources: &BTreeMap<String, SourceState>,
+        now: i64,
+    ) -> DeviceStatus {
+        match self.silence(sources, now) {
+            Some(_) if !keeps_out(self.status) => DeviceStatus::Unknown,
+            _ => self.status,
+        }
+    }
+
+    /// The status as an operator reads it, e.g. "Failed (last seen
+    /// 2026-12-03T14:00:00Z, source stale since 2026-12-03T14:01:00Z)".
+    pub fn status_text(&self, sources: &BTreeMap<String, SourceState>, now: i64) -> String {
+        let time = crate::k8s::time::rfc3339;
+        let why = match self.silence(sources, now) {
+            None => return format!("{:?}", self.status),
+            Some(Silence::SourceStale(Some(t))) => format!("source stale since {}", time(t)),
+            Some(Silence::SourceStale(None)) => "source has not answered".to_string(),
+            Some(Silence::Unreported(t)) => format!("not reported since {}", time(t)),
+        };
+        let seen = time(self.observed_at);
+        match self.effective_status(sources, now) {
+            DeviceStatus::Unknown => {
+                format!("Unknown (last seen {:?} at {seen}, {why})", self.status)
+            }
+            status => format!("{status:?} (last seen {seen}, {why})"),
+        }
+    }
+}
+
+/// A device as `kaccel run` serves it at `/devices`: the tracked device, what it
+/// counts as now, and that in words.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeviceView {
+    #[serde(flatten)]
+    pub device: TrackedDevice,
+    /// [`TrackedDevice::effective_status`] when served.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effective_status: Option<DeviceStatus>,
+    /// [`TrackedDevice::status_text`] when served.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub status_text: String,
+}
+
+/// State of one health source.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SourceState {
+    pub name: String,
+    /// Nodes whose devices this source reports (for a vendor).
+    pub nodes: Vec<String>,
+    pub vendor: Option<Vendor>,
+    pub last_success_at: Option<i64>,
+    pub last_error: Option<String>,
+    /// Unix seconds of the first failed poll since the last success.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failing_since: Option<i64>,
+    pub stale_after_seconds: i64,
+}
+
+impl SourceState {
+    /// Fresh and parseable: its readings are trusted. Otherwise its devices are
+    /// Unknown (invariant 6: never the last value seen), except those last seen
+    /// Failed or Degraded, which stay out ([`TrackedDevice::effective_status`]).
+    pub fn usable(&self, now: i64) -> bool {
+        self.last_error.is_none()
+            && self
+                .last_success_at
+                .is_some_and(|t| now - t <= self.stale_after_seconds)
+    }
+
+    /// When an unusable source stopped speaking for its devices: its first failed
+    /// poll, or the moment its last sample went stale, whichever came first. None
+    /// for a source that has neither answered nor failed yet.
+    pub fn silent_since(&self) -> Option<i64> {
+        let stale_at = self
+            .last_success_at
+            .map(|t| t.saturating_add(self.stale_after_seconds));
+        match (self.failing_since, stale_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    pub fn problem(&self, now: i64) -> Option<String> {
+        if let Some(e) = &self.last_error {
+            return Some(format!("source {} unavailable: {e}", self.name));
+        }
+        match self.last_success_at {
+            None => Some(format!("source {} has not answered yet", self.name)),
+            Some(t) if now - t > self.stale_after_seconds => Some(format!(
+                "source {} stale: last sample {}s ago",
+                self.name,
+                now - t
+            )),
+            _ => None,
+        }
+    }
+}
+
+/// Device health over time, with hysteresis.
+#[derive(Clone, Debug, Default)]
+pub struct Tracker {
+    /// (node, device) -> tracked device.
+    pub devices: BTreeMap<(String, String), TrackedDevice>,
+    pub sources: BTreeMap<String, SourceState>,
+}
+
+impl Tracker {
+    /// A successful scrape: readings replace what the source said before.
+    pub fn observe(
+        &mut self,
+        source: &str,
+        readings: Vec<DeviceReading>,
+        now: i64,
+        policy: &Policy,
+    ) {
+        // Silent until this answer: what it held out restarts its hold-down here.
+        let after_silence = self.sources.get(source).is_some_and(|s| !s.usable(now));
+        if let Some(state) = self.sources.get_mut(source) {
+            state.last_success_at = Some(now);
+            state.last_error = None;
+            state.failing_since = None;
+        }
+        let mut seen = BTreeSet::new();
+        for reading in readings {
+            let Some(node) = reading.node.clone() else {
+                continue;
+            };
+            let key = (node.clone(), reading.device.clone());
+            let (raw, mut reasons) = classify(&reading, policy);
+            let previous = self.devices.get(&key);
+            let held_before = previous
+                .filter(|p| p.status != DeviceStatus::Healthy && p.status != DeviceStatus::Unknown);
+            let mut last_unhealthy_at = previous.and_then(|p| p.last_unhealthy_at);
+            let mut hold_down_from =
+                previous.and_then(|p| p.hold_down_from.or(p.last_unhealthy_at));
+            let mut status = raw;
+            if raw != DeviceStatus::Healthy {
+                last_unhealthy_at = Some(now);
+                hold_down_from = Some(now);
+            } else if let Some(prev) = held_before {
+                if after_silence || prev.unreported_since.is_some() {
+                    hold_down_from = Some(now);
+                }
+                // Times are whole seconds: a difference of exactly `hold_down_seconds`
+                // can be as little as `hold_down_seconds - 1` real seconds (bad at
+                // x.99, healthy at x+2.00). Hold until the difference exceeds it.
+                if let Some(from) = hold_down_from.filter(|t| now - t <= policy.hold_down_seconds) {
+                    // Hold-down: a device that just recovered keeps its last bad status.
+                    status = prev.status;
+                    reasons = vec![format!(
+                        "recovering: healthy again, counts from {} (hold-down {}s)",
+                        from + policy.hold_down_seconds + 1,
+                        policy.hold_down_seconds
+                    )];
+                }
+            }
+            seen.insert(key.clone());
+            self.devices.insert(
+                key,
+                TrackedDevice {
+                    node,
+                    vendor: reading.vendor,
+                    device: reading.device.clone(),
+                    status,
+                    reasons,
+                    observed_at: now,
+                    last_unhealthy_at,
+                    hold_down_from,
+                    unreported_since: None,
+                    source: source.to_string(),
+                    reading,
+                },
+            );
+        }
+        // Devices the source no longer reports are forgotten (their group falls back
+        // to Unknown for the missing count), except those it last reported out: a
+        // device that fell off the bus must not come back by vanishing.
+        self.release_unreported(source, now, |k| seen.contains(k));
+    }
+
+    /// Forget `source`'s devices (but those `keep` names), except the ones last
+    /// seen Failed or Degraded: those stay out, marked unreported since `now`. If
+    /// any stays, its healthy siblings stay too (as Unknown), so partitions and
+    /// time-share replicas keep being split over the real number of devices.
+    fn release_unreported(
+        &mut self,
+        source: &str,
+        now: i64,
+        keep: impl Fn(&(String, String)) -> bool,
+    ) {
+        let mut held_nodes = BTreeSet::new();
+        for (k, d) in &mut self.devices {
+            if d.source == source && !keep(k) && keeps_out(d.status) {
+                d.unreported_since.get_or_insert(now);
+                held_nodes.insert(d.node.clone());
+            }
+        }
+        self.devices
+            .retain(|k, d| d.source != source || keep(k) || held_nodes.contains(&d.node));
+        for (k, d) in &mut self.devices {
+            if d.source == source && !keep(k) {
+                d.unreported_since.get_or_insert(now);
+            }
+        }
+    }
+
+    /// A source that no longer exists (the exporter pod of a node went away): its
+    /// state goes; its devices go too, except what it last reported out.
+    pub fn remove_source(&mut self, source: &str, now: i64) {
+        self.sources.remove(source);
+        self.release_unreported(source, now, |_| false);
+    }
+
+    /// A failed scrape (unreachable, bad status, unparseable body) at `now`.
+    pub fn fail(&mut self, source: &str, error: String, now: i64) {
+        if let Some(state) = self.sources.get_mut(source) {
+            state.last_error = Some(error);
+            state.failing_since.get_or_insert(now);
+        }
+    }
+
+    /// Every device with what it counts as at `now` (served at `/devices`).
+    pub fn device_views(&self, now: i64) -> Vec<DeviceView> {
+        self.devices
+            .values()
+            .map(|d| DeviceView {
+                device: d.clone(),
+                effective_status: Some(d.effective_status(&self.sources, now)),
+                status_text: d.status_text(&self.sources, now),
+            })
+            .collect()
+    }
+
+    /// The planner's view: per node and device group, devices by status. A device
+    /// whose source is stale or failing, or that its source stopped reporting, is
+    /// Unknown, unless it was last seen Failed or Degraded: then it stays that
+    /// ([`TrackedDevice::effective_status`]). A group no source covers and no
+    /// tracked device speaks for keeps the Node's own view (ready, withdrawn devices).
+    pub fn snapshot(&self, inventory: &Inventory, now: i64) -> HealthSnapshot {
+        let mut snapshot = HealthSnapshot::default();
+        for node in inventory.nodes.values() {
+            for group in &node.groups {
+                let vendor = group.variant.vendor;
+                let covered = self
+                    .sources
+                    .values()
+                    .any(|s| s.vendor == Some(vendor) && s.nodes.contains(&node.name));
+                let statuses: Vec<DeviceStatus> = self
+                    .devices
+                    .values()
+                    .filter(|d| d.node == node.name && d.vendor == Some(vendor))
+                    .map(|d| d.effective_status(&self.sources, now))
+                    .collect();
+                if !covered && statuses.is_empty() {
+                    continue;
+                }
+                // A whole-device group has at least as many devices as its capacity:
+                // those no reading speaks for (one that fell off the bus) are
+                // Unknown, never made up from the others' readings.
+                let reported = statuses.len() as u32;
+                let physical = match group.variant.sharing {
+                    SharingMode::Whole => reported.max(group.capacity),
+                    _ => reported,
+                }
+                .max(1) as u64;
+                let capacity = u64::from(group.capacity);
+                // Partitions and time-share replicas follow their physical device.
+                // Bad statuses round up and healthy rounds down, so a failed chip
+                // on a node whose devices are split over several groups never
+                // disappears in rounding (invariant 1).
+                let count = |st: DeviceStatus| statuses.iter().filter(|s| **s == st).count() as u64;
+                let up = |n: u64| n.saturating_mul(capacity).div_ceil(physical);
+                let failed = up(count(DeviceStatus::Failed)).min(capacity);
+                let degraded = up(count(DeviceStatus::Degraded)).min(capacity - failed);
+                let warning = up(count(DeviceStatus::Warning)).min(capacity - failed - degraded);
+                let healthy = (count(DeviceStatus::Healthy) * capacity / physical)
+                    .min(capacity - failed - degraded - warning);
+                // What is left (unreported or silent devices, rounding) is Unknown;
+                // devices the vendor plugin withdrew are moved out by `counts_for`.
+                let unknown = capacity - failed - degraded - warning - healthy;
+                snapshot.set(
+                    &node.name,
+                    &group.variant.resource_name,
+                    HealthCounts {
+                        healthy: healthy as u32,
+                        warning: warning as u32,
+                        degraded: degraded as u32,
+                        failed: failed as u32,
+                        unknown: unknown as u32,
+                    },
+                );
+            }
+        }
+        snapshot
+    }
+}

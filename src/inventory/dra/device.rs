@@ -1,0 +1,174 @@
+//! What one DRA device says about itself: its attributes, read per driver.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::resource::v1::{Device, DeviceAttribute};
+
+use super::driver::{AMD_DRIVER, Driver, NVIDIA_DRIVER, NVIDIA_MIG_CLASS, TPU_ACCELERATOR_LABEL};
+use crate::inventory::{DeviceRecord, SharingMode, amd, google, parse_memory_bytes};
+
+/// The standard PCI bus ID attribute (k8s.io/dynamic-resource-allocation/deviceattribute).
+const STD_PCI_BUS_ID: &str = "resource.kubernetes.io/pciBusID";
+
+/// What one DRA device says about itself.
+pub(super) struct DraDevice {
+    pub(super) record: DeviceRecord,
+    /// The model as the driver names it (`productName`, `model`, TPU `accelerator`);
+    /// `None` when it names none (Intel's `Unknown` included).
+    pub(super) product: Option<String>,
+    pub(super) architecture: Option<String>,
+    pub(super) driver_version: Option<String>,
+    pub(super) compute_capability: Option<String>,
+    pub(super) cuda_version: Option<String>,
+    /// `type`: NVIDIA `gpu`/`mig`, AMD `amdgpu`/`amdgpu-partition`, Intel `gpu`/`vf`.
+    pub(super) kind: Option<String>,
+    /// NVIDIA MIG `profile` or AMD `partitionProfile`.
+    pub(super) profile: Option<String>,
+}
+
+impl DraDevice {
+    pub(super) fn read(
+        driver: Driver,
+        device: &Device,
+        node_labels: &BTreeMap<String, String>,
+        warnings: &mut Vec<String>,
+        slice: &str,
+    ) -> Self {
+        let attrs: BTreeMap<String, String> = device
+            .attributes
+            .iter()
+            .flatten()
+            .filter_map(|(k, v)| attribute_string(v).map(|s| (k.clone(), s)))
+            .collect();
+        let qualified = format!("{}/", driver.name());
+        let get = |name: &str| -> Option<String> {
+            attrs
+                .get(name)
+                .or_else(|| attrs.get(&format!("{qualified}{name}")))
+                .filter(|v| !v.is_empty())
+                .cloned()
+        };
+        let memory_mib = device
+            .capacity
+            .as_ref()
+            .and_then(|c| {
+                c.get("memory")
+                    .or_else(|| c.get(&format!("{qualified}memory")))
+            })
+            .and_then(|cap| match parse_memory_bytes(&cap.value.0) {
+                // Intel publishes 0 until xpumd reports the size: unknown, not empty.
+                Ok(0) => None,
+                Ok(bytes) => Some(bytes / (1024 * 1024)),
+                Err(e) => {
+                    warnings.push(format!(
+                        "ResourceSlice {slice} device {}: capacity memory: {e}; ignored",
+                        device.name
+                    ));
+                    None
+                }
+            });
+        let major_minor = |v: String| -> String {
+            let mut parts = v.split('.');
+            match (parts.next(), parts.next()) {
+                (Some(a), Some(b)) => format!("{a}.{b}"),
+                _ => v.clone(),
+            }
+        };
+        let tainted = device
+            .taints
+            .iter()
+            .flatten()
+            .any(|t| t.effect != "PreferNoSchedule" && t.effect != "None");
+        let unhealthy = match driver {
+            Driver::Gaudi => get("healthy").as_deref() == Some("false"),
+            Driver::IntelGpu => get("health").as_deref() == Some("Unhealthy"),
+            _ => false,
+        };
+        let product = match driver {
+            Driver::Nvidia | Driver::Amd => get("productName"),
+            Driver::Gaudi | Driver::IntelGpu => get("model").filter(|m| m != "Unknown"),
+            Driver::Tpu => get("accelerator").or_else(|| {
+                [google::ACCELERATOR, TPU_ACCELERATOR_LABEL]
+                    .iter()
+                    .find_map(|k| node_labels.get(*k).filter(|v| !v.is_empty()).cloned())
+            }),
+        };
+        let architecture = match driver {
+            Driver::Nvidia => get("architecture"),
+            Driver::Amd => get("family"),
+            Driver::IntelGpu => get("family").filter(|f| f != "Unknown").map(|f| {
+                if f.contains("Max") {
+                    "xe-hpc".to_string()
+                } else if f.contains("Flex") {
+                    "xe-hpg".to_string()
+                } else {
+                    f
+                }
+            }),
+            Driver::Gaudi => None,
+            Driver::Tpu => None,
+        }
+        .map(|a| a.to_ascii_lowercase());
+        DraDevice {
+            record: DeviceRecord {
+                name: device.name.clone(),
+                // The TPU driver's uuid is one value per node, not per chip.
+                uuid: (driver != Driver::Tpu).then(|| get("uuid")).flatten(),
+                serial: get("serial"),
+                pci_address: get("pciAddr")
+                    .or_else(|| get("pcieBusID"))
+                    .or_else(|| get("pciBusID"))
+                    .or_else(|| attrs.get(STD_PCI_BUS_ID).cloned())
+                    .or_else(|| get("pciAddress")),
+                memory_mib,
+                raw_attributes: attrs.clone(),
+                tainted: tainted || unhealthy,
+            },
+            product,
+            architecture,
+            driver_version: get("driverVersion"),
+            compute_capability: get("cudaComputeCapability").map(major_minor),
+            cuda_version: get("cudaDriverVersion").map(major_minor),
+            kind: get("type"),
+            profile: get("profile").or_else(|| get("partitionProfile")),
+        }
+    }
+
+    /// Sharing mode, partition profile and DeviceClass name for this device.
+    pub(super) fn variant_shape(
+        &self,
+        driver: Driver,
+    ) -> (SharingMode, Option<String>, &'static str) {
+        match driver {
+            Driver::Nvidia => {
+                let is_mig = self.kind.as_deref() == Some("mig") || self.profile.is_some();
+                if is_mig {
+                    (
+                        SharingMode::Partition,
+                        self.profile.clone(),
+                        NVIDIA_MIG_CLASS,
+                    )
+                } else {
+                    (SharingMode::Whole, None, NVIDIA_DRIVER)
+                }
+            }
+            Driver::Amd => match self.profile.as_deref().map(|p| p.to_ascii_lowercase()) {
+                Some(p) if amd::split_mode(&p).is_some_and(|(c, _)| c != "spx") => {
+                    (SharingMode::Partition, Some(p), AMD_DRIVER)
+                }
+                _ => (SharingMode::Whole, None, AMD_DRIVER),
+            },
+            Driver::Gaudi | Driver::IntelGpu | Driver::Tpu => {
+                (SharingMode::Whole, None, driver.name())
+            }
+        }
+    }
+}
+
+fn attribute_string(a: &DeviceAttribute) -> Option<String> {
+    a.string
+        .clone()
+        .or_else(|| a.version.clone())
+        .or_else(|| a.int.map(|i| i.to_string()))
+        .or_else(|| a.bool.map(|b| b.to_string()))
+}

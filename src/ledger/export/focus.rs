@@ -1,0 +1,314 @@
+//! The FOCUS 1.2 export: one cost row per charge (a Post or a Correction).
+//!
+//! **FOCUS 1.2** (checked column by column against the FinOps FOCUS_Spec
+//! repository at tag v1.2, `specification/columns/*.md` and
+//! `specification/attributes/*.md`). FOCUS is a cost dataset, so only charges
+//! become rows: `Post` (ChargeCategory `Usage`) and `Correction` (`Credit` when it
+//! refunds, i.e. is negative, `Adjustment` otherwise). Grants and expiries are
+//! allowances, reservations and voids are holds: none is a charge, and they are
+//! left out (the plain CSV and JSON exports have them).
+//!
+//! - Parties (mandatory, non-null): ProviderName, PublisherName and
+//!   InvoiceIssuerName come from [`Parties`](super::Parties) (`--provider`,
+//!   default `kaccel`, the platform; publisher and invoice issuer default to the
+//!   provider).
+//!   BillingAccountId/Name is the team (who pays; the budget when an entry has no
+//!   team), SubAccountId/Name the CreditBudget.
+//! - Currencies: credits are the pricing currency (`PricingCurrency` = `CREDITS`, a
+//!   virtual currency, CurrencyFormat); costs are in the billing currency (an ISO
+//!   4217 code) at a configured price per credit.
+//! - Usage rows: ListUnitPrice = ContractedUnitPrice = the entry's recorded rate
+//!   (credits per device-hour, `Entry::rate`) x the credit price, exact;
+//!   PricingQuantity = device-hours = units x seconds / 3600 rounded half-up to 6
+//!   decimals (PricingUnit `Device-Hours`); ListCost = ContractedCost =
+//!   ListUnitPrice x PricingQuantity computed exactly (listcost.md: "The product of
+//!   ListUnitPrice and PricingQuantity MUST match the ListCost"). BilledCost =
+//!   EffectiveCost = the credits the ledger charged x the credit price, exact. The
+//!   two differ by the ledger's flooring (under one micro-credit per entry) and the
+//!   quantity rounding (at most half a micro-device-hour x the rate); BilledCost is
+//!   what budgets are charged and what sums to the ledger's `spent`.
+//!   ConsumedQuantity is the exact integer of device-seconds (ConsumedUnit
+//!   `Device-Seconds`), Kueue's admitted units x admitted seconds.
+//! - Rows written before ledger schema version 3 carry no rate (`rate` = 0). A Post
+//!   with credits but no rate is priced in credits: PricingUnit `Credits`,
+//!   PricingQuantity = the credits, unit price = the credit price, so the product
+//!   rule still holds exactly and ListCost = BilledCost; no rate is guessed.
+//! - Corrections are not usage: ConsumedQuantity/Unit are null (consumedquantity.md),
+//!   unit prices, PricingQuantity/Unit and PricingCategory are null (allowed for
+//!   Credit and Adjustment), and ListCost = ContractedCost = BilledCost (listcost.md:
+//!   a charge unrelated to other charges with a null unit price).
+//! - No discounts, one pricing model: PricingCategory `Standard`, ChargeFrequency
+//!   `Usage-Based`, ServiceCategory `AI and Machine Learning` / ServiceSubcategory
+//!   `AI Platforms`.
+//! - The billing period is the UTC calendar month of `ChargePeriodStart`.
+//!   `ChargeClass` is `Correction` for a correction entry written in a later month
+//!   than the month it corrects (a correction of a previously invoiced billing
+//!   period); otherwise null.
+//! - NULL is an empty, unquoted CSV field; no non-null value is ever empty.
+//!   Date/times are `YYYY-MM-DDTHH:mm:ssZ`; numbers are plain decimals without `+`.
+//!   Custom columns (`x_`) come after the FOCUS columns.
+
+use std::io::Write;
+
+use jiff::Timestamp;
+use jiff::tz::TimeZone;
+
+use super::csv::record;
+use super::numbers::{Fixed, device_seconds, micro_device_hours};
+use super::{ExportError, Exporter, rfc3339};
+use crate::ledger::entry::{EntryKind, format_micros};
+use crate::ledger::store::StoredEntry;
+
+/// The UTC calendar month `[start, end)` containing `secs`.
+fn month_of(secs: i64) -> (i64, i64) {
+    let Ok(ts) = Timestamp::from_second(secs) else {
+        return (secs, secs);
+    };
+    let date = ts.to_zoned(TimeZone::UTC).date().first_of_month();
+    let start = date
+        .to_zoned(TimeZone::UTC)
+        .map(|z| z.timestamp().as_second())
+        .unwrap_or(secs);
+    let end = date
+        .checked_add(jiff::Span::new().months(1))
+        .ok()
+        .and_then(|d| d.to_zoned(TimeZone::UTC).ok())
+        .map(|z| z.timestamp().as_second())
+        .unwrap_or(secs);
+    (start, end)
+}
+
+/// The FOCUS columns in the order written: FOCUS 1.2 columns alphabetically, then
+/// kaccel's `x_` columns.
+pub const FOCUS_HEADER: [&str; 47] = [
+    "BilledCost",
+    "BillingAccountId",
+    "BillingAccountName",
+    "BillingCurrency",
+    "BillingPeriodEnd",
+    "BillingPeriodStart",
+    "ChargeCategory",
+    "ChargeClass",
+    "ChargeDescription",
+    "ChargeFrequency",
+    "ChargePeriodEnd",
+    "ChargePeriodStart",
+    "ConsumedQuantity",
+    "ConsumedUnit",
+    "ContractedCost",
+    "ContractedUnitPrice",
+    "EffectiveCost",
+    "InvoiceIssuerName",
+    "ListCost",
+    "ListUnitPrice",
+    "PricingCategory",
+    "PricingCurrency",
+    "PricingCurrencyContractedUnitPrice",
+    "PricingCurrencyEffectiveCost",
+    "PricingCurrencyListUnitPrice",
+    "PricingQuantity",
+    "PricingUnit",
+    "ProviderName",
+    "PublisherName",
+    "ResourceId",
+    "ResourceName",
+    "ResourceType",
+    "ServiceCategory",
+    "ServiceName",
+    "ServiceSubcategory",
+    "SkuId",
+    "SkuMeter",
+    "SkuPriceDetails",
+    "SkuPriceId",
+    "SubAccountId",
+    "SubAccountName",
+    "Tags",
+    "x_LedgerEntryId",
+    "x_IdempotencyKey",
+    "x_Class",
+    "x_Flavor",
+    "x_EvictionReason",
+];
+
+/// How a usage row is priced.
+struct UsagePrice {
+    /// Unit price in credits (PricingCurrency*UnitPrice).
+    unit_credits: Fixed,
+    quantity: Fixed,
+    unit: &'static str,
+}
+
+impl<W: Write> Exporter<W> {
+    /// The pricing of a usage row: the recorded rate per device-hour, or, for a
+    /// row written before rates were recorded that was charged something, the
+    /// credits themselves (see the module documentation).
+    fn usage_price(s: &StoredEntry) -> UsagePrice {
+        let e = &s.entry;
+        if e.rate == 0 && e.credits > 0 {
+            UsagePrice {
+                unit_credits: Fixed::micros(1_000_000),
+                quantity: Fixed::micros(e.credits),
+                unit: "Credits",
+            }
+        } else {
+            UsagePrice {
+                unit_credits: Fixed::micros(e.rate),
+                quantity: Fixed::micros(micro_device_hours(e.device_units, e.start, e.end)),
+                unit: "Device-Hours",
+            }
+        }
+    }
+
+    pub(super) fn focus(&mut self, s: &StoredEntry) -> Result<(), ExportError> {
+        let e = &s.entry;
+        let category = match e.kind {
+            EntryKind::Post => "Usage",
+            EntryKind::Correction if e.credits < 0 => "Credit",
+            EntryKind::Correction => "Adjustment",
+            _ => return Ok(()),
+        };
+        let usage = e.kind == EntryKind::Post;
+        let overflow = |column| ExportError::Overflow {
+            id: s.id,
+            key: e.key.clone(),
+            column,
+        };
+        let (period_start, period_end) = month_of(e.start);
+        let (created_month, _) = month_of(e.created_at);
+        let class = (e.kind == EntryKind::Correction && period_start < created_month)
+            .then(|| "Correction".to_string());
+        let price = Fixed::micros(self.pricing.micro_price);
+        let credits = Fixed::micros(e.credits);
+        let billed = credits
+            .checked_mul(price)
+            .ok_or_else(|| overflow("BilledCost"))?;
+        let priced = usage.then(|| Self::usage_price(s));
+        // (unit price in the billing currency, list cost = unit price x quantity)
+        let (unit_price, list_cost) = match &priced {
+            Some(p) => {
+                let unit = p
+                    .unit_credits
+                    .checked_mul(price)
+                    .ok_or_else(|| overflow("ListUnitPrice"))?;
+                let cost = unit
+                    .checked_mul(p.quantity)
+                    .ok_or_else(|| overflow("ListCost"))?;
+                (Some(unit.to_string()), cost.to_string())
+            }
+            None => (None, billed.to_string()),
+        };
+        let unit_credits = priced.as_ref().map(|p| p.unit_credits.to_string());
+        let device_secs = device_seconds(e.device_units, e.start, e.end);
+        let description = if usage {
+            format!(
+                "{} x {} ({}) for {} device-seconds at {} credits per device-hour, workload {}/{} (admission {}) in class {}",
+                e.device_units,
+                e.resource,
+                e.flavor,
+                device_secs,
+                format_micros(i128::from(e.rate)),
+                e.namespace,
+                e.workload,
+                e.admission,
+                e.class
+            )
+        } else {
+            format!(
+                "Correction of {credits} credits for workload {}/{} (admission {}): {}",
+                e.namespace, e.workload, e.admission, e.reason
+            )
+        };
+        let tags = serde_json::json!({
+            "kaccel.io/budget": e.budget,
+            "kaccel.io/namespace": e.namespace,
+            "kaccel.io/workload": e.workload,
+            "kaccel.io/admission": e.admission.to_string(),
+            "kaccel.io/resource": e.resource,
+        })
+        .to_string();
+        // The settlement Post of an evicted admission says why (lifecycle::EVICTED_PREFIX).
+        let eviction = e
+            .reason
+            .split_once(crate::ledger::lifecycle::EVICTED_PREFIX)
+            .map(|(_, why)| why.to_string());
+        let account = if e.team.is_empty() {
+            &e.budget
+        } else {
+            &e.team
+        };
+        let some = |v: &str| Some(v.to_string());
+        let non_empty = |v: &str| (!v.is_empty()).then(|| v.to_string());
+        let sku_price = format!("{}/{}/{}", e.rate_card, e.class, e.flavor);
+        let columns: [(&str, Option<String>); 47] = [
+            ("BilledCost", Some(billed.to_string())),
+            ("BillingAccountId", some(account)),
+            ("BillingAccountName", some(account)),
+            ("BillingCurrency", some(&self.pricing.currency)),
+            ("BillingPeriodEnd", Some(rfc3339(period_end))),
+            ("BillingPeriodStart", Some(rfc3339(period_start))),
+            ("ChargeCategory", some(category)),
+            ("ChargeClass", class),
+            ("ChargeDescription", Some(description)),
+            ("ChargeFrequency", some("Usage-Based")),
+            ("ChargePeriodEnd", Some(rfc3339(e.end))),
+            ("ChargePeriodStart", Some(rfc3339(e.start))),
+            ("ConsumedQuantity", usage.then(|| device_secs.to_string())),
+            ("ConsumedUnit", usage.then(|| "Device-Seconds".to_string())),
+            ("ContractedCost", Some(list_cost.clone())),
+            ("ContractedUnitPrice", unit_price.clone()),
+            ("EffectiveCost", Some(billed.to_string())),
+            ("InvoiceIssuerName", some(&self.parties.invoice_issuer)),
+            ("ListCost", Some(list_cost)),
+            ("ListUnitPrice", unit_price),
+            ("PricingCategory", usage.then(|| "Standard".to_string())),
+            ("PricingCurrency", some("CREDITS")),
+            ("PricingCurrencyContractedUnitPrice", unit_credits.clone()),
+            ("PricingCurrencyEffectiveCost", Some(credits.to_string())),
+            ("PricingCurrencyListUnitPrice", unit_credits),
+            (
+                "PricingQuantity",
+                priced.as_ref().map(|p| p.quantity.to_string()),
+            ),
+            ("PricingUnit", priced.as_ref().map(|p| p.unit.to_string())),
+            ("ProviderName", some(&self.parties.provider)),
+            ("PublisherName", some(&self.parties.publisher)),
+            ("ResourceId", non_empty(&e.workload_uid)),
+            (
+                "ResourceName",
+                (!e.workload_uid.is_empty()).then(|| format!("{}/{}", e.namespace, e.workload)),
+            ),
+            (
+                "ResourceType",
+                (!e.workload_uid.is_empty()).then(|| "Kueue Workload".to_string()),
+            ),
+            ("ServiceCategory", some("AI and Machine Learning")),
+            ("ServiceName", some("kaccel")),
+            ("ServiceSubcategory", some("AI Platforms")),
+            ("SkuId", non_empty(&e.flavor)),
+            (
+                "SkuMeter",
+                (!e.flavor.is_empty()).then(|| "Accelerator Time".to_string()),
+            ),
+            ("SkuPriceDetails", None),
+            ("SkuPriceId", (!e.flavor.is_empty()).then_some(sku_price)),
+            ("SubAccountId", some(&e.budget)),
+            ("SubAccountName", some(&e.budget)),
+            ("Tags", Some(tags)),
+            ("x_LedgerEntryId", Some(s.id.to_string())),
+            ("x_IdempotencyKey", some(&e.key)),
+            ("x_Class", non_empty(&e.class)),
+            ("x_Flavor", non_empty(&e.flavor)),
+            ("x_EvictionReason", eviction),
+        ];
+        debug_assert!(
+            columns
+                .iter()
+                .map(|(name, _)| *name)
+                .eq(FOCUS_HEADER.iter().copied())
+        );
+        let fields = columns.map(|(_, v)| v.unwrap_or_default());
+        record(&mut self.out, &fields)?;
+        self.rows += 1;
+        Ok(())
+    }
+}

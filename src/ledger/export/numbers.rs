@@ -1,0 +1,56 @@
+//! Exact decimals and device-time quantities, as the CSV and FOCUS rows print them.
+
+/// Exact decimal of `num / 10^scale`, trailing zeros trimmed, signed.
+pub(super) fn decimal(num: i128, scale: u32) -> String {
+    let sign = if num < 0 { "-" } else { "" };
+    let m = num.unsigned_abs();
+    let p = 10u128.pow(scale);
+    let (int, frac) = (m / p, m % p);
+    if frac == 0 {
+        format!("{sign}{int}")
+    } else {
+        let d = format!("{frac:0width$}", width = scale as usize);
+        format!("{sign}{int}.{}", d.trim_end_matches('0'))
+    }
+}
+
+/// An exact decimal `units / 10^scale`: products of these are exact, so a cost
+/// printed from one is exactly the product of the printed factors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Fixed {
+    units: i128,
+    scale: u32,
+}
+
+impl Fixed {
+    pub(super) fn micros(units: impl Into<i128>) -> Fixed {
+        Fixed {
+            units: units.into(),
+            scale: 6,
+        }
+    }
+
+    pub(super) fn checked_mul(self, other: Fixed) -> Option<Fixed> {
+        Some(Fixed {
+            units: self.units.checked_mul(other.units)?,
+            scale: self.scale + other.scale,
+        })
+    }
+}
+
+impl std::fmt::Display for Fixed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&decimal(self.units, self.scale))
+    }
+}
+
+/// Device-seconds of an interval (exact).
+pub(super) fn device_seconds(units: u64, start: i64, end: i64) -> i128 {
+    i128::from(units) * i128::from(end.saturating_sub(start).max(0))
+}
+
+/// Micro-device-hours of an interval, rounded half-up (device-seconds x 10^6 /
+/// 3600, non-negative).
+pub(super) fn micro_device_hours(units: u64, start: i64, end: i64) -> i128 {
+    (device_seconds(units, start, end) * 1_000_000 + 1800) / 3600
+}
