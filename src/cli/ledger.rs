@@ -216,8 +216,8 @@ async fn reconcile_with_cluster<S: LedgerStore>(
     };
     let managed = ListParams::default().labels(&format!(
         "{}={}",
-        crate::plan::MANAGED_BY_LABEL,
-        crate::plan::MANAGED_BY
+        crate::k8s::labels::MANAGED_BY_LABEL,
+        crate::k8s::labels::MANAGED_BY
     ));
     let queues = list("ClusterQueue", managed).await?;
     // Typed: only the fields the comparison reads are kept of each Workload.

@@ -180,7 +180,7 @@ fn local_queue_budget(action: &Action) -> Option<(String, String)> {
     else {
         return None;
     };
-    let budget = object["metadata"]["labels"][crate::plan::BUDGET_LABEL].as_str()?;
+    let budget = object["metadata"]["labels"][crate::k8s::labels::BUDGET_LABEL].as_str()?;
     Some((budget.to_string(), target.namespace.clone()?))
 }
 
@@ -194,7 +194,7 @@ fn device_quota(cq: &Value) -> u64 {
         .flat_map(|f| f["resources"].as_array().into_iter().flatten())
         .filter(|r| r["name"] != "cpu" && r["name"] != "memory")
         .filter_map(|r| r["nominalQuota"].as_str())
-        .filter_map(|q| crate::inventory::parse_count(q).ok())
+        .filter_map(|q| crate::k8s::quantity::parse_count(q).ok())
         .map(u64::from)
         .sum()
 }
@@ -246,7 +246,7 @@ mod tests {
         };
         let object = json!({"metadata": {
             "name": "h100", "namespace": "ml-research",
-            "labels": {(crate::plan::BUDGET_LABEL): "team-a"}
+            "labels": {(crate::k8s::labels::BUDGET_LABEL): "team-a"}
         }});
         let apply = Action::Apply {
             target: target.clone(),

@@ -13,8 +13,10 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use crate::inventory::same_quantity;
-use crate::plan::{MANAGED_BY, MANAGED_BY_LABEL, Plan, names::fnv1a};
+use crate::k8s::labels::{MANAGED_BY, MANAGED_BY_LABEL};
+use crate::k8s::names::fnv1a;
+use crate::k8s::quantity::same_quantity;
+use crate::plan::Plan;
 
 pub const APPLIED_HASH_ANNOTATION: &str = "kaccel.io/applied-hash";
 

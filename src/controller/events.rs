@@ -11,7 +11,7 @@ use super::reconcile::Reconciler;
 impl Reconciler {
     pub(super) async fn event_for_flavor(&self, target: &ObjectRef, reason: &str, note: &str) {
         let reference = ObjectReference {
-            api_version: Some(format!("{}/{}", crate::kueue::GROUP, crate::kueue::VERSION)),
+            api_version: Some(crate::k8s::resources::kueue_api_version()),
             kind: Some(target.kind.as_str().into()),
             name: Some(target.name.clone()),
             ..Default::default()
@@ -28,7 +28,7 @@ impl Reconciler {
         note: &str,
     ) {
         let reference = ObjectReference {
-            api_version: Some(format!("{}/{}", crate::kueue::GROUP, crate::kueue::VERSION)),
+            api_version: Some(crate::k8s::resources::kueue_api_version()),
             kind: Some("ClusterQueue".into()),
             name: object["metadata"]["name"].as_str().map(str::to_string),
             ..Default::default()

@@ -29,7 +29,6 @@ use crate::health::policy::{Policy, SourceState, Tracker};
 use crate::health::scrape::Scraper;
 
 // credits/ reads the eviction annotation from here.
-pub use super::node_actions::EVICTED_FOR_ANNOTATION;
 
 pub type SharedTracker = Arc<Mutex<Tracker>>;
 

@@ -27,7 +27,7 @@ mod run;
 mod status;
 mod watches;
 
-use kube::core::{ApiResource, GroupVersionKind};
+use kube::core::ApiResource;
 
 pub use config::Config;
 use diff::Kind;
@@ -79,11 +79,7 @@ fn api_err(action: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
 }
 
 fn kueue_resource(kind: Kind) -> ApiResource {
-    ApiResource::from_gvk(&GroupVersionKind::gvk(
-        crate::kueue::GROUP,
-        crate::kueue::VERSION,
-        kind.as_str(),
-    ))
+    crate::k8s::resources::kueue(kind.as_str())
 }
 
 #[cfg(test)]

@@ -28,7 +28,7 @@ pub(super) fn name_conflicts(
     let budget_of = |target: &ObjectRef| -> Vec<String> {
         match desired
             .get(target)
-            .and_then(|o| o["metadata"]["labels"][crate::plan::BUDGET_LABEL].as_str())
+            .and_then(|o| o["metadata"]["labels"][crate::k8s::labels::BUDGET_LABEL].as_str())
         {
             Some(b) => vec![b.to_string()],
             None => planned.budgets.keys().cloned().collect(),
@@ -128,7 +128,7 @@ mod tests {
             .find(|r| r.kind == Kind::ClusterQueue)
             .unwrap()
             .clone();
-        let budget = desired[&cq]["metadata"]["labels"][crate::plan::BUDGET_LABEL]
+        let budget = desired[&cq]["metadata"]["labels"][crate::k8s::labels::BUDGET_LABEL]
             .as_str()
             .unwrap()
             .to_string();
@@ -214,7 +214,7 @@ mod tests {
             .iter()
             .find(|(r, v)| {
                 r.kind == Kind::Cohort
-                    && v["metadata"]["labels"][crate::plan::BUDGET_LABEL].is_null()
+                    && v["metadata"]["labels"][crate::k8s::labels::BUDGET_LABEL].is_null()
             })
             .map(|(r, _)| r.clone())
             .expect("the root Cohort carries no budget label");

@@ -13,6 +13,7 @@ use super::reconcile::Reconciler;
 use super::{Error, api_err, metrics};
 use crate::health::HealthSnapshot;
 use crate::inventory::Inventory;
+use crate::kueue::workload::Workload;
 use crate::plan::Plan;
 use crate::plan::nodes::{
     CORDONED_ANNOTATION, HeldBack, NodeAction, NodeActions, REPAIR_ANNOTATION, TAINTED_ANNOTATION,
@@ -236,18 +237,9 @@ pub async fn apply_node_action(client: &Client, action: &NodeAction) -> Result<(
     Ok(())
 }
 
-/// On a Workload kaccel evicted: which node and why.
-pub const EVICTED_FOR_ANNOTATION: &str = "kaccel.io/evicted-for";
+use crate::k8s::labels::EVICTED_FOR_ANNOTATION;
 /// On a Workload kaccel deactivated and will activate again once Kueue evicted it.
 pub const REQUEUE_ANNOTATION: &str = "kaccel.io/requeue";
-
-fn workload_resource() -> kube::core::ApiResource {
-    kube::core::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
-        crate::kueue::GROUP,
-        crate::kueue::VERSION,
-        "Workload",
-    ))
-}
 
 /// Evict the admitted Workloads whose pods run on `node`: a pod belongs to the
 /// Workload that owns it or its controller (Job, JobSet, ...). Kueue does the
@@ -258,7 +250,7 @@ pub async fn evict_workloads_on(
     reason: &str,
 ) -> Result<Vec<String>, kube::Error> {
     use k8s_openapi::api::core::v1::Pod;
-    use kube::api::{DynamicObject, ListParams};
+    use kube::api::ListParams;
     let pods: Api<Pod> = Api::all(client.clone());
     let on_node = pods
         .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
@@ -273,14 +265,11 @@ pub async fn evict_workloads_on(
     }
     let mut evicted = Vec::new();
     for (ns, uids) in owners {
-        let workloads: Api<DynamicObject> =
-            Api::namespaced_with(client.clone(), &ns, &workload_resource());
+        let workloads: Api<Workload> = Api::namespaced(client.clone(), &ns);
         for wl in workloads.list(&ListParams::default()).await?.items {
-            let v = serde_json::to_value(&wl).unwrap_or_default();
             let owned = wl.owner_references().iter().any(|o| uids.contains(&o.uid));
-            let admitted = !v["status"]["admission"].is_null();
-            let active = v["spec"]["active"].as_bool().unwrap_or(true);
-            if !(owned && admitted && active) {
+            let admitted = wl.status.admission.is_some();
+            if !(owned && admitted && wl.active()) {
                 continue;
             }
             let name = wl.name_any();
@@ -303,22 +292,20 @@ pub async fn evict_workloads_on(
 /// Activate again the Workloads kaccel deactivated, once Kueue has evicted them
 /// (their admission is gone): they queue for healthy capacity like any other.
 pub async fn requeue_evicted(client: &Client) -> Result<(Vec<String>, usize), kube::Error> {
-    use kube::api::{DynamicObject, ListParams};
-    let workloads: Api<DynamicObject> = Api::all_with(client.clone(), &workload_resource());
+    use kube::api::ListParams;
+    let workloads: Api<Workload> = Api::all(client.clone());
     let mut requeued = Vec::new();
     let mut waiting = 0;
     for wl in workloads.list(&ListParams::default()).await?.items {
         if wl.annotations().get(REQUEUE_ANNOTATION).map(String::as_str) != Some("true") {
             continue;
         }
-        let v = serde_json::to_value(&wl).unwrap_or_default();
-        if !v["status"]["admission"].is_null() {
+        if wl.status.admission.is_some() {
             waiting += 1; // Kueue has not evicted it yet
             continue;
         }
         let ns = wl.namespace().unwrap_or_default();
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(client.clone(), &ns, &workload_resource());
+        let api: Api<Workload> = Api::namespaced(client.clone(), &ns);
         let patch = json!({
             "metadata": {"annotations": {REQUEUE_ANNOTATION: null}},
             "spec": {"active": true},

@@ -1,7 +1,5 @@
 //! The ledger's pricing inputs from each plan, including which ClusterQueue charges which budget.
 
-use std::collections::BTreeMap;
-
 use kube::ResourceExt;
 
 use super::credits;
@@ -25,7 +23,10 @@ pub(super) fn pricing_snapshot(
             .iter()
             .map(|c| (c.name_any(), (c.spec.clone(), c.metadata.generation)))
             .collect(),
-        queues: priced_queues(planned, budgets),
+        // ClusterQueue -> (budget, class), as the planner assigned them: the planned
+        // queues, and those of grants whose class turned invalid (Workloads holding
+        // quota there still get the class's own error as their answer).
+        queues: planned.priced_queues.clone(),
         budgets: budgets
             .iter()
             .map(|b| (b.name_any(), b.spec.clone()))
@@ -33,40 +34,10 @@ pub(super) fn pricing_snapshot(
     }
 }
 
-/// ClusterQueue -> (budget, class) for the credit check: the planned queues, and
-/// the queues of grants whose class turned invalid. Kaccel deletes the latter, but
-/// Workloads holding quota in them still get an answer: the class's own error
-/// when its rate cannot price, rather than waiting for a queue nobody pays for.
-fn priced_queues(planned: &Plan, budgets: &[CreditBudget]) -> BTreeMap<String, (String, String)> {
-    let mut queues: BTreeMap<String, (String, String)> = planned
-        .cluster_queues
-        .iter()
-        .filter_map(|q| {
-            let labels = q.metadata.labels.as_ref()?;
-            Some((
-                q.metadata.name.clone()?,
-                (
-                    labels.get(crate::plan::BUDGET_LABEL)?.clone(),
-                    labels.get(crate::plan::CLASS_LABEL)?.clone(),
-                ),
-            ))
-        })
-        .collect();
-    for budget in budgets {
-        let name = budget.name_any();
-        for grant in &budget.spec.classes {
-            if planned.classes.get(&grant.name).is_some_and(|c| !c.valid) {
-                queues
-                    .entry(crate::plan::cluster_queue_name(&name, &grant.name))
-                    .or_insert_with(|| (name.clone(), grant.name.clone()));
-            }
-        }
-    }
-    queues
-}
-
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
     use crate::inventory::Inventory;
     use crate::plan::{PlanInput, plan};
@@ -96,7 +67,7 @@ mod tests {
                 .any(|q| q.metadata.name.as_deref() == Some(queue.as_str())),
             "cluster_queue_name is the planner's name"
         );
-        let valid = priced_queues(&planned, &budgets);
+        let valid = &planned.priced_queues;
         assert_eq!(valid[&queue], (budget.name_any(), class.clone()));
 
         let bad = classes.iter_mut().find(|c| c.name_any() == class).unwrap();
@@ -108,10 +79,7 @@ mod tests {
                 .iter()
                 .any(|q| q.metadata.name.as_deref() == Some(queue.as_str()))
         );
-        assert_eq!(
-            priced_queues(&planned, &budgets)[&queue],
-            (budget.name_any(), class)
-        );
+        assert_eq!(planned.priced_queues[&queue], (budget.name_any(), class));
     }
 
     fn example_plan(classes: &[AcceleratorClass], budgets: &[CreditBudget]) -> Plan {
@@ -148,7 +116,7 @@ mod tests {
             (classes[0].spec.clone(), Some(7))
         );
         assert!(!snapshot.queues.is_empty());
-        assert_eq!(snapshot.queues, priced_queues(&planned, &loaded.budgets));
+        assert_eq!(snapshot.queues, planned.priced_queues);
         assert_eq!(snapshot.budgets.len(), loaded.budgets.len());
         for b in &loaded.budgets {
             assert_eq!(snapshot.budgets[&b.name_any()], b.spec);
@@ -169,6 +137,6 @@ mod tests {
             .collect();
         let planned = example_plan(&classes, &loaded.budgets);
         assert!(!planned.classes.contains_key(&class));
-        assert!(!priced_queues(&planned, &loaded.budgets).contains_key(&queue));
+        assert!(!planned.priced_queues.contains_key(&queue));
     }
 }

@@ -14,7 +14,7 @@ use serde_json::Value;
 use super::diff::{Kind, ObjectRef};
 use super::{Config, Error, kueue_resource};
 use crate::api::{AcceleratorClass, CreditBudget};
-use crate::plan::{MANAGED_BY, MANAGED_BY_LABEL};
+use crate::k8s::labels::{MANAGED_BY, MANAGED_BY_LABEL};
 
 /// The watch caches the reconcile reads.
 #[derive(Clone)]

@@ -12,7 +12,7 @@ mod google;
 mod huawei;
 mod intel;
 mod nvidia;
-use crate::k8s::quantity;
+use crate::k8s::quantity::{self, parse_count, parse_cpu_millis, parse_memory_bytes};
 pub mod synthetic;
 #[cfg(test)]
 mod tests;
@@ -40,10 +40,6 @@ pub fn is_dra_device_class(resource_name: &str) -> bool {
 pub fn dra_device_class_of(group: &DeviceGroup) -> Option<&'static str> {
     dra::device_class_of(group)
 }
-// Re-exported for the controller, which still imports them from here.
-pub use crate::k8s::quantity::{
-    QuantityError, parse_count, parse_cpu_millis, parse_memory_bytes, same_quantity,
-};
 
 /// Well-known topology labels, read into [`Topology`] when present.
 pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";

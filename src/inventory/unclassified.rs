@@ -87,7 +87,7 @@ pub(crate) fn sweep(
         false
     });
     for (&resource, raw) in &view.capacity {
-        let count = super::parse_count(raw).unwrap_or(0);
+        let count = crate::k8s::quantity::parse_count(raw).unwrap_or(0);
         if count == 0
             || !ACCELERATOR_RESOURCE_PREFIXES
                 .iter()

@@ -171,7 +171,7 @@ pub fn queue_budgets(cluster_queues: &[Value]) -> BTreeMap<String, String> {
         .filter_map(|q| {
             let budget = q
                 .pointer("/metadata/labels")?
-                .get(crate::plan::BUDGET_LABEL)?
+                .get(crate::k8s::labels::BUDGET_LABEL)?
                 .as_str()?;
             Some((text(q, "/metadata/name").to_string(), budget.to_string()))
         })
@@ -264,7 +264,7 @@ mod tests {
 
     fn queue(units: u64) -> Value {
         json!({
-            "metadata": {"name": "vision-h100", "labels": {crate::plan::BUDGET_LABEL: "vision"}},
+            "metadata": {"name": "vision-h100", "labels": {crate::k8s::labels::BUDGET_LABEL: "vision"}},
             "status": {"flavorsReservation": [{"name": "h100", "resources": [
                 {"name": "nvidia.com/gpu", "total": units.to_string()},
                 {"name": "cpu", "total": "96"}]}]}

@@ -6,7 +6,8 @@ use crate::api::{self, AcceleratorClass, AcceleratorClassSpec, DesiredCondition,
 use crate::inventory::{DeviceVariant, NodeInventory};
 
 use super::hardware::{Signature, hardware_mismatch};
-use super::{CPU_POOL_LABEL, CPU_POOL_VALUE, ClassReport, name_of, names};
+use super::{CPU_POOL_LABEL, CPU_POOL_VALUE, ClassReport, name_of};
+use crate::k8s::names;
 
 /// Identity of a flavor: the variant (None for a CPU pool) plus every node label
 /// that pins it.

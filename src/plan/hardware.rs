@@ -5,7 +5,7 @@ use crate::inventory::{DeviceGroup, DeviceVariant};
 
 use std::collections::BTreeMap;
 
-use super::names;
+use crate::k8s::names;
 
 /// Hardware properties that decide whether a device group can join a class. Groups
 /// with equal signatures are matched once, not once per node.

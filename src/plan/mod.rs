@@ -29,7 +29,6 @@
 //! 8. `objects`: the Kueue objects, and the budget and class each ClusterQueue bills;
 //! 9. `status`: the conditions of class and budget reports.
 
-pub mod names;
 pub mod nodes;
 pub mod purity;
 
@@ -59,18 +58,12 @@ pub use purity::ImpureFlavor;
 pub use quota::{Demand, allocate};
 pub use validate::{FieldError, validate_budget, validate_class};
 
-pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
-pub const MANAGED_BY: &str = "kaccel";
-pub const CLASS_LABEL: &str = "kaccel.io/class";
-pub const BUDGET_LABEL: &str = "kaccel.io/budget";
-pub const TEAM_LABEL: &str = "kaccel.io/team";
-pub const FLAVOR_LABEL: &str = "kaccel.io/flavor";
-/// The node label that pins a CPU-only class without `selector.nodeLabels`:
-/// `kaccel.io/pool=cpu`. Kueue's nodeLabels cannot say "no accelerator", so the
-/// platform team labels its CPU-only nodes; the flavor selects exactly those, and its
-/// quota counts only those that carry no accelerator of any kind.
-pub const CPU_POOL_LABEL: &str = "kaccel.io/pool";
-pub const CPU_POOL_VALUE: &str = "cpu";
+// The labels kaccel puts on what it creates, and the CPU pool label, live on the
+// ground floor; the planner's users keep reaching them here.
+pub use crate::k8s::labels::{
+    BUDGET_LABEL, CLASS_LABEL, CPU_POOL_LABEL, CPU_POOL_VALUE, FLAVOR_LABEL, MANAGED_BY,
+    MANAGED_BY_LABEL, TEAM_LABEL,
+};
 
 /// Kueue's limit on flavors in one resource group.
 pub const MAX_FLAVORS_PER_GROUP: usize = 64;
@@ -257,7 +250,7 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
 }
 
 pub fn cluster_queue_name(budget: &str, class: &str) -> String {
-    names::bounded(&[budget, class], 253)
+    crate::k8s::names::bounded(&[budget, class], 253)
 }
 
 fn name_of(meta: &ObjectMeta) -> String {

@@ -21,8 +21,9 @@ use super::flavors::{FlavorAcc, FlavorKey};
 use super::{
     BUDGET_LABEL, BudgetReport, CLASS_LABEL, CPU, ClassReport, FLAVOR_LABEL, FlavorReport,
     MANAGED_BY, MANAGED_BY_LABEL, MAX_FLAVORS_PER_GROUP, MEMORY, PlanOptions, TEAM_LABEL,
-    cluster_queue_name, name_of, names, status,
+    cluster_queue_name, name_of, status,
 };
+use crate::k8s::names;
 
 /// What the objects are built from: the outputs of the earlier stages.
 pub(super) struct ObjectsInput<'a> {

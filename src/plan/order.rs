@@ -5,7 +5,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::api::AcceleratorClass;
 
 use super::flavors::FlavorKey;
-use super::{FlavorReport, name_of, names};
+use super::{FlavorReport, name_of};
+use crate::k8s::names;
 
 /// Class -> its flavor names, best first: flavors demoted for health warnings go
 /// last, then the first `spec.preference` glob matching the model decides, then

@@ -11,8 +11,8 @@ use crate::api::{
     AcceleratorClass, AcceleratorClassSpec, CreditBudgetSpec, Credits, SharingMode, Vendor,
 };
 
-use super::names::{valid_label_key, valid_label_value, version_at_least};
 use super::{ClassReport, name_of};
+use crate::k8s::names::{valid_label_key, valid_label_value, version_at_least};
 
 /// One problem with a field, in words a platform engineer can act on.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -155,7 +155,7 @@ pub fn validate_budget(spec: &CreditBudgetSpec) -> Vec<FieldError> {
         ));
     }
     for (i, ns) in spec.namespaces.iter().enumerate() {
-        if !super::names::valid_dns_subdomain(ns) || ns.len() > 63 || ns.contains('.') {
+        if !crate::k8s::names::valid_dns_subdomain(ns) || ns.len() > 63 || ns.contains('.') {
             errors.push(err(
                 format!("spec.namespaces[{i}]"),
                 format!("{ns:?} is not a namespace name (a DNS label)"),

@@ -82,7 +82,7 @@ fn validate_source(source: &HealthSource) -> Result<(), (&'static str, String)> 
         }
     }
     if let Some(p) = &source.pods {
-        if p.namespace.is_empty() || !crate::plan::names::valid_dns_subdomain(&p.namespace) {
+        if p.namespace.is_empty() || !crate::k8s::names::valid_dns_subdomain(&p.namespace) {
             return err(
                 "health.sources[].pods.namespace",
                 "must be a namespace name, e.g. gpu-operator",
@@ -135,7 +135,7 @@ impl Config {
         if self.field_manager.is_empty() {
             return Err(invalid("fieldManager", "must not be empty"));
         }
-        if !crate::plan::names::valid_dns_subdomain(&self.root_cohort) {
+        if !crate::k8s::names::valid_dns_subdomain(&self.root_cohort) {
             return Err(invalid(
                 "rootCohort",
                 "must be a DNS subdomain, e.g. kaccel",
@@ -169,7 +169,7 @@ impl Config {
             return Err(invalid("planner.demoteWarningPercent", "must be 0..100"));
         }
         let ledger = &self.ledger;
-        if !crate::plan::names::valid_dns_subdomain(&ledger.admission_check_name) {
+        if !crate::k8s::names::valid_dns_subdomain(&ledger.admission_check_name) {
             return Err(invalid(
                 "ledger.admissionCheckName",
                 "must be a DNS subdomain, e.g. kaccel-credits",

@@ -44,12 +44,13 @@ use serde_json::{Value, json};
 use tokio::sync::{Mutex, Notify, OnceCell, mpsc::UnboundedSender};
 
 use super::config::Ledger as LedgerConfig;
-use super::health_poller::{EVICTED_FOR_ANNOTATION, now_seconds};
+use super::health_poller::now_seconds;
 use super::metrics::{BudgetLabel, DecisionLabel, KindLabel, Metrics, ReasonLabel};
 use crate::api::{
     AcceleratorClassSpec, CreditBudgetSpec, Credits, ExhaustionPolicy, RenewalShortPolicy,
     ShortPolicy,
 };
+use crate::k8s::labels::EVICTED_FOR_ANNOTATION;
 use crate::k8s::time::rfc3339;
 use crate::kueue::workload::Workload;
 use crate::ledger::admission::{
@@ -404,7 +405,7 @@ impl LedgerRuntime {
         let object = json!({
             "apiVersion": crate::k8s::resources::kueue_api_version(),
             "kind": "AdmissionCheck",
-            "metadata": {"name": name, "labels": {crate::plan::MANAGED_BY_LABEL: crate::plan::MANAGED_BY}},
+            "metadata": {"name": name, "labels": {crate::k8s::labels::MANAGED_BY_LABEL: crate::k8s::labels::MANAGED_BY}},
             "spec": {"controllerName": self.config.controller_name},
         });
         if let Err(e) = api.patch(name, &params, &Patch::Apply(&object)).await {

@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::resource::v1::{Device, DeviceAttribute};
 
 use super::driver::{AMD_DRIVER, Driver, NVIDIA_DRIVER, NVIDIA_MIG_CLASS, TPU_ACCELERATOR_LABEL};
-use crate::inventory::{DeviceRecord, SharingMode, amd, google, parse_memory_bytes};
+use crate::inventory::{DeviceRecord, SharingMode, amd, google};
+use crate::k8s::quantity::parse_memory_bytes;
 
 /// The standard PCI bus ID attribute (k8s.io/dynamic-resource-allocation/deviceattribute).
 const STD_PCI_BUS_ID: &str = "resource.kubernetes.io/pciBusID";

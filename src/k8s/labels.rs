@@ -1,0 +1,27 @@
+//! The labels and shared annotations kaccel sets and reads back, in one place so
+//! the floor that writes one and the floors that read it agree.
+
+/// Set to [`MANAGED_BY`] on every object kaccel creates: what kaccel may change
+/// or delete, and nothing else.
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+/// The value of [`MANAGED_BY_LABEL`].
+pub const MANAGED_BY: &str = "kaccel";
+/// The AcceleratorClass a flavor or ClusterQueue serves.
+pub const CLASS_LABEL: &str = "kaccel.io/class";
+/// The CreditBudget a Cohort, ClusterQueue or LocalQueue belongs to.
+pub const BUDGET_LABEL: &str = "kaccel.io/budget";
+/// The team of a budget's queues.
+pub const TEAM_LABEL: &str = "kaccel.io/team";
+/// On a ResourceFlavor kaccel created: its own name, so a selector finds it.
+pub const FLAVOR_LABEL: &str = "kaccel.io/flavor";
+/// The node label that pins a CPU-only class without `selector.nodeLabels`:
+/// `kaccel.io/pool=cpu`. Kueue's nodeLabels cannot say "no accelerator", so the
+/// platform team labels its CPU-only nodes; the flavor selects exactly those, and its
+/// quota counts only those that carry no accelerator of any kind.
+pub const CPU_POOL_LABEL: &str = "kaccel.io/pool";
+/// The value of [`CPU_POOL_LABEL`] on CPU-only nodes.
+pub const CPU_POOL_VALUE: &str = "cpu";
+
+/// On a Workload kaccel's health loop evicted: which node and why. The node
+/// actions write it; the ledger reads it as a platform-caused end (refundable).
+pub const EVICTED_FOR_ANNOTATION: &str = "kaccel.io/evicted-for";
