@@ -10,6 +10,8 @@ mod accelerator_class;
 mod conditions;
 mod credit_budget;
 mod credits;
+pub mod parsed;
+pub mod rates;
 
 pub use accelerator_class::*;
 pub use conditions::*;

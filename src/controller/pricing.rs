@@ -3,13 +3,12 @@
 use kube::ResourceExt;
 
 use super::credits;
-use crate::api::{AcceleratorClass, CreditBudget};
+use crate::api::CreditBudget;
 use crate::plan::Plan;
 
 /// The ledger's pricing inputs from one plan.
 pub(super) fn pricing_snapshot(
     planned: &Plan,
-    classes: &[AcceleratorClass],
     budgets: &[CreditBudget],
 ) -> credits::PricingSnapshot {
     credits::PricingSnapshot {
@@ -19,9 +18,16 @@ pub(super) fn pricing_snapshot(
             .iter()
             .map(|(name, f)| (name.clone(), f.model.clone()))
             .collect(),
-        classes: classes
+        // Rates and amounts as the planner parsed them: never re-read here.
+        classes: planned
+            .classes
             .iter()
-            .map(|c| (c.name_any(), (c.spec.clone(), c.metadata.generation)))
+            .filter_map(|(name, report)| Some((name.clone(), report.rates.clone()?)))
+            .collect(),
+        budget_amounts: planned
+            .budgets
+            .iter()
+            .filter_map(|(name, report)| Some((name.clone(), report.amounts?)))
             .collect(),
         // ClusterQueue -> (budget, class), as the planner assigned them: the planned
         // queues, and those of grants whose class turned invalid (Workloads holding
@@ -36,6 +42,7 @@ pub(super) fn pricing_snapshot(
 
 #[cfg(test)]
 mod tests {
+    use crate::api::AcceleratorClass;
     use std::collections::BTreeMap;
 
     use super::*;
@@ -99,7 +106,7 @@ mod tests {
         let mut classes = loaded.classes.clone();
         classes[0].metadata.generation = Some(7);
         let planned = example_plan(&classes, &loaded.budgets);
-        let snapshot = pricing_snapshot(&planned, &classes, &loaded.budgets);
+        let snapshot = pricing_snapshot(&planned, &loaded.budgets);
         assert!(snapshot.ready);
         assert!(!planned.flavors.is_empty());
         assert_eq!(
@@ -113,8 +120,9 @@ mod tests {
         assert_eq!(snapshot.classes.len(), classes.len());
         assert_eq!(
             snapshot.classes[&classes[0].name_any()],
-            (classes[0].spec.clone(), Some(7))
+            crate::api::rates::ClassRates::parse(&classes[0].spec.credits, Some(7))
         );
+        assert_eq!(snapshot.budget_amounts.len(), loaded.budgets.len());
         assert!(!snapshot.queues.is_empty());
         assert_eq!(snapshot.queues, planned.priced_queues);
         assert_eq!(snapshot.budgets.len(), loaded.budgets.len());

@@ -107,8 +107,7 @@ impl Reconciler {
         });
 
         if let Some(l) = &self.ledger {
-            l.shared
-                .set_pricing(pricing_snapshot(&planned, &classes, &budgets));
+            l.shared.set_pricing(pricing_snapshot(&planned, &budgets));
         }
 
         // Diff (pure).

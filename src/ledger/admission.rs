@@ -7,8 +7,8 @@
 //!    device units per (flavor, resource); [`admission_number`] and
 //!    [`horizon_seconds`] read the admission number and the reservation horizon.
 //! 2. [`reservation`] prices the usage over the horizon with THE pricing function
-//!    ([`cumulative`], invariant 2), taking rates from [`rate_info`] / [`rate_for`]
-//!    (which reuse [`resolve_rate`]).
+//!    ([`cumulative`], invariant 2), taking rates from [`rate_info`] (the
+//!    class's rates as parsed once, [`ClassRates`]).
 //! 3. [`decide`] answers Reserve (the first term's Reserve entries, one per
 //!    line), Wait (with the message the ML user sees) or Reject (a
 //!    flavor/resource without a rate).
@@ -24,8 +24,9 @@ use serde_json::Value;
 
 use super::charge::{Charge, ChargeOwner};
 use super::entry::{Balances, Entry, format_micros};
-use super::pricing::{PricingError, Rate, cumulative, rate_card_version, resolve_rate};
-use crate::api::{AcceleratorClassSpec, Credits};
+use super::pricing::{PricingError, Rate, cumulative};
+use crate::api::Credits;
+use crate::api::rates::ClassRates;
 use crate::k8s::quantity::parse_count;
 use crate::kueue::workload::Workload;
 
@@ -218,12 +219,6 @@ pub fn horizon_seconds(workload: &Workload, default_seconds: u64) -> u64 {
         .unwrap_or(default_seconds)
 }
 
-/// The rate of a device `model` of a class, in micro-credits per device-hour:
-/// the class's model override or its `perDeviceHour` ([`resolve_rate`]).
-pub fn rate_for(class: &AcceleratorClassSpec, model: &str) -> Result<Credits, PricingError> {
-    resolve_rate(&class.credits, model).map(|r| Credits(r.0))
-}
-
 /// Everything a line needs to be priced and recorded.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RateInfo {
@@ -234,19 +229,14 @@ pub struct RateInfo {
 }
 
 /// The [`RateInfo`] of a flavor whose devices are `model` (a `FlavorReport`'s
-/// `model`) in class `class_name`.
-pub fn rate_info(
-    class_name: &str,
-    class: &AcceleratorClassSpec,
-    generation: Option<i64>,
-    model: &str,
-) -> Result<RateInfo, PricingError> {
-    Ok(RateInfo {
+/// `model`) in class `class_name`, whose rates are `rates`.
+pub fn rate_info(class_name: &str, rates: &ClassRates, model: &str) -> RateInfo {
+    RateInfo {
         class: class_name.to_string(),
         model: model.to_string(),
-        rate: resolve_rate(&class.credits, model)?,
-        rate_card: rate_card_version(&class.credits, generation),
-    })
+        rate: rates.for_model(model),
+        rate_card: rates.rate_card().to_string(),
+    }
 }
 
 /// One priced (flavor, resource) of a reservation.
@@ -537,11 +527,6 @@ mod tests {
         assert!(admission_number(&typed(&w)).is_err());
     }
 
-    fn class(rate: &str) -> AcceleratorClassSpec {
-        serde_json::from_value(json!({"sharing": "Whole", "credits": {"perDeviceHour": rate}}))
-            .unwrap_or_else(|_| panic!("class spec"))
-    }
-
     fn rates(u: &FlavorUsage) -> Option<RateInfo> {
         let (model, r) = match u.resource.as_str() {
             "nvidia.com/gpu" => ("nvidia-a10g", "1.5"),
@@ -555,8 +540,11 @@ mod tests {
         Some(RateInfo {
             class: "gpu".into(),
             model: model.into(),
-            rate: resolve_rate(&spec, model).ok()?,
-            rate_card: rate_card_version(&spec, Some(1)),
+            rate: ClassRates::parse(&spec, Some(1)).ok()?.for_model(model),
+            rate_card: ClassRates::parse(&spec, Some(1))
+                .ok()?
+                .rate_card()
+                .to_string(),
         })
     }
 
@@ -579,11 +567,6 @@ mod tests {
             admitted_at: 1_735_689_600,
             now: 1_735_689_601,
         }
-    }
-
-    #[test]
-    fn rate_for_reuses_resolve_rate() {
-        assert_eq!(rate_for(&class("2.5"), "x").ok(), Some(Credits(2_500_000)));
     }
 
     #[test]

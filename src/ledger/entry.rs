@@ -28,7 +28,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use super::pricing::fnv1a64;
+use crate::k8s::names::fnv1a as fnv1a64;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum EntryKind {

@@ -14,7 +14,7 @@ pub mod reconcile;
 pub mod store;
 
 pub use entry::{Balances, Entry, EntryKind};
-pub use pricing::{Rate, cumulative, price_interval, rate_card_version, resolve_rate};
+pub use pricing::{Rate, cumulative, price_interval};
 pub use store::{
     AppendOutcome, EntryFilter, LedgerStore, PostgresStore, SqliteStore, Store, StoreError,
     VerifyReport, for_each_entry, verify,

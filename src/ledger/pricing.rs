@@ -11,16 +11,12 @@
 //! over-charged. All arithmetic is integer (u128 intermediates); overflow is an
 //! error, never a panic or a wrap.
 
-use crate::api::CreditRate;
 use crate::api::Credits;
-use crate::k8s::names::glob_match;
+// Rates are parsed with the class (`api::rates`); the pricing math is here.
+pub use crate::api::rates::{MAX_RATE, Rate};
 
 /// Seconds per hour, the rate's time unit.
 pub const SECONDS_PER_HOUR: u128 = 3600;
-
-/// A rate in micro-credits per device-hour.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Rate(pub u64);
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PricingError {
@@ -32,20 +28,7 @@ pub enum PricingError {
         "interval [{start}, {end}) with admission anchor {anchor} is not ordered (need anchor ≤ start ≤ end, unix seconds)"
     )]
     BadInterval { anchor: i64, start: i64, end: i64 },
-    #[error("{what} {value:?} is not a usable credit rate: {problem}")]
-    BadRate {
-        /// The field, e.g. `spec.credits.modelOverrides[1].perDeviceHour`.
-        what: String,
-        value: String,
-        /// What is wrong and how to fix it.
-        problem: String,
-    },
 }
-
-/// The largest rate, 999999999.999999 credits per device-hour: a year (366 days)
-/// of one device at this rate still fits the ledger's signed 64-bit micro-credit
-/// amounts. The CRD's CEL rule allows at most 9 integer digits for the same reason.
-pub const MAX_RATE: Rate = Rate(999_999_999_999_999);
 
 /// The cumulative price of `seconds` of `device_units` at `rate`, floored to the
 /// micro-credit. Also the price a quota view shows for a given horizon.
@@ -83,96 +66,9 @@ pub fn price_interval(
     Ok(Credits(hi.0 - lo.0))
 }
 
-/// The rate for a device `model` of a class: the first model override whose glob
-/// matches, else the class's `perDeviceHour`.
-pub fn resolve_rate(credits: &CreditRate, model: &str) -> Result<Rate, PricingError> {
-    for (i, o) in credits.model_overrides.iter().enumerate() {
-        if glob_match(&o.model, model) {
-            return parse_rate(
-                &format!("spec.credits.modelOverrides[{i}].perDeviceHour"),
-                &o.per_device_hour,
-            );
-        }
-    }
-    parse_rate("spec.credits.perDeviceHour", &credits.per_device_hour)
-}
-
-/// Every rate field of a class that cannot price: `(field, what is wrong and the
-/// fix)`. Empty when every rate parses and is at most [`MAX_RATE`]. The planner
-/// marks such a class Invalid with these, and the credit check rejects Workloads
-/// priced by it with them: a bad rate is never read as zero or skipped.
-pub fn rate_errors(credits: &CreditRate) -> Vec<(String, String)> {
-    let overrides = credits.model_overrides.iter().enumerate().map(|(i, o)| {
-        (
-            format!("spec.credits.modelOverrides[{i}].perDeviceHour"),
-            &o.per_device_hour,
-        )
-    });
-    std::iter::once((
-        "spec.credits.perDeviceHour".to_string(),
-        &credits.per_device_hour,
-    ))
-    .chain(overrides)
-    .filter_map(|(field, value)| read_rate(value).err().map(|problem| (field, problem)))
-    .collect()
-}
-
-fn parse_rate(what: &str, value: &str) -> Result<Rate, PricingError> {
-    read_rate(value).map_err(|problem| PricingError::BadRate {
-        what: what.to_string(),
-        value: value.to_string(),
-        problem,
-    })
-}
-
-/// A rate field's value, or what is wrong with it and how to fix it.
-fn read_rate(value: &str) -> Result<Rate, String> {
-    let credits = value.parse::<Credits>().map_err(|e| e.to_string())?;
-    if credits.0 > MAX_RATE.0 {
-        return Err(format!(
-            "{value:?} credits per device-hour is above the largest rate, {}: a year of one device must fit the ledger's amounts; use a smaller credit unit",
-            Credits(MAX_RATE.0)
-        ));
-    }
-    Ok(Rate(credits.0))
-}
-
-/// The rate-card version recorded on every entry: a stable 64-bit FNV-1a hash of
-/// the class's credit spec (rates normalised to micro-credits, overrides in order)
-/// and the class's generation, printed as `rc-<16 hex digits>`. It changes
-/// whenever a rate changes and is the same on every machine and release.
-pub fn rate_card_version(credits: &CreditRate, generation: Option<i64>) -> String {
-    let norm = |s: &str| match s.parse::<Credits>() {
-        Ok(c) => c.0.to_string(),
-        Err(_) => format!("raw:{s}"),
-    };
-    let mut canon = format!("v1;rate={}", norm(&credits.per_device_hour));
-    for o in &credits.model_overrides {
-        canon.push_str(&format!(
-            ";override={}:{}={}",
-            o.model.len(),
-            o.model,
-            norm(&o.per_device_hour)
-        ));
-    }
-    canon.push_str(&format!(";generation={}", generation.unwrap_or(0)));
-    format!("rc-{:016x}", fnv1a64(canon.as_bytes()))
-}
-
-/// 64-bit FNV-1a: tiny, stable across platforms and releases.
-pub fn fnv1a64(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in bytes {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::ModelRate;
     use proptest::prelude::*;
 
     #[test]
@@ -208,110 +104,6 @@ mod tests {
         assert!(price_interval(Rate(1), 1, 10, 5, 20).is_err());
     }
 
-    #[test]
-    fn overrides_first_match_wins() {
-        let spec = CreditRate {
-            per_device_hour: "2".into(),
-            model_overrides: vec![
-                ModelRate {
-                    model: "*H100*".into(),
-                    per_device_hour: "6".into(),
-                },
-                ModelRate {
-                    model: "NVIDIA-*".into(),
-                    per_device_hour: "3".into(),
-                },
-            ],
-        };
-        assert_eq!(
-            resolve_rate(&spec, "NVIDIA-H100-80GB-HBM3").unwrap(),
-            Rate(6_000_000)
-        );
-        assert_eq!(resolve_rate(&spec, "NVIDIA-A100").unwrap(), Rate(3_000_000));
-        assert_eq!(resolve_rate(&spec, "MI300X").unwrap(), Rate(2_000_000));
-        let bad = CreditRate {
-            per_device_hour: "-1".into(),
-            model_overrides: vec![],
-        };
-        assert!(
-            resolve_rate(&bad, "x")
-                .unwrap_err()
-                .to_string()
-                .contains("perDeviceHour")
-        );
-    }
-
-    #[test]
-    fn rates_above_the_largest_are_errors_naming_the_field_and_fix() {
-        let spec = CreditRate {
-            per_device_hour: "999999999.999999".into(),
-            model_overrides: vec![
-                ModelRate {
-                    model: "*H100*".into(),
-                    per_device_hour: "1000000000".into(),
-                },
-                ModelRate {
-                    model: "*A100*".into(),
-                    per_device_hour: "two".into(),
-                },
-            ],
-        };
-        assert_eq!(resolve_rate(&spec, "MI300X").unwrap(), MAX_RATE);
-        let errors = rate_errors(&spec);
-        assert_eq!(errors.len(), 2, "{errors:?}");
-        assert_eq!(errors[0].0, "spec.credits.modelOverrides[0].perDeviceHour");
-        assert!(
-            errors[0].1.contains("largest rate, 999999999.999999"),
-            "{errors:?}"
-        );
-        assert_eq!(errors[1].0, "spec.credits.modelOverrides[1].perDeviceHour");
-        assert!(errors[1].1.contains("e.g. \"2.5\""), "{errors:?}");
-        let e = resolve_rate(&spec, "NVIDIA-H100").unwrap_err().to_string();
-        assert!(
-            e.contains("spec.credits.modelOverrides[0].perDeviceHour") && e.contains("smaller"),
-            "{e}"
-        );
-        // The largest rate prices a year of one device within the ledger's i64.
-        let year = cumulative(MAX_RATE, 1, 366 * 24 * 3600).unwrap();
-        assert!(i64::try_from(year.0).is_ok());
-    }
-
-    #[test]
-    fn rate_card_is_stable_and_sensitive() {
-        let a = CreditRate {
-            per_device_hour: "2.5".into(),
-            model_overrides: vec![],
-        };
-        let b = CreditRate {
-            per_device_hour: "2.50".into(),
-            model_overrides: vec![],
-        };
-        let c = CreditRate {
-            per_device_hour: "2.6".into(),
-            model_overrides: vec![],
-        };
-        assert_eq!(
-            rate_card_version(&a, Some(1)),
-            rate_card_version(&b, Some(1))
-        );
-        assert_ne!(
-            rate_card_version(&a, Some(1)),
-            rate_card_version(&c, Some(1))
-        );
-        assert_ne!(
-            rate_card_version(&a, Some(1)),
-            rate_card_version(&a, Some(2))
-        );
-        // Pinned: the version must never change between releases.
-        assert_eq!(
-            rate_card_version(&a, Some(1)),
-            rate_card_version(&a, Some(1))
-        );
-        assert!(rate_card_version(&a, None).starts_with("rc-"));
-        assert_eq!(fnv1a64(b""), 0xcbf2_9ce4_8422_2325);
-        assert_eq!(fnv1a64(b"a"), 0xaf63_dc4c_8601_ec8c);
-    }
-
     proptest! {
         #[test]
         fn additive_over_any_split(rate in 0u64..100_000_000_000, units in 0u64..10_000,
@@ -342,23 +134,6 @@ mod tests {
             prop_assert!(a <= b);
             let c = cumulative(Rate(rate), units + 1, s).unwrap();
             prop_assert!(a <= c);
-        }
-
-        #[test]
-        fn rate_errors_agree_with_resolve_rate(base in "[0-9]{1,12}(\\.[0-9]{1,7})?|[a-z-]{0,4}",
-                                                over in "[0-9]{1,12}(\\.[0-9]{1,6})?") {
-            let spec = CreditRate {
-                per_device_hour: base,
-                model_overrides: vec![ModelRate { model: "X*".into(), per_device_hour: over }],
-            };
-            let errors = rate_errors(&spec);
-            let fields: Vec<&str> = errors.iter().map(|(f, _)| f.as_str()).collect();
-            prop_assert_eq!(resolve_rate(&spec, "other").is_err(), fields.contains(&"spec.credits.perDeviceHour"));
-            prop_assert_eq!(resolve_rate(&spec, "X1").is_err(),
-                fields.contains(&"spec.credits.modelOverrides[0].perDeviceHour"));
-            if let Ok(rate) = resolve_rate(&spec, "other") {
-                prop_assert!(rate <= MAX_RATE);
-            }
         }
 
         #[test]

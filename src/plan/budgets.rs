@@ -4,8 +4,8 @@ use std::collections::BTreeMap;
 
 use crate::api::{self, AcceleratorClass, CreditBudget, DesiredCondition};
 
-use super::validate::validate_budget;
 use super::{BudgetReport, ClassReport, Demand, name_of};
+use crate::api::parsed::parse_budget;
 
 /// The budgets as the later stages use them.
 #[derive(Default)]
@@ -41,10 +41,11 @@ pub(super) fn admit<'a>(
     let mut namespace_owner: BTreeMap<&str, String> = BTreeMap::new();
     for &budget in &ordered {
         let bname = name_of(&budget.metadata);
-        let errors = validate_budget(&budget.spec);
+        let parsed = parse_budget(&budget.spec);
         let mut report = BudgetReport {
-            valid: errors.is_empty(),
-            errors,
+            valid: parsed.is_ok(),
+            amounts: parsed.as_ref().ok().copied(),
+            errors: parsed.err().unwrap_or_default(),
             ..Default::default()
         };
         if report.valid {

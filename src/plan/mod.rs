@@ -47,6 +47,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Serialize;
 
+pub use crate::api::parsed::{FieldError, validate_budget, validate_class};
 use crate::api::{
     AcceleratorClass, CreditBudget, DesiredCondition, ExhaustionPolicy, HealthCounts,
     ResolvedFlavor, SharingMode, Vendor,
@@ -56,7 +57,6 @@ use crate::inventory::{Inventory, NodeInventory};
 use crate::kueue::{ClusterQueue, Cohort, LocalQueue, ResourceFlavor};
 pub use purity::ImpureFlavor;
 pub use quota::{Demand, allocate};
-pub use validate::{FieldError, validate_budget, validate_class};
 
 // The labels kaccel puts on what it creates, and the CPU pool label, live on the
 // ground floor; the planner's users keep reaching them here.
@@ -144,6 +144,9 @@ pub struct ClassReport {
     pub flavors: Vec<ResolvedFlavor>,
     pub devices: HealthCounts,
     pub conditions: Vec<DesiredCondition>,
+    /// The class's rates as parsed in stage 1 (`None` only in a default report):
+    /// what the credit check prices with.
+    pub rates: Option<Result<crate::api::rates::ClassRates, Vec<crate::api::rates::RateError>>>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -156,6 +159,8 @@ pub struct BudgetReport {
     /// (class, flavor) -> nominal quota granted, in the flavor's unit.
     pub grants: BTreeMap<(String, String), u64>,
     pub conditions: Vec<DesiredCondition>,
+    /// The budget's amounts as parsed when it was admitted (`None` when invalid).
+    pub amounts: Option<crate::api::parsed::ParsedBudget>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]

@@ -1,5 +1,6 @@
 //! Stage 8, build objects: the Kueue objects, and the budget and class each ClusterQueue bills.
 
+use crate::api::parsed::ParsedBudget;
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -8,9 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
 };
 use kube::{Resource, ResourceExt};
 
-use crate::api::{
-    self, AcceleratorClass, CreditBudget, Credits, DesiredCondition, ExhaustionPolicy,
-};
+use crate::api::{self, AcceleratorClass, CreditBudget, DesiredCondition, ExhaustionPolicy};
 use crate::kueue::{
     AdmissionCheckStrategyRule, AdmissionChecksStrategy, ClusterQueue, ClusterQueuePreemption,
     ClusterQueueSpec, Cohort, CohortSpec, FairSharing, FlavorFungibility, FlavorQuotas, LocalQueue,
@@ -79,9 +78,9 @@ pub(super) fn build(
     for &budget in input.budgets {
         let bname = name_of(&budget.metadata);
         let report = budget_reports.get_mut(&bname).expect("budget report");
-        if !report.valid {
+        let Some(amounts) = report.amounts.filter(|_| report.valid) else {
             continue;
-        }
+        };
         let team_cohort = names::bounded(&[&options.root_cohort, &bname], 253);
         objects.cohorts.push(Cohort {
             metadata: meta(
@@ -94,7 +93,7 @@ pub(super) fn build(
                 parent_name: Some(options.root_cohort.clone()),
                 resource_groups: vec![],
                 fair_sharing: Some(FairSharing {
-                    weight: Some(team_weight(&budget.spec)),
+                    weight: Some(team_weight(&amounts, budget.spec.credits.period.days)),
                 }),
             },
         });
@@ -377,18 +376,11 @@ fn cpu_quantity(millis: u64) -> Quantity {
 
 /// Team weight: explicit, or credits per day (so a team with twice the budget gets
 /// twice the share of idle capacity).
-fn team_weight(spec: &api::CreditBudgetSpec) -> Quantity {
-    if let Some(w) = &spec.fair_share_weight
-        && let Ok(c) = w.parse::<Credits>()
-    {
-        return Quantity(format!("{}m", c.micros() / 1000));
+fn team_weight(amounts: &ParsedBudget, period_days: u32) -> Quantity {
+    if let Some(weight) = amounts.fair_share_weight {
+        return Quantity(format!("{}m", weight.micros() / 1000));
     }
-    let per_period = spec
-        .credits
-        .per_period
-        .parse::<Credits>()
-        .unwrap_or_default();
-    let per_day_milli = per_period.micros() / 1000 / u64::from(spec.credits.period.days.max(1));
+    let per_day_milli = amounts.per_period.micros() / 1000 / u64::from(period_days.max(1));
     Quantity(format!("{per_day_milli}m"))
 }
 
@@ -611,9 +603,13 @@ mod tests {
     fn team_weight_is_explicit_or_credits_per_day() {
         let mut team = budget("team", &["ns"], &[("gpu", 1)]);
         // 3000 credits over 30 days.
-        assert_eq!(team_weight(&team.spec), Quantity("100000m".into()));
+        let weight = |spec: &api::CreditBudgetSpec| {
+            let amounts = crate::api::parsed::parse_budget(spec).expect("a valid budget");
+            team_weight(&amounts, spec.credits.period.days)
+        };
+        assert_eq!(weight(&team.spec), Quantity("100000m".into()));
         team.spec.fair_share_weight = Some("2.5".into());
-        assert_eq!(team_weight(&team.spec), Quantity("2500m".into()));
+        assert_eq!(weight(&team.spec), Quantity("2500m".into()));
     }
 
     #[test]

@@ -168,10 +168,9 @@ impl LedgerRuntime {
         let horizon = horizon_seconds(v, default_horizon);
         let rates = |u: &FlavorUsage| {
             let model = pricing.flavor_models.get(&u.flavor)?;
-            let (spec, generation) = pricing.classes.get(class_name)?;
-            // Cannot fail: rate_problem above rejected every rate that does not
-            // parse (pricing's rate_errors_agree_with_resolve_rate).
-            rate_info(class_name, spec, *generation, model).ok()
+            // Rates that do not parse were rejected by rate_problem above.
+            let rates = pricing.classes.get(class_name)?.as_ref().ok()?;
+            Some(rate_info(class_name, rates, model))
         };
         // Too large to price (overflow) is a property of the admission: retrying
         // cannot help, so the Workload is rejected with the reason.
@@ -299,7 +298,13 @@ impl LedgerRuntime {
         let rule = pricing
             .budgets
             .get(&charge.owner.budget)
-            .map(|b| renewal_rule(&b.admission))
+            .map(|b| {
+                let limit = pricing
+                    .budget_amounts
+                    .get(&charge.owner.budget)
+                    .and_then(|a| a.overdraft_limit);
+                renewal_rule(&b.admission, limit)
+            })
             .unwrap_or_default();
         let guard = self.reserve_lock.lock().await;
         let balances = self.balances_of(&charge.owner.budget).await?;
@@ -574,13 +579,13 @@ pub(super) fn is_bounded(workload: &Workload) -> bool {
     workload.maximum_execution_seconds().is_some()
 }
 
-/// A budget's rule for renewals it cannot cover (an unparsable limit allows no
-/// overdraft; the budget's Invalid condition names it).
-pub(super) fn renewal_rule(policy: &crate::api::AdmissionPolicy) -> RenewalRule {
-    let limit = policy
-        .overdraft_limit
-        .as_deref()
-        .and_then(|l| l.parse::<Credits>().ok());
+/// A budget's rule for renewals it cannot cover, with its overdraft limit as
+/// parsed (none when unset or when the budget did not parse: no overdraft; the
+/// budget's Invalid condition names the field).
+pub(super) fn renewal_rule(
+    policy: &crate::api::AdmissionPolicy,
+    limit: Option<Credits>,
+) -> RenewalRule {
     RenewalRule {
         allow_overdraft: policy.when_renewal_short == Some(RenewalShortPolicy::Overdraft)
             && limit.is_some(),

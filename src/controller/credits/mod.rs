@@ -46,10 +46,9 @@ use tokio::sync::{Mutex, Notify, OnceCell, mpsc::UnboundedSender};
 use super::config::Ledger as LedgerConfig;
 use super::health_poller::now_seconds;
 use super::metrics::{BudgetLabel, DecisionLabel, KindLabel, Metrics, ReasonLabel};
-use crate::api::{
-    AcceleratorClassSpec, CreditBudgetSpec, Credits, ExhaustionPolicy, RenewalShortPolicy,
-    ShortPolicy,
-};
+use crate::api::parsed::ParsedBudget;
+use crate::api::rates::{ClassRates, RateError};
+use crate::api::{CreditBudgetSpec, Credits, ExhaustionPolicy, RenewalShortPolicy, ShortPolicy};
 use crate::k8s::labels::EVICTED_FOR_ANNOTATION;
 use crate::k8s::time::rfc3339;
 use crate::kueue::workload::Workload;
@@ -67,7 +66,6 @@ use crate::ledger::lifecycle::{
     STOPPED_ANNOTATION, check_state, condition, deletion_time, ended_at, evicted_since_admission,
     holds_quota, is_finished, record_of,
 };
-use crate::ledger::pricing::rate_errors;
 use crate::ledger::store::{LedgerStore, OpenReservation, Store, StoreError};
 
 /// What the planner knows that the check needs to price an admission; replaced
@@ -78,12 +76,15 @@ pub struct PricingSnapshot {
     pub ready: bool,
     /// ResourceFlavor name -> device model.
     pub flavor_models: BTreeMap<String, String>,
-    /// AcceleratorClass name -> (spec, generation).
-    pub classes: BTreeMap<String, (AcceleratorClassSpec, Option<i64>)>,
+    /// AcceleratorClass name -> its rates as the planner parsed them, or the
+    /// errors of the rate fields that cannot price.
+    pub classes: BTreeMap<String, Result<ClassRates, Vec<RateError>>>,
     /// ClusterQueue name -> (budget, class).
     pub queues: BTreeMap<String, (String, String)>,
     /// CreditBudget name -> spec.
     pub budgets: BTreeMap<String, CreditBudgetSpec>,
+    /// CreditBudget name -> its amounts as the planner parsed them (valid budgets).
+    pub budget_amounts: BTreeMap<String, ParsedBudget>,
 }
 
 impl PricingSnapshot {
@@ -91,10 +92,12 @@ impl PricingSnapshot {
     /// is too large, which an older CRD without the CEL rule lets in), naming
     /// the fields and the fix; `None` when every rate of the class prices.
     pub fn rate_problem(&self, class: &str) -> Option<String> {
-        let (spec, _) = self.classes.get(class)?;
-        let errors = rate_errors(&spec.credits);
+        let errors = self.classes.get(class)?.as_ref().err()?;
         (!errors.is_empty()).then(|| {
-            let fields: Vec<String> = errors.iter().map(|(f, p)| format!("{f}: {p}")).collect();
+            let fields: Vec<String> = errors
+                .iter()
+                .map(|e| format!("{}: {}", e.field, e.problem))
+                .collect();
             format!(
                 "AcceleratorClass {class} has no usable credit rate ({}): fix the class (it is marked Invalid), then submit the Workload again",
                 fields.join("; ")
@@ -447,7 +450,7 @@ use workload_cache::{RelevantWorkloads, slim_workload};
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{CreditRate, ModelRate};
+    use crate::api::{AcceleratorClassSpec, CreditRate, ModelRate};
 
     fn snapshot_with_class(per_device_hour: &str, overrides: &[(&str, &str)]) -> PricingSnapshot {
         let spec: AcceleratorClassSpec = serde_json::from_value(json!({
@@ -470,7 +473,11 @@ mod tests {
         };
         PricingSnapshot {
             ready: true,
-            classes: [("gpus".to_string(), (spec, Some(1)))].into(),
+            classes: [(
+                "gpus".to_string(),
+                ClassRates::parse(&spec.credits, Some(1)),
+            )]
+            .into(),
             ..Default::default()
         }
     }

@@ -1,0 +1,454 @@
+//! AcceleratorClass and CreditBudget specs parsed once, in one place, into typed
+//! values (rates as [`Rate`]s, amounts as [`Credits`]) with every field error
+//! they have, named by JSON path and with the fix. The CRD's CEL rules are the
+//! apply-time gate for the same rules; these also hold the checks CEL cannot
+//! express, and hold even where a cluster runs an older CRD. The planner, the
+//! pricing and the credit check read only these values, never the strings.
+
+use super::rates::{ClassRates, RateError};
+use super::{AcceleratorClassSpec, CreditBudgetSpec, Credits, SharingMode, Vendor};
+use crate::k8s::names::{valid_dns_subdomain, valid_label_key, valid_label_value};
+
+/// A class's spec parsed: its rates, and every field error it has (the rates'
+/// included). The rates stand on their own: the credit check still answers a
+/// Workload in the queue of a class invalid for another reason with its rates,
+/// and one whose rates do not parse with their errors.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParsedClass {
+    pub rates: Result<ClassRates, Vec<RateError>>,
+    pub errors: Vec<FieldError>,
+}
+
+impl ParsedClass {
+    pub fn is_valid(&self) -> bool {
+        self.errors.is_empty()
+    }
+}
+
+/// A budget's amounts once its spec parsed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ParsedBudget {
+    /// `spec.credits.perPeriod`.
+    pub per_period: Credits,
+    /// `spec.admission.overdraftLimit`, when set.
+    pub overdraft_limit: Option<Credits>,
+    /// `spec.fairShareWeight`, when set: positive, at most 3 decimal places.
+    pub fair_share_weight: Option<Credits>,
+}
+
+/// One problem with a field, in words a platform engineer can act on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FieldError {
+    pub field: String,
+    pub message: String,
+}
+
+impl std::fmt::Display for FieldError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+fn err(field: impl Into<String>, message: impl Into<String>) -> FieldError {
+    FieldError {
+        field: field.into(),
+        message: message.into(),
+    }
+}
+
+/// An AcceleratorClass's spec parsed. `generation` is the class's (it goes into
+/// the rate-card version).
+pub fn parse_class(spec: &AcceleratorClassSpec, generation: Option<i64>) -> ParsedClass {
+    let mut errors = Vec::new();
+    let sel = &spec.selector;
+
+    if spec.sharing == SharingMode::Partition && sel.partition_profile.is_none() {
+        errors.push(err(
+            "spec.selector.partitionProfile",
+            "required when spec.sharing is Partition: name the profile, e.g. 1g.10gb",
+        ));
+    }
+    if spec.sharing != SharingMode::Partition && sel.partition_profile.is_some() {
+        errors.push(err(
+            "spec.selector.partitionProfile",
+            "only valid with spec.sharing: Partition; remove it or change spec.sharing",
+        ));
+    }
+    if spec.sharing == SharingMode::CpuOnly
+        && (!sel.vendors.is_empty()
+            || !sel.models.is_empty()
+            || sel.min_memory_mib.is_some()
+            || sel.min_compute_capability.is_some()
+            || sel.min_cuda_version.is_some())
+    {
+        errors.push(err(
+            "spec.selector",
+            "a CpuOnly class selects no accelerators: remove vendors, models, minMemoryMiB, minComputeCapability and minCudaVersion",
+        ));
+    }
+    // NVIDIA-only constraints on a class that cannot contain NVIDIA devices would
+    // silently match nothing: say so instead.
+    let nvidia_possible = sel.vendors.is_empty() || sel.vendors.contains(&Vendor::Nvidia);
+    for (field, set) in [
+        (
+            "spec.selector.minComputeCapability",
+            sel.min_compute_capability.is_some(),
+        ),
+        (
+            "spec.selector.minCudaVersion",
+            sel.min_cuda_version.is_some(),
+        ),
+    ] {
+        if set && !nvidia_possible {
+            errors.push(err(
+                field,
+                "only NVIDIA devices have this property, but spec.selector.vendors excludes nvidia: add nvidia or remove the constraint",
+            ));
+        }
+    }
+    // The CRD's patterns: major.minor for compute capability and CUDA, one to
+    // four dotted numbers for the driver.
+    for (field, value, parts, example) in [
+        (
+            "spec.selector.minComputeCapability",
+            &sel.min_compute_capability,
+            2..=2,
+            "major.minor, e.g. 8.0",
+        ),
+        (
+            "spec.selector.minDriverVersion",
+            &sel.min_driver_version,
+            1..=4,
+            "dotted numbers, e.g. 550.54.15",
+        ),
+        (
+            "spec.selector.minCudaVersion",
+            &sel.min_cuda_version,
+            2..=2,
+            "major.minor, e.g. 12.4",
+        ),
+    ] {
+        if let Some(v) = value
+            && !dotted_numbers(v, parts)
+        {
+            errors.push(err(
+                field,
+                format!("{v:?} is not a dotted version number: write {example}"),
+            ));
+        }
+    }
+    for (list, patterns) in [
+        ("spec.selector.models", &sel.models),
+        ("spec.preference", &spec.preference),
+    ] {
+        for (i, p) in patterns.iter().enumerate() {
+            if p.is_empty() || p.chars().count() > 128 {
+                errors.push(err(
+                    format!("{list}[{i}]"),
+                    "must be a non-empty model pattern of at most 128 characters, e.g. *H100*",
+                ));
+            }
+        }
+    }
+    for (key, value) in &sel.node_labels {
+        if !valid_label_key(key) {
+            errors.push(err(
+                format!("spec.selector.nodeLabels[{key}]"),
+                "not a valid label key: use [prefix/]name, e.g. kaccel.io/pool",
+            ));
+        }
+        if !valid_label_value(value) {
+            errors.push(err(
+                format!("spec.selector.nodeLabels[{key}]"),
+                format!(
+                    "{value:?} is not a valid label value (63 characters of [A-Za-z0-9._-], alphanumeric at both ends)"
+                ),
+            ));
+        }
+    }
+    for (i, key) in spec.pooling.split_by.iter().enumerate() {
+        if !valid_label_key(key) || key.len() > 253 {
+            errors.push(err(
+                format!("spec.pooling.splitBy[{i}]"),
+                format!("{key:?} is not a label key, e.g. topology.kubernetes.io/zone"),
+            ));
+        }
+        if sel.node_labels.contains_key(key) {
+            errors.push(err(
+                format!("spec.pooling.splitBy[{i}]"),
+                format!(
+                    "{key:?} is already fixed by spec.selector.nodeLabels, so splitting by it yields one flavor: remove one of them"
+                ),
+            ));
+        }
+    }
+    // The rates the ledger prices with, so a class the planner accepts always prices.
+    let rates = ClassRates::parse(&spec.credits, generation);
+    if let Err(rate_errors) = &rates {
+        for e in rate_errors {
+            errors.push(err(&e.field, &e.problem));
+        }
+    }
+    for (i, o) in spec.credits.model_overrides.iter().enumerate() {
+        if o.model.is_empty() {
+            errors.push(err(
+                format!("spec.credits.modelOverrides[{i}].model"),
+                "must be a model pattern, e.g. *H100*",
+            ));
+        }
+    }
+    ParsedClass { rates, errors }
+}
+
+/// A CreditBudget's spec parsed: every field error it has, or its amounts.
+pub fn parse_budget(spec: &CreditBudgetSpec) -> Result<ParsedBudget, Vec<FieldError>> {
+    let mut errors = Vec::new();
+    if spec.namespaces.is_empty() {
+        errors.push(err(
+            "spec.namespaces",
+            "list at least one namespace for the team's LocalQueues",
+        ));
+    }
+    if !dns_label(&spec.team) {
+        errors.push(err(
+            "spec.team",
+            format!(
+                "{:?} is not a DNS label: lower-case letters, digits and '-', e.g. vision",
+                spec.team
+            ),
+        ));
+    }
+    for (i, ns) in spec.namespaces.iter().enumerate() {
+        if !valid_dns_subdomain(ns) || ns.len() > 63 || ns.contains('.') {
+            errors.push(err(
+                format!("spec.namespaces[{i}]"),
+                format!("{ns:?} is not a namespace name (a DNS label)"),
+            ));
+        }
+        if spec.namespaces[..i].contains(ns) {
+            errors.push(err(
+                format!("spec.namespaces[{i}]"),
+                format!("{ns:?} is listed twice: list each namespace once"),
+            ));
+        }
+    }
+    if spec.classes.is_empty() {
+        errors.push(err(
+            "spec.classes",
+            "name at least one AcceleratorClass the team may use",
+        ));
+    }
+    for (i, c) in spec.classes.iter().enumerate() {
+        if spec.classes[..i].iter().any(|d| d.name == c.name) {
+            errors.push(err(
+                format!("spec.classes[{i}].name"),
+                format!("class {:?} is listed twice: merge the entries", c.name),
+            ));
+        }
+    }
+    let per_period = spec
+        .credits
+        .per_period
+        .parse::<Credits>()
+        .map_err(|e| errors.push(err("spec.credits.perPeriod", e.to_string())));
+    if !(1..=366).contains(&spec.credits.period.days) {
+        errors.push(err("spec.credits.period.days", "must be between 1 and 366"));
+    }
+    let admission = &spec.admission;
+    if admission.default_horizon_seconds == Some(0) {
+        errors.push(err(
+            "spec.admission.defaultHorizonSeconds",
+            "must be at least 1 second, e.g. 86400",
+        ));
+    }
+    if admission
+        .default_horizon_seconds
+        .is_some_and(|s| s > MAX_HORIZON_SECONDS)
+    {
+        errors.push(err(
+            "spec.admission.defaultHorizonSeconds",
+            format!("must be at most {MAX_HORIZON_SECONDS} (one year), e.g. 86400"),
+        ));
+    }
+    if admission.overdraft_limit.is_some()
+        && admission.when_renewal_short != Some(crate::api::RenewalShortPolicy::Overdraft)
+    {
+        errors.push(err(
+            "spec.admission.overdraftLimit",
+            "applies only with spec.admission.whenRenewalShort: Overdraft: set both, or remove overdraftLimit",
+        ));
+    }
+    for (i, top_up) in spec.credits.top_ups.iter().enumerate() {
+        if !dns_label(&top_up.name) {
+            errors.push(err(
+                format!("spec.credits.topUps[{i}].name"),
+                format!(
+                    "{:?} is not a DNS label: lower-case letters, digits and '-', e.g. q3-extra",
+                    top_up.name
+                ),
+            ));
+        }
+        if spec.credits.top_ups[..i]
+            .iter()
+            .any(|t| t.name == top_up.name)
+        {
+            errors.push(err(
+                format!("spec.credits.topUps[{i}].name"),
+                format!(
+                    "{:?} is used twice: give each top-up its own name",
+                    top_up.name
+                ),
+            ));
+        }
+        if !top_up
+            .credits
+            .parse::<Credits>()
+            .is_ok_and(|c| c.micros() > 0)
+        {
+            errors.push(err(
+                format!("spec.credits.topUps[{i}].credits"),
+                format!("{:?} must be a positive decimal with at most 6 places, e.g. \"200\"; to take credits away, lower perPeriod", top_up.credits),
+            ));
+        }
+    }
+    let overdraft_limit = match &admission.overdraft_limit {
+        None => None,
+        Some(limit) => match limit.parse::<Credits>() {
+            Ok(c) => Some(c),
+            Err(e) => {
+                errors.push(err("spec.admission.overdraftLimit", e.to_string()));
+                None
+            }
+        },
+    };
+    if admission.when_renewal_short == Some(crate::api::RenewalShortPolicy::Overdraft)
+        && admission.overdraft_limit.is_none()
+    {
+        errors.push(err(
+            "spec.admission.overdraftLimit",
+            "whenRenewalShort: Overdraft needs the credits the budget may go below zero, e.g. \"500\"",
+        ));
+    }
+    let fair_share_weight = match &spec.fair_share_weight {
+        None => None,
+        Some(w) => match w.parse::<Credits>() {
+            Ok(c) if c.micros() > 0 && decimal_within(w, 6, 3) => Some(c),
+            _ => {
+                errors.push(err(
+                    "spec.fairShareWeight",
+                    format!("{w:?} must be a positive decimal with at most 3 places, e.g. \"2\""),
+                ));
+                None
+            }
+        },
+    };
+    match per_period {
+        Ok(per_period) if errors.is_empty() => Ok(ParsedBudget {
+            per_period,
+            overdraft_limit,
+            fair_share_weight,
+        }),
+        _ => Err(errors),
+    }
+}
+
+/// The longest reservation horizon a budget may set: one year.
+pub const MAX_HORIZON_SECONDS: u64 = 31_536_000;
+
+/// `1`, `8.0`, `550.54.15`: dot-separated runs of digits, as many as `parts` allows.
+fn dotted_numbers(value: &str, parts: std::ops::RangeInclusive<usize>) -> bool {
+    let groups: Vec<&str> = value.split('.').collect();
+    parts.contains(&groups.len())
+        && groups
+            .iter()
+            .all(|g| !g.is_empty() && g.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// A decimal with at most `int` integer and `frac` fractional digits.
+fn decimal_within(value: &str, int: usize, frac: usize) -> bool {
+    let (i, f) = value.split_once('.').unwrap_or((value, ""));
+    let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    (1..=int).contains(&i.len())
+        && digits(i)
+        && f.len() <= frac
+        && digits(f)
+        && !(value.contains('.') && f.is_empty())
+}
+
+/// A DNS label (RFC 1123): what Kubernetes accepts as a namespace or label-safe name.
+fn dns_label(value: &str) -> bool {
+    value.len() <= 63 && valid_dns_subdomain(value) && !value.contains('.')
+}
+
+/// Every field error of a class (none when it parses).
+pub fn validate_class(spec: &AcceleratorClassSpec) -> Vec<FieldError> {
+    parse_class(spec, None).errors
+}
+
+/// Every field error of a budget (none when it parses).
+pub fn validate_budget(spec: &CreditBudgetSpec) -> Vec<FieldError> {
+    parse_budget(spec).err().unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::CreditBudget;
+    use crate::api::rates::Rate;
+
+    #[test]
+    fn the_examples_parse_to_their_amounts_and_rates() {
+        let loaded = crate::cli::load::examples();
+        for class in &loaded.classes {
+            let parsed = parse_class(&class.spec, class.metadata.generation);
+            assert!(parsed.is_valid(), "{:?}", parsed.errors);
+            let rates = parsed.rates.expect("rates parse");
+            let base: Credits = class.spec.credits.per_device_hour.parse().unwrap();
+            assert_eq!(rates.for_model("no-override-matches-this"), Rate(base.0));
+        }
+        for budget in &loaded.budgets {
+            let amounts = parse_budget(&budget.spec).expect("example budgets parse");
+            assert_eq!(
+                amounts.per_period,
+                budget.spec.credits.per_period.parse::<Credits>().unwrap()
+            );
+        }
+    }
+
+    #[test]
+    fn every_error_of_a_budget_is_named_and_nothing_is_parsed() {
+        let budget: CreditBudget = serde_yaml::from_str(
+            r#"
+apiVersion: kaccel.io/v1alpha1
+kind: CreditBudget
+metadata: {name: b}
+spec:
+  team: Vision
+  namespaces: [vision]
+  classes: [{name: x}]
+  fairShareWeight: "2.5000"
+  credits:
+    perPeriod: "1.1234567"
+    period: {start: "2026-12-01T00:00:00Z", days: 30}
+    topUps: [{name: q3, credits: "0"}, {name: q3, credits: "5"}]
+  admission: {overdraftLimit: "500", defaultHorizonSeconds: 31536001}
+"#,
+        )
+        .unwrap();
+        let errors = parse_budget(&budget.spec).unwrap_err();
+        let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.team",
+                "spec.credits.perPeriod",
+                "spec.admission.defaultHorizonSeconds",
+                "spec.admission.overdraftLimit",
+                "spec.credits.topUps[0].credits",
+                "spec.credits.topUps[1].name",
+                "spec.fairShareWeight",
+            ],
+            "{errors:?}"
+        );
+    }
+}
