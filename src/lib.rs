@@ -14,3 +14,5 @@ pub mod k8s;
 pub mod kueue;
 pub mod ledger;
 pub mod plan;
+#[doc(hidden)]
+pub mod testkit;

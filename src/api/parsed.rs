@@ -398,7 +398,7 @@ mod tests {
 
     #[test]
     fn the_examples_parse_to_their_amounts_and_rates() {
-        let loaded = crate::cli::load::examples();
+        let loaded = crate::testkit::examples();
         for class in &loaded.classes {
             let parsed = parse_class(&class.spec, class.metadata.generation);
             assert!(parsed.is_valid(), "{:?}", parsed.errors);

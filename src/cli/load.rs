@@ -275,31 +275,3 @@ fn cel_messages(e: &impl std::fmt::Display) -> Vec<String> {
         .map(str::to_string)
         .collect()
 }
-
-/// The example fleet, classes and budgets shipped in `examples/`, compiled in, so
-/// tests and benchmarks use exactly what the README shows.
-pub fn examples() -> Loaded {
-    let mut loaded = Loaded::default();
-    let mut errors = Vec::new();
-    for (file, text) in [
-        (
-            "examples/classes.yaml",
-            include_str!("../../examples/classes.yaml"),
-        ),
-        (
-            "examples/budgets.yaml",
-            include_str!("../../examples/budgets.yaml"),
-        ),
-        (
-            "examples/nodes.yaml",
-            include_str!("../../examples/nodes.yaml"),
-        ),
-    ] {
-        load_text(file.as_ref(), text, &mut loaded, &mut errors);
-    }
-    assert!(
-        errors.is_empty(),
-        "the shipped examples are invalid: {errors:?}"
-    );
-    loaded
-}

@@ -125,7 +125,7 @@ impl Default for Health {
 pub struct HealthSource {
     /// Unique; no `/` (per-node states are named `<name>/<node>`).
     pub name: String,
-    /// Which exporter's metrics (mapping in src/health/exporters.rs).
+    /// Which exporter's metrics (mapping in src/health/exporters/vendors.rs).
     pub kind: ExporterKind,
     /// `http://host:port/metrics` of one exporter.
     #[serde(default)]

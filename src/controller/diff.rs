@@ -288,7 +288,7 @@ mod tests {
     use serde_json::json;
 
     fn example_plan() -> Plan {
-        let loaded = crate::cli::load::examples();
+        let loaded = crate::testkit::examples();
         let inventory = crate::inventory::Inventory::from_nodes(&loaded.nodes);
         plan(&PlanInput {
             classes: &loaded.classes,

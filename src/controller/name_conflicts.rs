@@ -113,7 +113,7 @@ mod tests {
 
     #[test]
     fn a_taken_name_is_a_conflict_on_the_classes_or_budget_that_planned_it() {
-        let loaded = crate::cli::load::examples();
+        let loaded = crate::testkit::examples();
         let planned = plan(&PlanInput {
             classes: &loaded.classes,
             budgets: &loaded.budgets,
@@ -201,7 +201,7 @@ mod tests {
 
     #[test]
     fn a_taken_object_no_budget_labels_concerns_every_budget() {
-        let loaded = crate::cli::load::examples();
+        let loaded = crate::testkit::examples();
         let planned = plan(&PlanInput {
             classes: &loaded.classes,
             budgets: &loaded.budgets,

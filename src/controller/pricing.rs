@@ -51,7 +51,7 @@ mod tests {
 
     #[test]
     fn workloads_in_the_queue_of_a_class_turned_invalid_still_get_an_answer() {
-        let loaded = crate::cli::load::examples();
+        let loaded = crate::testkit::examples();
         let (mut classes, budgets) = (loaded.classes, loaded.budgets);
         let inventory = Inventory::from_nodes(&loaded.nodes);
         let budget = &budgets[0];
@@ -90,7 +90,7 @@ mod tests {
     }
 
     fn example_plan(classes: &[AcceleratorClass], budgets: &[CreditBudget]) -> Plan {
-        let loaded = crate::cli::load::examples();
+        let loaded = crate::testkit::examples();
         plan(&PlanInput {
             classes,
             budgets,
@@ -102,7 +102,7 @@ mod tests {
 
     #[test]
     fn the_ledger_is_told_every_flavors_model_class_rate_and_budget() {
-        let loaded = crate::cli::load::examples();
+        let loaded = crate::testkit::examples();
         let mut classes = loaded.classes.clone();
         classes[0].metadata.generation = Some(7);
         let planned = example_plan(&classes, &loaded.budgets);
@@ -133,7 +133,7 @@ mod tests {
 
     #[test]
     fn a_grant_of_a_class_that_does_not_exist_is_not_priced() {
-        let loaded = crate::cli::load::examples();
+        let loaded = crate::testkit::examples();
         let budget = &loaded.budgets[0];
         let class = budget.spec.classes[0].name.clone();
         let queue = crate::plan::cluster_queue_name(&budget.name_any(), &class);

@@ -121,7 +121,7 @@ mod tests {
 
     #[test]
     fn a_dra_tainted_device_is_out_of_service() {
-        let nodes = crate::cli::load::examples().nodes;
+        let nodes = crate::testkit::examples().nodes;
         let mut inventory = crate::inventory::Inventory::from_nodes(&nodes);
         let node = inventory
             .nodes

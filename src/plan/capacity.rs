@@ -131,7 +131,7 @@ fn blocking_taint(node: &NodeInventory, tolerated: &BTreeSet<String>) -> bool {
 mod tests {
     use super::*;
     use crate::api::HealthCounts;
-    use crate::plan::fixtures::{PRODUCT_LABEL, gpus, node, whole_gpu};
+    use crate::testkit::devices::{PRODUCT_LABEL, gpus, node, whole_gpu};
 
     const H100: &str = "NVIDIA-H100-80GB-HBM3";
 

@@ -478,9 +478,9 @@ pub(super) fn name_flavors(
 mod tests {
     use super::*;
     use crate::api::HardwareSelector;
-    use crate::plan::fixtures::{gpus, node};
     use crate::plan::tests::class;
     use crate::plan::validate;
+    use crate::testkit::devices::{gpus, node};
 
     const H100: &str = "NVIDIA-H100-80GB-HBM3";
     const ZONE: &str = "topology.kubernetes.io/zone";
@@ -590,7 +590,7 @@ mod tests {
     #[test]
     fn names_that_slug_alike_are_told_apart_by_a_hash_of_the_key() {
         let key = |zone: &str| FlavorKey {
-            variant: Some(crate::plan::fixtures::whole_gpu(H100)),
+            variant: Some(crate::testkit::devices::whole_gpu(H100)),
             pins: BTreeMap::new(),
             extra: BTreeMap::from([(ZONE.to_string(), zone.to_string())]),
         };

@@ -103,7 +103,7 @@ pub(super) fn hardware_mismatch(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::fixtures::gpus;
+    use crate::testkit::devices::gpus;
 
     const H100: &str = "NVIDIA-H100-80GB-HBM3";
 

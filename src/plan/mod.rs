@@ -263,8 +263,6 @@ fn name_of(meta: &ObjectMeta) -> String {
 }
 
 #[cfg(test)]
-mod fixtures;
-#[cfg(test)]
 mod purity_tests;
 #[cfg(test)]
 mod tests;

@@ -235,7 +235,7 @@ mod tests {
     use k8s_openapi::api::core::v1::{Node, Taint};
 
     fn fleet() -> (Vec<Node>, Vec<crate::api::AcceleratorClass>) {
-        let loaded = crate::cli::load::examples();
+        let loaded = crate::testkit::examples();
         (loaded.nodes, loaded.classes)
     }
 

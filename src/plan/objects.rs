@@ -517,7 +517,7 @@ mod tests {
 
     #[test]
     fn priced_queues_of_the_examples_are_the_label_derived_map() {
-        let loaded = crate::cli::load::examples();
+        let loaded = crate::testkit::examples();
         let (planned, _) = run(
             &loaded.classes,
             &loaded.budgets,
@@ -533,7 +533,7 @@ mod tests {
 
     #[test]
     fn the_queues_of_an_invalid_class_stay_priced() {
-        let mut loaded = crate::cli::load::examples();
+        let mut loaded = crate::testkit::examples();
         let target = loaded.budgets[0].spec.classes[0].name.clone();
         let owner = loaded.budgets[0].name_any();
         let class = loaded

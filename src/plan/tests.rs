@@ -95,7 +95,7 @@ pub(super) fn run(
 }
 
 fn examples() -> (Vec<AcceleratorClass>, Vec<CreditBudget>, Vec<Node>) {
-    let loaded = crate::cli::load::examples();
+    let loaded = crate::testkit::examples();
     (loaded.classes, loaded.budgets, loaded.nodes)
 }
 

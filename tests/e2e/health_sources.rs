@@ -162,7 +162,7 @@ fn series(nodes: &[(String, u32)], a: &Answer) -> Value {
 }
 
 fn h100_nodes() -> Vec<(String, u32)> {
-    kaccel::cli::load::examples()
+    kaccel::testkit::examples()
         .nodes
         .iter()
         .filter_map(|n| {

@@ -1,6 +1,6 @@
 //! One fault per vendor through the whole health loop: a fake exporter per node
 //! serves that vendor's real text format (names and labels as mapped in
-//! `src/health/exporters.rs`), `kaccel run` scrapes it, and the test watches the
+//! `src/health/exporters/vendors.rs`), `kaccel run` scrapes it, and the test watches the
 //! class status, the Kueue quota and the Node.
 //!
 //! - NVIDIA critical XID 79 -> Failed, quota drop, cordon + repair request; recovery.

@@ -19,7 +19,7 @@ use crate::support::{self, Cleanup, kueue};
 const WAIT: Duration = Duration::from_secs(60);
 
 fn examples() -> Loaded {
-    kaccel::cli::load::examples()
+    kaccel::testkit::examples()
 }
 
 fn workload(ns: &str, name: &str, queue: &str, count: u32, resource: &str, amount: u32) -> Value {

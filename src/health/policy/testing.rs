@@ -10,11 +10,9 @@ pub const NODE: &str = "gpu-h100-01";
 pub const SOURCE: &str = "dcgm";
 pub const STALE_AFTER: i64 = 30;
 
-/// The example fleet's inventory (parsed once: property tests ask often).
+/// The example fleet's inventory.
 pub fn fleet() -> &'static Inventory {
-    static FLEET: std::sync::LazyLock<Inventory> =
-        std::sync::LazyLock::new(|| Inventory::from_nodes(&crate::cli::load::examples().nodes));
-    &FLEET
+    crate::testkit::example_inventory()
 }
 
 /// A tracker whose one source covers [`NODE`]'s GPUs, not answered yet.

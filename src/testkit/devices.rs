@@ -1,13 +1,13 @@
-//! Hand-built nodes and device groups for the planner's stage tests.
+//! Hand-built devices and nodes for the planner's stage tests.
 
 use std::collections::BTreeMap;
 
 use crate::api::{SharingMode, Vendor};
 use crate::inventory::{DeviceGroup, DeviceVariant, NodeInventory};
 
-pub(super) const PRODUCT_LABEL: &str = "nvidia.com/gpu.product";
+pub const PRODUCT_LABEL: &str = "nvidia.com/gpu.product";
 
-pub(super) fn whole_gpu(model: &str) -> DeviceVariant {
+pub fn whole_gpu(model: &str) -> DeviceVariant {
     DeviceVariant {
         vendor: Vendor::Nvidia,
         model: model.into(),
@@ -18,7 +18,7 @@ pub(super) fn whole_gpu(model: &str) -> DeviceVariant {
 }
 
 /// `count` whole GPUs of `model`, pinned by the product label, 80 GiB each.
-pub(super) fn gpus(model: &str, count: u32) -> DeviceGroup {
+pub fn gpus(model: &str, count: u32) -> DeviceGroup {
     let mut group = DeviceGroup::new(whole_gpu(model), count, count);
     group.pin_labels = BTreeMap::from([(PRODUCT_LABEL.to_string(), model.to_string())]);
     group.memory_mib = Some(81_920);
@@ -27,7 +27,7 @@ pub(super) fn gpus(model: &str, count: u32) -> DeviceGroup {
 
 /// A Ready, schedulable node with 64 cores and 512 GiB, carrying `labels` and the
 /// pin labels of its groups.
-pub(super) fn node(name: &str, labels: &[(&str, &str)], groups: Vec<DeviceGroup>) -> NodeInventory {
+pub fn node(name: &str, labels: &[(&str, &str)], groups: Vec<DeviceGroup>) -> NodeInventory {
     let mut all_labels: BTreeMap<String, String> = labels
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))

@@ -1,0 +1,47 @@
+//! Fixtures and builders for tests, in one place: the shipped examples, the example
+//! fleet's inventory, and hand-built devices and nodes. Not part of kaccel's API
+//! (hidden from its docs); public only so the e2e tests and benchmarks share it.
+//!
+//! Fixtures copied from what vendors publish live beside their adapters
+//! (`inventory::vendor_fleet_*`), with the source of each label named there.
+
+use std::sync::LazyLock;
+
+use crate::cli::load::{Loaded, load_text};
+use crate::inventory::Inventory;
+
+pub mod devices;
+
+/// The example fleet, classes and budgets shipped in `examples/`, compiled in, so
+/// tests and benchmarks use exactly what the README shows.
+pub fn examples() -> Loaded {
+    let mut loaded = Loaded::default();
+    let mut errors = Vec::new();
+    for (file, text) in [
+        (
+            "examples/classes.yaml",
+            include_str!("../../examples/classes.yaml"),
+        ),
+        (
+            "examples/budgets.yaml",
+            include_str!("../../examples/budgets.yaml"),
+        ),
+        (
+            "examples/nodes.yaml",
+            include_str!("../../examples/nodes.yaml"),
+        ),
+    ] {
+        load_text(file.as_ref(), text, &mut loaded, &mut errors);
+    }
+    assert!(
+        errors.is_empty(),
+        "the shipped examples are invalid: {errors:?}"
+    );
+    loaded
+}
+
+/// The example fleet's inventory, parsed once (property tests ask often).
+pub fn example_inventory() -> &'static Inventory {
+    static FLEET: LazyLock<Inventory> = LazyLock::new(|| Inventory::from_nodes(&examples().nodes));
+    &FLEET
+}
