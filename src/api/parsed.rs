@@ -25,15 +25,43 @@ impl ParsedClass {
     }
 }
 
-/// A budget's amounts once its spec parsed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// A budget's amounts, period and top-ups once its spec parsed.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ParsedBudget {
+    /// `spec.team` (a DNS label).
+    pub team: String,
     /// `spec.credits.perPeriod`.
     pub per_period: Credits,
+    /// `spec.credits.period`.
+    pub period: ParsedPeriod,
+    /// `spec.credits.topUps`, in spec order: names unique DNS labels, credits
+    /// positive.
+    pub top_ups: Vec<ParsedTopUp>,
     /// `spec.admission.overdraftLimit`, when set.
     pub overdraft_limit: Option<Credits>,
     /// `spec.fairShareWeight`, when set: positive, at most 3 decimal places.
     pub fair_share_weight: Option<Credits>,
+}
+
+/// `spec.credits.period` parsed: when the first period starts and how long each
+/// lasts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ParsedPeriod {
+    /// `spec.credits.period.start`, in unix seconds.
+    pub start: i64,
+    /// `spec.credits.period.days`: 1 to 366 in a parsed budget.
+    pub days: u32,
+}
+
+/// One of `spec.credits.topUps` parsed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParsedTopUp {
+    /// A DNS label, unique within the budget.
+    pub name: String,
+    /// Why it was given; an empty reason is `None`.
+    pub reason: Option<String>,
+    /// Positive.
+    pub credits: Credits,
 }
 
 /// One problem with a field, in words a platform engineer can act on.
@@ -200,7 +228,8 @@ pub fn parse_class(spec: &AcceleratorClassSpec, generation: Option<i64>) -> Pars
     ParsedClass { rates, errors }
 }
 
-/// A CreditBudget's spec parsed: every field error it has, or its amounts.
+/// A CreditBudget's spec parsed: every field error it has, or its team, amounts,
+/// period and top-ups.
 pub fn parse_budget(spec: &CreditBudgetSpec) -> Result<ParsedBudget, Vec<FieldError>> {
     let mut errors = Vec::new();
     if spec.namespaces.is_empty() {
@@ -278,7 +307,9 @@ pub fn parse_budget(spec: &CreditBudgetSpec) -> Result<ParsedBudget, Vec<FieldEr
             "applies only with spec.admission.whenRenewalShort: Overdraft: set both, or remove overdraftLimit",
         ));
     }
+    let mut top_ups = Vec::with_capacity(spec.credits.top_ups.len());
     for (i, top_up) in spec.credits.top_ups.iter().enumerate() {
+        let errors_before = errors.len();
         if !dns_label(&top_up.name) {
             errors.push(err(
                 format!("spec.credits.topUps[{i}].name"),
@@ -300,15 +331,20 @@ pub fn parse_budget(spec: &CreditBudgetSpec) -> Result<ParsedBudget, Vec<FieldEr
                 ),
             ));
         }
-        if !top_up
-            .credits
-            .parse::<Credits>()
-            .is_ok_and(|c| c.micros() > 0)
-        {
-            errors.push(err(
+        match top_up.credits.parse::<Credits>() {
+            Ok(credits) if credits.micros() > 0 => {
+                if errors.len() == errors_before {
+                    top_ups.push(ParsedTopUp {
+                        name: top_up.name.clone(),
+                        reason: top_up.reason.clone().filter(|r| !r.is_empty()),
+                        credits,
+                    });
+                }
+            }
+            _ => errors.push(err(
                 format!("spec.credits.topUps[{i}].credits"),
                 format!("{:?} must be a positive decimal with at most 6 places, e.g. \"200\"; to take credits away, lower perPeriod", top_up.credits),
-            ));
+            )),
         }
     }
     let overdraft_limit = match &admission.overdraft_limit {
@@ -344,7 +380,13 @@ pub fn parse_budget(spec: &CreditBudgetSpec) -> Result<ParsedBudget, Vec<FieldEr
     };
     match per_period {
         Ok(per_period) if errors.is_empty() => Ok(ParsedBudget {
+            team: spec.team.clone(),
             per_period,
+            period: ParsedPeriod {
+                start: spec.credits.period.start.0.as_second(),
+                days: spec.credits.period.days,
+            },
+            top_ups,
             overdraft_limit,
             fair_share_weight,
         }),
@@ -412,6 +454,116 @@ mod tests {
                 amounts.per_period,
                 budget.spec.credits.per_period.parse::<Credits>().unwrap()
             );
+            assert_eq!(amounts.team, budget.spec.team);
+            assert_eq!(amounts.period.days, budget.spec.credits.period.days);
+            assert_eq!(
+                amounts.period.start,
+                budget.spec.credits.period.start.0.as_second()
+            );
+            assert_eq!(amounts.top_ups.len(), budget.spec.credits.top_ups.len());
+        }
+    }
+
+    /// A valid budget but for `per_period`, `days` and `top_ups` (name, credits,
+    /// reason).
+    fn budget_spec(
+        per_period: &str,
+        days: u32,
+        top_ups: &[(&str, &str, &str)],
+    ) -> CreditBudgetSpec {
+        serde_json::from_value(serde_json::json!({
+            "team": "vision",
+            "namespaces": ["vision"],
+            "classes": [{"name": "x"}],
+            "credits": {
+                "perPeriod": per_period,
+                "period": {"start": "2025-12-01T00:00:00Z", "days": days},
+                "topUps": top_ups
+                    .iter()
+                    .map(|(name, credits, reason)| serde_json::json!({"name": name, "credits": credits, "reason": reason}))
+                    .collect::<Vec<_>>(),
+            },
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_budget_parses_to_its_team_period_and_top_ups() {
+        let parsed = parse_budget(&budget_spec(
+            "100.5",
+            30,
+            &[("q3-extra", "50.5", "launch"), ("b", "0.000001", "")],
+        ))
+        .unwrap();
+        assert_eq!(parsed.team, "vision");
+        assert_eq!(parsed.per_period, Credits(100_500_000));
+        assert_eq!(
+            parsed.period,
+            ParsedPeriod {
+                start: 1_764_547_200, // 2025-12-01T00:00:00Z
+                days: 30
+            }
+        );
+        assert_eq!(
+            parsed.top_ups,
+            [
+                ParsedTopUp {
+                    name: "q3-extra".into(),
+                    reason: Some("launch".into()),
+                    credits: Credits(50_500_000),
+                },
+                // An empty reason is no reason.
+                ParsedTopUp {
+                    name: "b".into(),
+                    reason: None,
+                    credits: Credits(1),
+                },
+            ]
+        );
+        for days in [1, 366] {
+            assert_eq!(
+                parse_budget(&budget_spec("1", days, &[]))
+                    .unwrap()
+                    .period
+                    .days,
+                days
+            );
+        }
+    }
+
+    /// The fields the ledger grants from (moved from `ledger::budget`, which now
+    /// receives only parsed budgets): each bad value is named by its field, with
+    /// the fix.
+    #[test]
+    fn bad_ledger_fields_are_named() {
+        let only = |spec: CreditBudgetSpec| {
+            let errors = parse_budget(&spec).unwrap_err();
+            assert_eq!(errors.len(), 1, "{errors:?}");
+            errors.into_iter().next().unwrap()
+        };
+        let e = only(budget_spec("lots", 30, &[]));
+        assert_eq!(e.field, "spec.credits.perPeriod", "{e}");
+        assert!(e.to_string().contains("spec.credits.perPeriod"), "{e}");
+        for bad in ["-50", "0", "0.0000001", "x"] {
+            let e = only(budget_spec("1", 30, &[("a", bad, "")]));
+            assert_eq!(e.field, "spec.credits.topUps[0].credits", "{bad}: {e}");
+            assert!(
+                e.message.contains("must be a positive decimal")
+                    && e.message.contains("lower perPeriod"),
+                "{bad}: {e}"
+            );
+            assert!(e.to_string().contains("spec.credits.topUps"), "{e}");
+        }
+        let e = only(budget_spec("1", 30, &[("A/b", "1", "")]));
+        assert_eq!(e.field, "spec.credits.topUps[0].name", "{e}");
+        assert!(e.message.contains("is not a DNS label"), "{e}");
+        let e = only(budget_spec("1", 30, &[("a", "1", ""), ("a", "2", "")]));
+        assert_eq!(e.field, "spec.credits.topUps[1].name", "{e}");
+        assert!(e.message.contains("used twice"), "{e}");
+        for days in [0, 367] {
+            let e = only(budget_spec("1", days, &[]));
+            assert_eq!(e.field, "spec.credits.period.days", "{days}: {e}");
+            assert!(e.to_string().contains("spec.credits.period.days"), "{e}");
         }
     }
 

@@ -27,7 +27,13 @@ pub(super) fn pricing_snapshot(
         budget_amounts: planned
             .budgets
             .iter()
-            .filter_map(|(name, report)| Some((name.clone(), report.amounts?)))
+            .filter_map(|(name, report)| Some((name.clone(), report.amounts.clone()?)))
+            .collect(),
+        budget_errors: planned
+            .budgets
+            .iter()
+            .filter(|(_, report)| report.amounts.is_none())
+            .map(|(name, report)| (name.clone(), report.errors.clone()))
             .collect(),
         // ClusterQueue -> (budget, class), as the planner assigned them: the planned
         // queues, and those of grants whose class turned invalid (Workloads holding
@@ -123,12 +129,55 @@ mod tests {
             crate::api::rates::ClassRates::parse(&classes[0].spec.credits, Some(7))
         );
         assert_eq!(snapshot.budget_amounts.len(), loaded.budgets.len());
+        assert!(snapshot.budget_errors.is_empty());
         assert!(!snapshot.queues.is_empty());
         assert_eq!(snapshot.queues, planned.priced_queues);
         assert_eq!(snapshot.budgets.len(), loaded.budgets.len());
         for b in &loaded.budgets {
             assert_eq!(snapshot.budgets[&b.name_any()], b.spec);
         }
+    }
+
+    /// What the budget loop showed as the ledger's error before budgets were
+    /// parsed once (a bad perPeriod, a bad top-up) it still shows: the planner's
+    /// field errors, with their fixes, and no amounts to grant from.
+    #[test]
+    fn an_invalid_budget_has_its_field_errors_and_no_amounts() {
+        let loaded = crate::testkit::examples();
+        let mut budgets = loaded.budgets.clone();
+        budgets[0].spec.credits.per_period = "lots".into();
+        budgets[0].spec.credits.top_ups = vec![crate::api::TopUp {
+            name: "extra".into(),
+            credits: "0".into(),
+            reason: None,
+        }];
+        let name = budgets[0].name_any();
+        let planned = example_plan(&loaded.classes, &budgets);
+        let snapshot = pricing_snapshot(&planned, &budgets);
+        assert!(!snapshot.budget_amounts.contains_key(&name));
+        assert!(snapshot.budgets.contains_key(&name), "still looked at");
+        assert_eq!(snapshot.budget_amounts.len(), budgets.len() - 1);
+        assert_eq!(snapshot.budget_errors.len(), 1);
+        let fields: Vec<&str> = snapshot.budget_errors[&name]
+            .iter()
+            .map(|e| e.field.as_str())
+            .collect();
+        assert_eq!(
+            fields,
+            ["spec.credits.perPeriod", "spec.credits.topUps[0].credits"]
+        );
+        let message = snapshot.budget_problem(&name);
+        for needle in [
+            &format!("CreditBudget {name} is invalid"),
+            "grants it nothing",
+            "spec.credits.perPeriod: \"lots\" is not a credit amount: write a non-negative decimal",
+            "spec.credits.topUps[0].credits: \"0\" must be a positive decimal",
+            "lower perPeriod",
+        ] {
+            assert!(message.contains(needle), "{needle:?} missing: {message}");
+        }
+        let unknown = snapshot.budget_problem("nobody");
+        assert!(unknown.contains("not been parsed"), "{unknown}");
     }
 
     #[test]

@@ -44,7 +44,7 @@ pub(super) fn admit<'a>(
         let parsed = parse_budget(&budget.spec);
         let mut report = BudgetReport {
             valid: parsed.is_ok(),
-            amounts: parsed.as_ref().ok().copied(),
+            amounts: parsed.as_ref().ok().cloned(),
             errors: parsed.err().unwrap_or_default(),
             ..Default::default()
         };

@@ -78,7 +78,12 @@ pub(super) fn build(
     for &budget in input.budgets {
         let bname = name_of(&budget.metadata);
         let report = budget_reports.get_mut(&bname).expect("budget report");
-        let Some(amounts) = report.amounts.filter(|_| report.valid) else {
+        let Some(weight) = report
+            .amounts
+            .as_ref()
+            .filter(|_| report.valid)
+            .map(|amounts| team_weight(amounts, budget.spec.credits.period.days))
+        else {
             continue;
         };
         let team_cohort = names::bounded(&[&options.root_cohort, &bname], 253);
@@ -93,7 +98,7 @@ pub(super) fn build(
                 parent_name: Some(options.root_cohort.clone()),
                 resource_groups: vec![],
                 fair_sharing: Some(FairSharing {
-                    weight: Some(team_weight(&amounts, budget.spec.credits.period.days)),
+                    weight: Some(weight),
                 }),
             },
         });

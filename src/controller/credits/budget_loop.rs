@@ -46,16 +46,25 @@ impl LedgerRuntime {
             });
             let mut views = BTreeMap::new();
             for (name, spec) in &pricing.budgets {
+                // As the planner parsed it; an invalid budget is granted nothing
+                // and says why.
+                let parsed = pricing
+                    .budget_amounts
+                    .get(name)
+                    .ok_or_else(|| pricing.budget_problem(name));
                 // (store unreachable, message) on failure.
                 let tick = match &budget_level {
                     Ok(by_budget) => {
                         let none = BTreeMap::new();
                         let known = by_budget.get(name).unwrap_or(&none);
-                        self.budget_tick(name, spec, known).await.map_err(|e| {
-                            let unreachable =
-                                matches!(&e, LedgerError::Store(s) if store_unreachable(s));
-                            (unreachable, e.to_string())
-                        })
+                        let policy = spec.on_exhaustion;
+                        self.budget_tick(name, parsed, policy, known)
+                            .await
+                            .map_err(|e| {
+                                let unreachable =
+                                    matches!(&e, LedgerError::Store(s) if store_unreachable(s));
+                                (unreachable, e.to_string())
+                            })
                     }
                     Err(e) => Err((store_unreachable(e), format!("ledger store: {e}"))),
                 };
@@ -124,29 +133,39 @@ impl LedgerRuntime {
     }
 
     /// Grants, expiries and top-ups due now, then the budget's figures.
+    /// `budget`: the budget as the planner parsed it, or why it did not parse
+    /// (then nothing is granted and the view carries that as its error).
     /// `known`: the budget's grants, top-ups and expiries, by key.
     pub(super) async fn budget_tick(
         &self,
         name: &str,
-        spec: &CreditBudgetSpec,
+        budget: Result<&ParsedBudget, String>,
+        on_exhaustion: ExhaustionPolicy,
         known: &BTreeMap<String, Entry>,
     ) -> Result<BudgetLedgerView, LedgerError> {
         let now = now_seconds();
         let store = self.store();
-        let window = current_period(&spec.credits, now);
+        let window = budget
+            .as_ref()
+            .ok()
+            .and_then(|b| current_period(&b.period, now));
         let before = self
             .reserves_appended
             .load(std::sync::atomic::Ordering::SeqCst);
         let balances = store.balances(name).await?;
         let mut error = None;
         let mut balances = balances;
-        match budget_entries(name, spec, now, &|k: &str| known.get(k).cloned(), balances) {
+        let entries = budget.and_then(|b| {
+            budget_entries(name, b, now, &|k: &str| known.get(k).cloned(), balances)
+                .map_err(|e| e.to_string())
+        });
+        match entries {
             Ok(entries) if !entries.is_empty() => {
                 self.append(&entries).await?;
                 balances = store.balances(name).await?;
             }
             Ok(_) => {}
-            Err(e) => error = Some(e.to_string()),
+            Err(e) => error = Some(e),
         }
         {
             // The store's figures become the cache's, unless a Reserve went in
@@ -176,7 +195,7 @@ impl LedgerRuntime {
                 burn,
             ),
             period: window.map(|w| (w.start, w.end)),
-            exhausted: is_exhausted(spec.on_exhaustion, &balances),
+            exhausted: is_exhausted(on_exhaustion, &balances),
             error,
             drift: vec![],
         })

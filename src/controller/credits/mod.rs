@@ -46,7 +46,7 @@ use tokio::sync::{Mutex, Notify, OnceCell, mpsc::UnboundedSender};
 use super::config::Ledger as LedgerConfig;
 use super::health_poller::now_seconds;
 use super::metrics::{BudgetLabel, DecisionLabel, KindLabel, Metrics, ReasonLabel};
-use crate::api::parsed::ParsedBudget;
+use crate::api::parsed::{FieldError, ParsedBudget};
 use crate::api::rates::{ClassRates, RateError};
 use crate::api::{CreditBudgetSpec, Credits, ExhaustionPolicy, RenewalShortPolicy, ShortPolicy};
 use crate::k8s::labels::EVICTED_FOR_ANNOTATION;
@@ -83,8 +83,12 @@ pub struct PricingSnapshot {
     pub queues: BTreeMap<String, (String, String)>,
     /// CreditBudget name -> spec.
     pub budgets: BTreeMap<String, CreditBudgetSpec>,
-    /// CreditBudget name -> its amounts as the planner parsed them (valid budgets).
+    /// CreditBudget name -> its amounts, period and top-ups as the planner parsed
+    /// them (valid budgets).
     pub budget_amounts: BTreeMap<String, ParsedBudget>,
+    /// CreditBudget name -> its field errors as the planner found them (invalid
+    /// budgets: the ledger grants them nothing).
+    pub budget_errors: BTreeMap<String, Vec<FieldError>>,
 }
 
 impl PricingSnapshot {
@@ -103,6 +107,27 @@ impl PricingSnapshot {
                 fields.join("; ")
             )
         })
+    }
+}
+
+impl PricingSnapshot {
+    /// Why the ledger grants `budget` nothing: the field errors the planner found
+    /// (the budget is marked Invalid with the same errors), naming each field and
+    /// its fix.
+    pub fn budget_problem(&self, budget: &str) -> String {
+        match self.budget_errors.get(budget) {
+            Some(errors) => format!(
+                "CreditBudget {budget} is invalid, so the ledger grants it nothing until it is fixed (see its Invalid condition): {}",
+                errors
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
+            None => format!(
+                "CreditBudget {budget} has not been parsed by the planner yet; the ledger grants it nothing until it is"
+            ),
+        }
     }
 }
 
