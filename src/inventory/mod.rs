@@ -3,7 +3,7 @@
 //!
 //! Vendor differences live in one adapter module per vendor family; the rest of
 //! kaccel only sees [`NodeInventory`] and [`DeviceGroup`]. Adding an accelerator
-//! family is adding one module and one line in [`adapters`].
+//! family is adding one module and one line in `adapters`.
 
 mod amd;
 mod aws;

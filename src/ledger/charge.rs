@@ -271,7 +271,7 @@ impl Charge {
     }
 
     /// The periodic posts due at `now`: one per span between consecutive
-    /// boundaries ([`Self::next_boundary`]: multiples of the interval and of the
+    /// boundaries (`next_boundary`: multiples of the interval and of the
     /// term from the admission) that ends by `now` and starts at or after
     /// `posted_until` (the boundaries depend only on the admission, so a replay
     /// finds the same keys), preceded by overrun reserves if they run past the

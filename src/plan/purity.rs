@@ -14,7 +14,7 @@
 //! A DRA-only flavor (its resource is a DeviceClass) is checked against the nodes
 //! that publish devices of that class: a claim can only be given such a device.
 //!
-//! Stage 3 of the planner, [`refuse_impure`], applies the check to the resolved flavors.
+//! Stage 3 of the planner, `refuse_impure`, applies the check to the resolved flavors.
 
 use std::collections::{BTreeMap, HashMap};
 
