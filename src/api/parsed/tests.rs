@@ -33,19 +33,19 @@ fn the_examples_parse_to_their_amounts_and_rates() {
 /// reason).
 fn budget_spec(per_period: &str, days: u32, top_ups: &[(&str, &str, &str)]) -> CreditBudgetSpec {
     serde_json::from_value(serde_json::json!({
-        "team": "vision",
-        "namespaces": ["vision"],
-        "classes": [{"name": "x"}],
-        "credits": {
-            "perPeriod": per_period,
-            "period": {"start": "2025-12-01T00:00:00Z", "days": days},
-            "topUps": top_ups
-                .iter()
-                .map(|(name, credits, reason)| serde_json::json!({"name": name, "credits": credits, "reason": reason}))
-                .collect::<Vec<_>>(),
-        },
-    }))
-    .unwrap()
+            "team": "vision",
+            "namespaces": ["vision"],
+            "classes": [{"name": "x"}],
+            "credits": {
+                "perPeriod": per_period,
+                "period": {"start": "2025-12-01T00:00:00Z", "days": days},
+                "topUps": top_ups
+                    .iter()
+                    .map(|(name, credits, reason)| serde_json::json!({"name": name, "credits": credits, "reason": reason}))
+                    .collect::<Vec<_>>(),
+            },
+        }))
+        .unwrap()
 }
 
 #[test]
@@ -141,9 +141,9 @@ spec:
   classes: [{name: x}]
   fairShareWeight: "2.5000"
   credits:
-perPeriod: "1.1234567"
-period: {start: "2026-12-01T00:00:00Z", days: 30}
-topUps: [{name: q3, credits: "0"}, {name: q3, credits: "5"}]
+    perPeriod: "1.1234567"
+    period: {start: "2026-12-01T00:00:00Z", days: 30}
+    topUps: [{name: q3, credits: "0"}, {name: q3, credits: "5"}]
   admission: {overdraftLimit: "500", defaultHorizonSeconds: 31536001}
 "#,
     )
