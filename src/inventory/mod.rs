@@ -18,6 +18,10 @@ pub mod synthetic;
 mod tests;
 mod unclassified;
 #[cfg(test)]
+pub(crate) mod vendor_fleet_ascend_neuron;
+#[cfg(test)]
+pub(crate) mod vendor_fleet_intel_tpu_dra;
+#[cfg(test)]
 pub(crate) mod vendor_fleet_nvidia_amd;
 #[cfg(test)]
 pub(crate) mod vendor_fleet_other;

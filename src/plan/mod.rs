@@ -263,6 +263,4 @@ fn name_of(meta: &ObjectMeta) -> String {
 }
 
 #[cfg(test)]
-mod purity_tests;
-#[cfg(test)]
 mod tests;

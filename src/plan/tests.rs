@@ -1,6 +1,8 @@
-//! Planner tests: examples, the invariants as properties over random fleets, and
-//! the conflict cases. The invariant checks read the generated Kueue objects and
-//! recount capacity from the inventory independently of the planner's own report.
+//! Planner tests, one file per subject: the example fleet, capacity, conflicts, the
+//! invariants as properties over random fleets, purity on each vendor fleet. Here the
+//! helpers they share: builders, the invariant and purity checks (they read the
+//! generated Kueue objects and recount capacity from the inventory independently of
+//! the planner's own report) and the strategies for random fleets.
 
 use std::collections::BTreeMap;
 
@@ -15,6 +17,14 @@ use crate::api::{
     HardwareSelector, Period, Pooling,
 };
 use crate::inventory::synthetic::generate_fleet;
+use crate::inventory::{DeviceGroup, DeviceVariant};
+
+mod capacity;
+mod conflicts;
+mod examples;
+mod invariants;
+mod purity_nvidia_amd;
+mod purity_other_vendors;
 
 pub(super) fn class(
     name: &str,
@@ -194,413 +204,140 @@ fn assert_quota_within_healthy_capacity(
     }
 }
 
-#[test]
-fn example_fleet_plans_every_class_and_budget() {
-    let (classes, budgets, nodes) = examples();
-    let (plan, inventory) = run(&classes, &budgets, &nodes, &HealthSnapshot::default());
-    for (name, report) in &plan.classes {
-        assert!(report.valid, "{name}: {:?}", report.errors);
-        assert!(!report.flavors.is_empty(), "{name} resolved to no flavor");
-        assert_eq!(report.conditions[0].type_, api::READY);
-        assert!(
-            report.conditions[0].status,
-            "{name} not ready: {:?}",
-            report.conditions[0]
-        );
+/// Total nominal quota per flavor over its device resources.
+fn quota_per_flavor(plan: &Plan) -> BTreeMap<String, u64> {
+    let mut quota: BTreeMap<String, u64> = BTreeMap::new();
+    for ((flavor, _), amount) in device_quota(plan) {
+        *quota.entry(flavor).or_default() += amount;
     }
-    // One ClusterQueue per (budget, class), one LocalQueue per namespace and class.
-    let expected_queues: usize = budgets.iter().map(|b| b.spec.classes.len()).sum();
-    assert_eq!(plan.cluster_queues.len(), expected_queues);
-    let expected_local: usize = budgets
-        .iter()
-        .map(|b| b.spec.classes.len() * b.spec.namespaces.len())
-        .sum();
-    assert_eq!(plan.local_queues.len(), expected_local);
-    assert_quota_within_healthy_capacity(&plan, &inventory, &HealthSnapshot::default(), true);
-
-    // Large training wants >= 80 GB whole devices: L40S (48 GB) must not be there,
-    // and the preference order puts H100 first.
-    let large = &plan.classes["large-training"];
-    assert!(large.flavors.iter().all(|f| !f.model.contains("L40S")));
-    assert!(
-        large.flavors[0].model.contains("H100"),
-        "{:?}",
-        large.flavors
-    );
-    // Inference needs compute capability 8.9: A100 (8.0) is excluded.
-    assert!(
-        plan.classes["inference"]
-            .flavors
-            .iter()
-            .all(|f| !f.model.contains("A100"))
-    );
+    quota
 }
 
-#[test]
-fn queues_are_wired_to_cohorts_namespaces_and_flavors() {
-    let (classes, budgets, nodes) = examples();
-    let (plan, _) = run(&classes, &budgets, &nodes, &HealthSnapshot::default());
-    let cq = plan
-        .cluster_queues
-        .iter()
-        .find(|q| q.metadata.name.as_deref() == Some("vision-large-training"))
-        .expect("vision-large-training exists");
-    assert_eq!(cq.spec.cohort_name.as_deref(), Some("kaccel-vision"));
-    let ns = &cq
-        .spec
-        .namespace_selector
-        .as_ref()
-        .unwrap()
-        .match_expressions
-        .as_ref()
-        .unwrap()[0];
-    assert_eq!(
-        ns.values.as_ref().unwrap(),
-        &vec!["vision-research".to_string(), "vision-prod".to_string()]
-    );
-    let rg = &cq.spec.resource_groups[0];
-    assert!(rg.covered_resources.contains(&"nvidia.com/gpu".to_string()));
-    assert!(rg.covered_resources.contains(&"amd.com/gpu".to_string()));
-    assert!(
-        rg.covered_resources
-            .ends_with(&["cpu".to_string(), "memory".to_string()])
-    );
-    for f in &rg.flavors {
-        assert_eq!(
-            f.resources.len(),
-            rg.covered_resources.len(),
-            "Kueue requires every covered resource per flavor"
-        );
-    }
-    let team = plan
-        .cohorts
-        .iter()
-        .find(|c| c.metadata.name.as_deref() == Some("kaccel-vision"))
-        .unwrap();
-    assert_eq!(team.spec.parent_name.as_deref(), Some("kaccel"));
-    assert!(team.spec.fair_sharing.as_ref().unwrap().weight.is_some());
-    // A lent guarantee comes back: every queue may reclaim within its cohort.
-    for q in &plan.cluster_queues {
-        let preemption = q.spec.preemption.as_ref().expect("preemption set");
-        assert_eq!(preemption.reclaim_within_cohort.as_deref(), Some("Any"));
-    }
-    let lq = plan
-        .local_queues
-        .iter()
-        .find(|q| {
-            q.metadata.namespace.as_deref() == Some("vision-prod")
-                && q.metadata.name.as_deref() == Some("inference")
-        })
-        .unwrap();
-    assert_eq!(lq.spec.cluster_queue, "vision-inference");
-    for obj in &plan.resource_flavors {
-        assert_eq!(
-            obj.metadata.labels.as_ref().unwrap()[MANAGED_BY_LABEL],
-            MANAGED_BY
-        );
-    }
-    // No AdmissionCheck unless the ledger is on: an unanswered check blocks admission.
-    assert!(
-        plan.cluster_queues
-            .iter()
-            .all(|q| q.spec.admission_checks_strategy.is_none())
-    );
+fn variant_of(report: &FlavorReport) -> Option<DeviceVariant> {
+    Some(DeviceVariant {
+        vendor: report.vendor?,
+        model: report.model.clone(),
+        sharing: report.sharing,
+        partition_profile: report.partition_profile.clone(),
+        resource_name: report.resource_name.clone(),
+    })
 }
 
-#[test]
-fn failed_devices_shrink_quota_and_warnings_demote_a_flavor() {
-    let (classes, budgets, nodes) = examples();
-    let (healthy_plan, inventory) = run(&classes, &budgets, &nodes, &HealthSnapshot::default());
-    let h100 = "nvidia-h100-80gb-hbm3";
-    let before = healthy_plan.flavors[h100].healthy_capacity;
-
-    let mut health = HealthSnapshot::default();
-    let h100_nodes: Vec<&String> = healthy_plan.flavors[h100].nodes.iter().collect();
-    health.set(
-        h100_nodes[0],
-        "nvidia.com/gpu",
-        HealthCounts {
-            healthy: 5,
-            failed: 3,
-            ..Default::default()
-        },
-    );
-    let (plan, _) = run(&classes, &budgets, &nodes, &health);
-    assert!(plan.flavors[h100].healthy_capacity < before);
-    assert!(plan.flavors[h100].granted <= plan.flavors[h100].healthy_capacity);
-    assert_quota_within_healthy_capacity(&plan, &inventory, &health, true);
-    let large = &plan.classes["large-training"];
-    assert!(
-        large
-            .conditions
-            .iter()
-            .any(|c| c.type_ == api::DEGRADED && c.status)
-    );
-
-    // Every H100 node warns: H100 moves behind MI300X in every class using it.
-    let mut health = HealthSnapshot::default();
-    for n in &h100_nodes {
-        health.set(
-            n,
-            "nvidia.com/gpu",
-            HealthCounts {
-                healthy: 4,
-                warning: 4,
-                ..Default::default()
-            },
-        );
-    }
-    let (plan, _) = run(&classes, &budgets, &nodes, &health);
-    let large = &plan.classes["large-training"];
-    assert_ne!(large.flavors[0].name, h100);
-    assert!(
-        large
-            .flavors
-            .iter()
-            .find(|f| f.name == h100)
-            .unwrap()
-            .demoted
-    );
-    let cq = plan
-        .cluster_queues
-        .iter()
-        .find(|q| q.metadata.name.as_deref() == Some("vision-large-training"))
-        .unwrap();
-    assert_ne!(cq.spec.resource_groups[0].flavors[0].name, h100);
-}
-
-#[test]
-fn unknown_health_keeps_capacity_but_is_visible() {
-    let (classes, budgets, nodes) = examples();
-    let (plan, _) = run(&classes, &budgets, &nodes, &HealthSnapshot::default());
-    let h100 = "nvidia-h100-80gb-hbm3";
-    let before = plan.flavors[h100].healthy_capacity;
-    let mut health = HealthSnapshot::default();
-    for n in &plan.flavors[h100].nodes {
-        health.set(
-            n,
-            "nvidia.com/gpu",
-            HealthCounts {
-                unknown: 8,
-                ..Default::default()
-            },
-        );
-    }
-    let (plan, _) = run(&classes, &budgets, &nodes, &health);
-    assert_eq!(
-        plan.flavors[h100].healthy_capacity, before,
-        "a dead exporter must not drain quota"
-    );
-    assert!(plan.flavors[h100].devices.unknown >= 31);
-}
-
-#[test]
-fn cordoned_and_not_ready_nodes_leave_capacity() {
-    let (classes, budgets, mut nodes) = examples();
-    let (plan, _) = run(&classes, &budgets, &nodes, &HealthSnapshot::default());
-    let h100 = "nvidia-h100-80gb-hbm3";
-    let before = plan.flavors[h100].healthy_capacity;
-    let target = plan.flavors[h100].nodes.iter().next().unwrap().clone();
-    let node = nodes
-        .iter_mut()
-        .find(|n| n.metadata.name.as_ref() == Some(&target))
-        .unwrap();
-    node.spec.get_or_insert_with(Default::default).unschedulable = Some(true);
-    let (plan, inventory) = run(&classes, &budgets, &nodes, &HealthSnapshot::default());
-    assert!(plan.flavors[h100].healthy_capacity < before);
-    assert_quota_within_healthy_capacity(&plan, &inventory, &HealthSnapshot::default(), true);
-}
-
-#[test]
-fn bad_references_become_conditions_not_panics() {
-    let (mut classes, mut budgets, nodes) = examples();
-    budgets.push(budget(
-        "ghost",
-        &["ghost-ns"],
-        &[("does-not-exist", 4), ("inference", 1)],
-    ));
-    let created = |secs| {
-        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-            k8s_openapi::jiff::Timestamp::from_second(secs).unwrap(),
-        ))
+/// Purity and invariant 1 per variant, recounted from the inventory:
+/// - every node a device flavor's nodeLabels select carries that flavor's kind of
+///   device (vendor, model, sharing, partition; the resource name may differ);
+/// - the flavor's quota is at most the usable devices of exactly that variant on the
+///   schedulable nodes it selects, and the quota of all flavors of one variant
+///   together at most the usable devices of that variant in the fleet;
+/// - every refused flavor is absent from the output and reported on a class.
+fn assert_pure_and_within_variant_capacity(
+    plan: &Plan,
+    inventory: &Inventory,
+    health: &HealthSnapshot,
+) {
+    let quota = quota_per_flavor(plan);
+    let usable = |node: &NodeInventory, g: &DeviceGroup| -> u64 {
+        let c = health.counts_for(node, g);
+        u64::from((c.healthy + c.warning + c.unknown).min(g.allocatable))
     };
-    for b in budgets.iter_mut() {
-        b.metadata.creation_timestamp = created(1_700_000_000);
-    }
-    // Alphabetically first, but created later: it must not take vision's namespace.
-    let mut squatter = budget("squatter", &["vision-prod"], &[("inference", 1)]);
-    squatter.metadata.creation_timestamp = created(1_800_000_000);
-    budgets.push(squatter);
-    let mut bad = class(
-        "bad-partition",
-        SharingMode::Partition,
-        HardwareSelector::default(),
-    );
-    bad.spec.credits.per_device_hour = "-1".into();
-    classes.push(bad);
-    classes.push(class(
-        "impossible",
-        SharingMode::Whole,
-        HardwareSelector {
-            min_memory_mib: Some(10_000_000),
-            ..Default::default()
-        },
-    ));
-    let (plan, _) = run(&classes, &budgets, &nodes, &HealthSnapshot::default());
-
-    let ghost = &plan.budgets["ghost"];
-    assert!(
-        ghost
-            .conditions
-            .iter()
-            .any(|c| c.type_ == "ClassNotFound" && c.message.contains("does-not-exist"))
-    );
-    assert!(
-        plan.cluster_queues
-            .iter()
-            .any(|q| q.metadata.name.as_deref() == Some("ghost-inference"))
-    );
-    assert!(!plan.cluster_queues.iter().any(|q| {
-        q.metadata
-            .name
-            .as_deref()
-            .unwrap()
-            .contains("does-not-exist")
-    }));
-
-    let squatter = &plan.budgets["squatter"];
-    assert!(
-        squatter
-            .conditions
-            .iter()
-            .any(|c| c.type_ == api::CONFLICT && c.message.contains("vision-prod"))
-    );
-    assert!(
-        !plan
-            .local_queues
-            .iter()
-            .any(|q| q.metadata.labels.as_ref().unwrap()[BUDGET_LABEL] == "squatter")
-    );
-
-    let bad = &plan.classes["bad-partition"];
-    assert!(!bad.valid);
-    let invalid = bad
-        .conditions
-        .iter()
-        .find(|c| c.type_ == api::INVALID)
-        .unwrap();
-    assert!(invalid.message.contains("spec.selector.partitionProfile"));
-    assert!(invalid.message.contains("spec.credits.perDeviceHour"));
-
-    let impossible = &plan.classes["impossible"];
-    let nmh = impossible
-        .conditions
-        .iter()
-        .find(|c| c.type_ == api::NO_MATCHING_HARDWARE)
-        .unwrap();
-    assert!(nmh.message.contains("minMemoryMiB"), "{}", nmh.message);
-}
-
-#[test]
-fn a_rate_the_ledger_cannot_price_makes_the_class_invalid() {
-    let (mut classes, budgets, nodes) = examples();
-    let target = classes[0].metadata.name.clone().unwrap();
-    // Passes the old CEL rule (12 integer digits) and parses as credits, but a year
-    // of one device would not fit the ledger: Invalid, never priced.
-    classes[0].spec.credits.per_device_hour = "999999999999".into();
-    let (plan, _) = run(&classes, &budgets, &nodes, &HealthSnapshot::default());
-    let report = &plan.classes[&target];
-    assert!(!report.valid);
-    let invalid = report
-        .conditions
-        .iter()
-        .find(|c| c.type_ == api::INVALID && c.status)
-        .expect("an Invalid condition");
-    assert!(
-        invalid.message.contains("spec.credits.perDeviceHour")
-            && invalid.message.contains("largest rate, 999999999.999999")
-            && invalid.message.contains("use a smaller credit unit"),
-        "{}",
-        invalid.message
-    );
-    assert!(
-        !plan
-            .cluster_queues
-            .iter()
-            .any(|q| { q.metadata.labels.as_ref().unwrap()[CLASS_LABEL] == target }),
-        "no ClusterQueue prices with an unusable rate"
-    );
-}
-
-#[test]
-fn classes_pooling_the_same_hardware_differently_conflict() {
-    let (_, _, nodes) = examples();
-    let sel = HardwareSelector {
-        models: vec!["*H100*".into()],
-        ..Default::default()
-    };
-    let a = class("a-plain", SharingMode::Whole, sel.clone());
-    let mut b = class("b-zoned", SharingMode::Whole, sel);
-    b.spec.pooling.split_by = vec!["topology.kubernetes.io/zone".into()];
-    let (plan, inventory) = run(
-        &[a, b],
-        &[budget("t", &["t"], &[("a-plain", 8), ("b-zoned", 8)])],
-        &nodes,
-        &HealthSnapshot::default(),
-    );
-    let conflict = plan.classes["b-zoned"]
-        .conditions
-        .iter()
-        .find(|c| c.type_ == api::CONFLICT)
-        .expect("conflict");
-    assert!(conflict.message.contains("a-plain"));
-    assert_quota_within_healthy_capacity(&plan, &inventory, &HealthSnapshot::default(), true);
-}
-
-#[test]
-fn exhausted_budget_holds_its_queues_and_admission_check_is_referenced() {
-    let (classes, budgets, nodes) = examples();
-    let inventory = Inventory::from_nodes(&nodes);
-    let options = PlanOptions {
-        admission_check: Some("kaccel-credits".into()),
-        held_budgets: BTreeMap::from([("vision".to_string(), ExhaustionPolicy::HoldAndDrain)]),
-        ..Default::default()
-    };
-    let health = HealthSnapshot::default();
-    let plan = plan(&PlanInput {
-        classes: &classes,
-        budgets: &budgets,
-        inventory: &inventory,
-        health: &health,
-        options: &options,
-    });
-    for q in &plan.cluster_queues {
-        let budget = &q.metadata.labels.as_ref().unwrap()[BUDGET_LABEL];
-        let want = if budget == "vision" {
-            "HoldAndDrain"
-        } else {
-            "None"
+    let mut per_variant: BTreeMap<DeviceVariant, u64> = BTreeMap::new();
+    for flavor in &plan.resource_flavors {
+        let name = flavor.metadata.name.clone().unwrap();
+        let report = &plan.flavors[&name];
+        let Some(variant) = variant_of(report) else {
+            continue;
         };
-        assert_eq!(q.spec.stop_policy.as_deref(), Some(want));
-        assert_eq!(
-            q.spec
-                .admission_checks_strategy
-                .as_ref()
-                .unwrap()
-                .admission_checks[0]
-                .name,
-            "kaccel-credits"
+        // A DRA-only flavor's claims can only be given devices of its DeviceClass:
+        // the nodes that publish such devices are the ones it must not mislead.
+        let class = crate::inventory::is_dra_device_class(&variant.resource_name)
+            .then_some(variant.resource_name.as_str());
+        let in_scope = |g: &DeviceGroup| {
+            class.is_none_or(|c| crate::inventory::dra_device_class_of(g) == Some(c))
+        };
+        let mut capacity = 0u64;
+        for node in inventory.nodes.values() {
+            if !selects(flavor, node) {
+                continue;
+            }
+            if class.is_some() && !node.groups.iter().any(in_scope) {
+                continue;
+            }
+            assert!(
+                node.groups
+                    .iter()
+                    .filter(|g| in_scope(g))
+                    .any(|g| purity::same_device_kind(&g.variant, &variant)),
+                "flavor {name} ({variant:?}) selects node {} which carries {:?}",
+                node.name,
+                node.groups.iter().map(|g| &g.variant).collect::<Vec<_>>()
+            );
+            if open_to(flavor, node) {
+                // Quota is counted in the flavor's own resource: exactly its variant.
+                capacity += node
+                    .groups
+                    .iter()
+                    .filter(|g| g.variant == variant)
+                    .map(|g| usable(node, g))
+                    .sum::<u64>();
+            }
+        }
+        let granted = quota.get(&name).copied().unwrap_or(0);
+        assert!(
+            granted <= capacity,
+            "flavor {name}: quota {granted} exceeds the {capacity} usable devices of its variant"
+        );
+        *per_variant.entry(variant).or_default() += granted;
+    }
+    for (variant, granted) in per_variant {
+        let fleet: u64 = inventory
+            .groups()
+            .filter(|(_, g)| g.variant == variant)
+            .map(|(n, g)| usable(n, g))
+            .sum();
+        assert!(
+            granted <= fleet,
+            "{variant:?}: quota {granted} over all its flavors exceeds {fleet} devices"
         );
     }
-    assert!(
-        plan.budgets["vision"]
-            .conditions
-            .iter()
-            .any(|c| c.type_ == api::EXHAUSTED && c.status)
-    );
+    for impure in &plan.impure_flavors {
+        assert!(!impure.foreign_nodes.is_empty());
+        assert!(
+            !plan
+                .resource_flavors
+                .iter()
+                .any(|f| f.spec.node_labels == impure.node_labels
+                    && plan.flavors[f.metadata.name.as_ref().unwrap()].resource_name
+                        == impure.variant.resource_name),
+            "refused flavor {} was emitted",
+            impure.flavor
+        );
+        assert!(
+            plan.classes.values().any(|c| {
+                // One Conflict condition per class: an ImpureFlavor report may be
+                // merged into an earlier Conflict (e.g. PoolingConflict) and keep its
+                // reason.
+                c.conditions.iter().any(|cond| {
+                    cond.type_ == crate::api::CONFLICT && cond.message.contains(&impure.message())
+                })
+            }),
+            "refused flavor {} is reported on no class: {:#?}",
+            impure.flavor,
+            plan.classes
+                .iter()
+                .map(|(n, c)| (n, &c.conditions))
+                .collect::<Vec<_>>()
+        );
+    }
 }
 
-// ---- properties over random fleets ----
+fn refused_messages(plan: &Plan) -> Vec<String> {
+    plan.impure_flavors
+        .iter()
+        .map(ImpureFlavor::message)
+        .collect()
+}
+
+// ---- strategies for properties over random fleets ----
 
 fn vendor_subset(bits: u8) -> Vec<Vendor> {
     Vendor::ALL
@@ -690,142 +427,4 @@ pub(super) fn arb_health(nodes: &[Node], seed: u64) -> HealthSnapshot {
         }
     }
     health
-}
-
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
-
-    #[test]
-    fn invariants_hold_on_random_fleets(
-        (classes, budgets) in arb_classes().prop_flat_map(|c| { let n = c.len(); (Just(c), arb_budgets(n)) }),
-        fleet_size in 5usize..60,
-        seed in any::<u64>(),
-        unknown_counts in any::<bool>(),
-    ) {
-        let nodes = generate_fleet(fleet_size, seed);
-        let health = arb_health(&nodes, seed);
-        let inventory = Inventory::from_nodes(&nodes);
-        let options = PlanOptions { unknown_counts_as_capacity: unknown_counts, ..Default::default() };
-        let input = PlanInput { classes: &classes, budgets: &budgets, inventory: &inventory, health: &health, options: &options };
-        let first = plan(&input);
-
-        // Invariant 1.
-        assert_quota_within_healthy_capacity(&first, &inventory, &health, unknown_counts);
-
-        // Determinism: same input, and the same input in another order, give
-        // byte-identical objects.
-        let again = plan(&input);
-        prop_assert_eq!(crate::cli::plan_yaml(&first), crate::cli::plan_yaml(&again));
-        let mut rev_classes = classes.clone(); rev_classes.reverse();
-        let mut rev_budgets = budgets.clone(); rev_budgets.reverse();
-        let mut rev_nodes = nodes.clone(); rev_nodes.reverse();
-        let rev_inventory = Inventory::from_nodes(&rev_nodes);
-        let reordered = plan(&PlanInput { classes: &rev_classes, budgets: &rev_budgets, inventory: &rev_inventory, health: &health, options: &options });
-        prop_assert_eq!(crate::cli::plan_yaml(&first), crate::cli::plan_yaml(&reordered));
-
-        for flavor in &first.resource_flavors {
-            let name = flavor.metadata.name.clone().unwrap();
-            let report = &first.flavors[&name];
-            // Whole devices, partitions and time-share never share a flavor: every
-            // device group on a node the flavor selects, with the flavor's resource,
-            // has the flavor's sharing mode.
-            for node in inventory.nodes.values() {
-                if !flavor.spec.node_labels.iter().all(|(k, v)| node.labels.get(k) == Some(v)) { continue; }
-                for g in node.groups.iter().filter(|g| g.variant.resource_name == report.resource_name) {
-                    prop_assert_eq!(g.variant.sharing, report.sharing, "flavor {} mixes sharing modes", name);
-                    prop_assert_eq!(&g.variant.model, &report.model, "flavor {} mixes models", name);
-                }
-            }
-        }
-
-        // A model never lands in a class whose hard constraint it fails.
-        for c in &classes {
-            let report = &first.classes[c.metadata.name.as_ref().unwrap()];
-            for f in &report.flavors {
-                prop_assert_eq!(&f.sharing, &c.spec.sharing.to_string());
-                if c.spec.sharing == SharingMode::CpuOnly { continue; }
-                let fr = &first.flavors[&f.name];
-                let vendor = fr.vendor.unwrap();
-                prop_assert!(c.spec.selector.vendors.is_empty() || c.spec.selector.vendors.contains(&vendor));
-                if let Some(p) = &c.spec.selector.partition_profile {
-                    prop_assert_eq!(fr.partition_profile.as_ref(), Some(p));
-                }
-                if let Some(min) = c.spec.selector.min_memory_mib {
-                    for node in &fr.nodes {
-                        for g in inventory.nodes[node].groups.iter().filter(|g| g.variant.resource_name == fr.resource_name && g.variant.model == fr.model) {
-                            prop_assert!(g.memory_mib.is_some_and(|m| m >= min), "{} MiB in class needing {}", g.memory_mib.unwrap_or(0), min);
-                        }
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// A CPU-only class without node labels: its flavor is pinned to `kaccel.io/pool=cpu`
-/// (never empty nodeLabels, which select every node), its quota counts only labelled
-/// nodes with no accelerator of any kind — not an accelerator node kaccel cannot
-/// classify — and an accelerator node carrying the pool label is reported.
-#[test]
-fn cpu_pool_counts_only_accelerator_free_nodes_it_selects() {
-    let node = |name: &str, labels: &str, extra: &str, cpu: u32| -> Node {
-        serde_yaml::from_str(&format!(
-            r#"
-metadata: {{name: {name}, labels: {{{labels}}}}}
-status:
-  capacity: {{cpu: "{cpu}", memory: 64Gi{extra}}}
-  allocatable: {{cpu: "{cpu}", memory: 64Gi{extra}}}
-  conditions: [{{type: Ready, status: "True"}}]
-"#
-        ))
-        .unwrap()
-    };
-    let nodes = vec![
-        node("cpu-labelled", "kaccel.io/pool: cpu", "", 32),
-        node("cpu-unlabelled", "", "", 16),
-        // Qualcomm Cloud AI 100 (`qualcomm.com/qaic`): no kaccel adapter reads it.
-        node(
-            "qaic-01",
-            "kaccel.io/pool: cpu",
-            ", qualcomm.com/qaic: \"8\"",
-            64,
-        ),
-        // GPU Feature Discovery labels, device plugin not (yet) advertising GPUs.
-        node("gpu-no-plugin", "nvidia.com/gpu.present: \"true\"", "", 48),
-    ];
-    let cpu = class("cpu", SharingMode::CpuOnly, HardwareSelector::default());
-    let (plan, inventory) = run(
-        &[cpu],
-        &[budget("t", &["t"], &[("cpu", 8)])],
-        &nodes,
-        &HealthSnapshot::default(),
-    );
-    assert_eq!(inventory.unclassified().count(), 2);
-    let flavor = plan
-        .flavors
-        .values()
-        .find(|f| f.classes.contains("cpu"))
-        .expect("CPU flavor");
-    assert_eq!(
-        flavor.node_labels,
-        BTreeMap::from([(CPU_POOL_LABEL.to_string(), CPU_POOL_VALUE.to_string())])
-    );
-    assert_eq!(
-        flavor.nodes.iter().map(String::as_str).collect::<Vec<_>>(),
-        vec!["cpu-labelled"]
-    );
-    assert_eq!(flavor.healthy_capacity, 32);
-    let rf = plan
-        .resource_flavors
-        .iter()
-        .find(|rf| rf.metadata.name.as_deref() == Some(flavor.name.as_str()))
-        .unwrap();
-    assert_eq!(rf.spec.node_labels, flavor.node_labels);
-    let conflict = plan.classes["cpu"]
-        .conditions
-        .iter()
-        .find(|c| c.type_ == api::CONFLICT)
-        .expect("the pool label on an accelerator node is reported");
-    assert!(conflict.message.contains("qaic-01"), "{}", conflict.message);
-    assert!(!conflict.message.contains("cpu-labelled"));
 }

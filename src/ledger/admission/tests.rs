@@ -1,0 +1,264 @@
+//! Tests of admission decisions: usage per flavor, bad quantities, reserve/wait/reject, messages.
+
+use super::*;
+use crate::api::CreditRate;
+use crate::ledger::EntryKind;
+use proptest::prelude::*;
+use serde_json::json;
+
+fn typed(v: &Value) -> Workload {
+    serde_json::from_value(v.clone()).expect("a Workload")
+}
+
+fn workload() -> Value {
+    json!({
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {"name": "job-train-7f2c", "namespace": "vision", "uid": "0b6e-uid"},
+        "spec": {
+            "queueName": "vision",
+            "maximumExecutionTimeSeconds": 7200,
+            "podSets": [
+                {"name": "launcher", "count": 1},
+                {"name": "workers", "count": 4},
+                {"name": "notebook", "count": 2}
+            ]
+        },
+        "status": {
+            "conditions": [{"type": "QuotaReserved", "status": "True",
+                            "lastTransitionTime": "2025-01-01T00:00:00Z"}],
+            "admission": {
+                "clusterQueue": "kaccel-vision",
+                "podSetAssignments": [
+                    {"name": "launcher", "count": 1,
+                     "flavors": {"cpu": "cpu-pool", "memory": "cpu-pool"},
+                     "resourceUsage": {"cpu": "2", "memory": "4Gi"}},
+                    {"name": "workers", "count": 4,
+                     "flavors": {"cpu": "h100-pool", "memory": "h100-pool",
+                                 "nvidia.com/mig-1g.10gb": "nvidia-h100-80gb-hbm3-mig-1g.10gb"},
+                     "resourceUsage": {"cpu": "32", "memory": "256Gi",
+                                       "nvidia.com/mig-1g.10gb": "8",
+                                       "ephemeral-storage": "10Gi", "pods": "4"}},
+                    {"name": "notebook", "count": 2,
+                     "flavors": {"nvidia.com/gpu": "nvidia-a10g-SHARED"},
+                     "resourceUsage": {"nvidia.com/gpu": "2", "hugepages-2Mi": "0"}}
+                ]
+            },
+            "schedulingStats": {"evictions": [
+                {"reason": "Preempted", "underlyingCause": "", "count": 2},
+                {"reason": "PodsReadyTimeout", "underlyingCause": "", "count": 1}
+            ]}
+        }
+    })
+}
+
+#[test]
+fn usage_reads_totals_per_flavor_and_skips_core_resources() {
+    let u = usage_from_workload(&typed(&workload())).unwrap();
+    assert_eq!(
+        u,
+        vec![
+            FlavorUsage {
+                flavor: "nvidia-a10g-SHARED".into(),
+                resource: "nvidia.com/gpu".into(),
+                device_units: 2,
+            },
+            FlavorUsage {
+                flavor: "nvidia-h100-80gb-hbm3-mig-1g.10gb".into(),
+                resource: "nvidia.com/mig-1g.10gb".into(),
+                device_units: 8,
+            },
+        ]
+    );
+    assert_eq!(admission_number(&typed(&workload())).unwrap(), 4);
+    assert_eq!(horizon_seconds(&typed(&workload()), 3600), 7200);
+    assert_eq!(admission_number(&typed(&json!({"status": {}}))).unwrap(), 1);
+    assert_eq!(horizon_seconds(&typed(&json!({})), 3600), 3600);
+}
+
+#[test]
+fn bad_quantities_name_the_pod_set_and_resource() {
+    for bad in ["0.5", "500m", "lots", "-1"] {
+        let mut w = workload();
+        w["status"]["admission"]["podSetAssignments"][1]["resourceUsage"]["nvidia.com/mig-1g.10gb"] =
+            json!(bad);
+        let e = usage_from_workload(&typed(&w)).unwrap_err().to_string();
+        assert!(e.contains("workers") && e.contains("mig-1g.10gb"), "{e}");
+    }
+    let mut w = workload();
+    w["status"]["admission"]["podSetAssignments"][2]["flavors"] = json!({});
+    assert!(matches!(
+        usage_from_workload(&typed(&w)),
+        Err(AdmissionError::NoFlavor { .. })
+    ));
+    assert_eq!(
+        usage_from_workload(&typed(&json!({"status": {}}))),
+        Err(AdmissionError::NotAdmitted)
+    );
+    let mut w = workload();
+    w["status"]["schedulingStats"]["evictions"][0]["count"] = json!(-1);
+    assert!(admission_number(&typed(&w)).is_err());
+}
+
+fn rates(u: &FlavorUsage) -> Option<RateInfo> {
+    let (model, r) = match u.resource.as_str() {
+        "nvidia.com/gpu" => ("nvidia-a10g", "1.5"),
+        "nvidia.com/mig-1g.10gb" => ("nvidia-h100-80gb-hbm3-mig-1g.10gb", "0.25"),
+        _ => return None,
+    };
+    let spec = CreditRate {
+        per_device_hour: r.into(),
+        model_overrides: vec![],
+    };
+    Some(RateInfo {
+        class: "gpu".into(),
+        model: model.into(),
+        rate: ClassRates::parse(&spec, Some(1)).ok()?.for_model(model),
+        rate_card: ClassRates::parse(&spec, Some(1))
+            .ok()?
+            .rate_card()
+            .to_string(),
+    })
+}
+
+fn budget(remaining_credits: u64) -> BudgetView {
+    let mut balances = Balances::default();
+    balances.apply(EntryKind::Grant, Credits::whole(remaining_credits).0 as i64);
+    BudgetView {
+        budget: "vision".into(),
+        team: "vision".into(),
+        balances,
+    }
+}
+
+fn view() -> WorkloadView {
+    WorkloadView {
+        namespace: "vision".into(),
+        name: "job-train-7f2c".into(),
+        uid: "0b6e-uid".into(),
+        admission: 4,
+        admitted_at: 1_735_689_600,
+        now: 1_735_689_601,
+    }
+}
+
+#[test]
+fn decide_reserves_waits_and_rejects() {
+    let u = usage_from_workload(&typed(&workload())).unwrap();
+    let res = reservation(&u, &rates, horizon_seconds(&typed(&workload()), 3600)).unwrap();
+    // 2 x 1.5 x 2h + 8 x 0.25 x 2h = 6 + 4 = 10 credits.
+    assert_eq!(res.total, Credits::whole(10));
+    match decide(&budget(10), &view(), &res) {
+        Decision::Reserve { entries } => {
+            // One Reserve per line, each with its own flavor, units and rate.
+            let lines: Vec<_> = entries
+                .iter()
+                .map(|e| (e.flavor.as_str(), e.device_units, e.credits, e.rate))
+                .collect();
+            assert_eq!(
+                lines,
+                vec![
+                    ("nvidia-a10g-SHARED", 2, 6_000_000, 1_500_000),
+                    ("nvidia-h100-80gb-hbm3-mig-1g.10gb", 8, 4_000_000, 250_000),
+                ]
+            );
+            for e in &entries {
+                assert_eq!(
+                    e.key,
+                    format!(
+                        "reserve/vision/0b6e-uid/4/1735689600/{}/{}",
+                        e.flavor, e.resource
+                    )
+                );
+                assert_eq!(e.end - e.start, 7200);
+                assert!(!e.flavor.contains('+') && !e.class.contains('+'));
+                e.validate().unwrap();
+            }
+        }
+        d => panic!("{d:?}"),
+    }
+    match decide(&budget(3), &view(), &res) {
+        Decision::Wait { message } => assert_eq!(
+            message,
+            "team vision has 3 credits left; this workload needs up to 10 \
+             (2 x nvidia-a10g for 2h at 1.5/device-hour + \
+             8 x nvidia-h100-80gb-hbm3-mig-1g.10gb for 2h at 0.25/device-hour)"
+        ),
+        d => panic!("{d:?}"),
+    }
+    let mut u2 = u.clone();
+    u2.push(FlavorUsage {
+        flavor: "mi300x".into(),
+        resource: "amd.com/gpu".into(),
+        device_units: 1,
+    });
+    match decide(
+        &budget(100),
+        &view(),
+        &reservation(&u2, &rates, 3600).unwrap(),
+    ) {
+        Decision::Reject { message } => {
+            assert!(message.contains("amd.com/gpu") && message.contains("mi300x"))
+        }
+        d => panic!("{d:?}"),
+    }
+    assert_eq!(
+        decide(
+            &budget(0),
+            &view(),
+            &reservation(&[], &rates, 3600).unwrap()
+        ),
+        Decision::Reserve { entries: vec![] }
+    );
+}
+
+#[test]
+fn message_example_from_the_issue() {
+    let usage = [FlavorUsage {
+        flavor: "h100".into(),
+        resource: "nvidia.com/gpu".into(),
+        device_units: 4,
+    }];
+    let r = |_: &FlavorUsage| {
+        Some(RateInfo {
+            class: "gpu".into(),
+            model: "nvidia-h100-80gb-hbm3".into(),
+            rate: Rate(100_000_000),
+            rate_card: "rc-x".into(),
+        })
+    };
+    let res = reservation(&usage, &r, 3600).unwrap();
+    match decide(&budget(120), &view(), &res) {
+        Decision::Wait { message } => assert_eq!(
+            message,
+            "team vision has 120 credits left; this workload needs up to 400 \
+             (4 x nvidia-h100-80gb-hbm3 for 1h at 100/device-hour)"
+        ),
+        d => panic!("{d:?}"),
+    }
+}
+
+proptest! {
+    #[test]
+    fn decide_never_reserves_more_than_remaining(rate in 0u64..1_000_000_000, units in 0u64..1000,
+            horizon in 0u64..1_000_000, granted in 0i64..1_000_000_000_000, spent in 0i64..1_000_000_000_000) {
+        let usage = [FlavorUsage { flavor: "f".into(), resource: "nvidia.com/gpu".into(), device_units: units }];
+        let r = move |_: &FlavorUsage| Some(RateInfo { class: "c".into(), model: "m".into(), rate: Rate(rate), rate_card: "rc".into() });
+        let res = reservation(&usage, &r, horizon).unwrap();
+        let mut balances = Balances::default();
+        balances.apply(EntryKind::Grant, granted);
+        balances.apply(EntryKind::Correction, spent);
+        let b = BudgetView { budget: "b".into(), team: "t".into(), balances };
+        match decide(&b, &view(), &res) {
+            Decision::Reserve { entries } => {
+                let sum: i128 = entries.iter().map(|e| i128::from(e.credits)).sum();
+                prop_assert!(sum <= balances.remaining());
+            }
+            Decision::Wait { message } => {
+                prop_assert!(i128::from(res.total.0) > balances.remaining());
+                prop_assert!(message.contains("credits left"));
+            }
+            Decision::Reject { .. } => prop_assert!(false, "priced usage rejected"),
+        }
+    }
+}
