@@ -13,7 +13,7 @@
 //! per flavor; `inventory/render.rs` writes the table or the JSON document.
 
 mod allocation;
-mod read;
+mod gather;
 mod render;
 #[cfg(test)]
 mod tests;
@@ -30,7 +30,7 @@ use crate::health::HealthSnapshot;
 use crate::inventory::Inventory;
 
 pub use allocation::{Allocation, FlavorAllocation, KueueObjects, allocation};
-pub use read::{read_cluster, read_files};
+pub use gather::{read_cluster, read_files};
 pub use render::{render, write};
 
 #[derive(clap::Args, Debug)]

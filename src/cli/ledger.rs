@@ -190,11 +190,11 @@ async fn run_async(args: &LedgerArgs) -> Result<(), String> {
 }
 
 /// The ledger's open reservations against the cluster's Workloads and kaccel's
-/// ClusterQueues ([`crate::ledger::reconcile::compare`]).
+/// ClusterQueues ([`crate::ledger::drift::compare`]).
 async fn reconcile_with_cluster<S: LedgerStore>(
     store: &S,
     check: &str,
-) -> Result<Vec<crate::ledger::reconcile::Finding>, String> {
+) -> Result<Vec<crate::ledger::drift::Finding>, String> {
     use kube::api::{Api, DynamicObject, ListParams};
     let client = kube::Client::try_default()
         .await
@@ -227,11 +227,11 @@ async fn reconcile_with_cluster<S: LedgerStore>(
         .map_err(|e| format!("listing Workloads: {e}"))?
         .items;
     let open = store.open_reservations().await.map_err(|e| e.to_string())?;
-    Ok(crate::ledger::reconcile::compare(
+    Ok(crate::ledger::drift::compare(
         &open,
         &workloads,
         &queues,
-        &crate::ledger::reconcile::queue_budgets(&queues),
+        &crate::ledger::drift::queue_budgets(&queues),
         check,
     ))
 }

@@ -2,9 +2,9 @@
 //!
 //! `config/kaccel.yaml` documents every knob. Every field has a default, so an
 //! empty file (or none) is a working setup. The rules a file must satisfy are in
-//! validate.rs.
+//! checks.rs.
 
-mod validate;
+mod checks;
 
 use std::net::SocketAddr;
 use std::path::Path;

@@ -21,10 +21,10 @@ mod http;
 mod metrics;
 mod name_conflicts;
 mod node_actions;
-mod pricing;
+mod pricing_snapshot;
 mod reconcile;
 mod run;
-mod status;
+mod status_writes;
 mod watches;
 
 use kube::core::ApiResource;
@@ -35,7 +35,7 @@ use diff::Kind;
 use events::publish_event;
 use run::receiver_stream;
 pub use run::run;
-pub use status::LEDGER_IN_SYNC;
+pub use status_writes::LEDGER_IN_SYNC;
 
 /// Failures a platform engineer can act on; `metric_label` names each in metrics.
 #[derive(Debug, thiserror::Error)]

@@ -16,13 +16,13 @@
 //!
 //! Writing samples back out as exposition text is `prom/render.rs`.
 
-mod render;
+mod exposition;
 #[cfg(test)]
 mod tests;
 
 use std::collections::BTreeMap;
 
-pub use render::{format_value, render};
+pub use exposition::{format_value, render};
 
 /// Largest body accepted, in bytes (64 MiB).
 pub const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;

@@ -13,7 +13,7 @@ mod csv;
 mod focus;
 mod json;
 mod numbers;
-mod read;
+mod read_back;
 #[cfg(test)]
 mod tests;
 
@@ -25,7 +25,7 @@ use csv::record;
 pub use crate::k8s::time::rfc3339;
 pub use csv::CSV_HEADER;
 pub use focus::FOCUS_HEADER;
-pub use read::{parse_decimal, read_csv, read_csv_table};
+pub use read_back::{parse_decimal, read_csv, read_csv_table};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {

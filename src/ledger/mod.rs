@@ -6,11 +6,11 @@ pub mod budget;
 pub mod charge;
 #[doc(hidden)]
 pub mod conformance;
+pub mod drift;
 pub mod entry;
 pub mod export;
 pub mod lifecycle;
 pub mod pricing;
-pub mod reconcile;
 pub mod store;
 
 pub use entry::{Balances, Entry, EntryKind};

@@ -233,7 +233,7 @@ impl LedgerRuntime {
             .iter()
             .map(|q| serde_json::to_value(q.as_ref()).expect("objects serialise"))
             .collect();
-        let found = crate::ledger::reconcile::compare(
+        let found = crate::ledger::drift::compare(
             &open,
             &relevant,
             &queues,
