@@ -592,3 +592,6 @@ pub(super) fn renewal_rule(
         overdraft_limit: limit.unwrap_or(Credits::ZERO),
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -4,6 +4,7 @@
 
 use super::workload_cache::{ledger_relevant, slim_view};
 use super::*;
+use crate::ledger::budget::PeriodWindow;
 
 impl LedgerRuntime {
     pub(super) async fn budget_loop(
@@ -183,22 +184,14 @@ impl LedgerRuntime {
             }
         }
         let posted = store.posted_between(name, now - 86_400, now + 1).await?;
-        let burn = burn_rate_per_hour(posted);
-        Ok(BudgetLedgerView {
+        Ok(budget_view(
             balances,
-            burn_per_hour: burn,
-            // Projected from the start of the hour, so the status (and its write)
-            // changes only when the figures do, or once an hour, not every pass.
-            projected_exhaustion: projected_exhaustion(
-                now - now.rem_euclid(3600),
-                balances.remaining(),
-                burn,
-            ),
-            period: window.map(|w| (w.start, w.end)),
-            exhausted: is_exhausted(on_exhaustion, &balances),
+            posted,
+            now - now.rem_euclid(3600),
+            window,
+            on_exhaustion,
             error,
-            drift: vec![],
-        })
+        ))
     }
 
     /// Open reservations against Workloads holding quota, and device units per
@@ -253,26 +246,18 @@ impl LedgerRuntime {
                 .push((f.message, f.orphan));
         }
 
-        // Act only on findings seen twice in a row.
         let mut previous = self.previous_findings.lock().await;
-        let now_set: BTreeSet<String> = findings
-            .values()
-            .flatten()
-            .map(|(text, _)| text.clone())
-            .collect();
+        let (confirmed, seen) = confirmed_findings(&previous, findings);
         let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        for (budget, list) in &findings {
+        for (budget, list) in confirmed {
             for (text, orphan) in list {
-                if !previous.contains(text) {
-                    continue;
-                }
-                if let Some(r) = orphan {
+                if let Some(r) = &orphan {
                     self.close_orphan(r).await?;
                 }
-                out.entry(budget.clone()).or_default().push(text.clone());
+                out.entry(budget.clone()).or_default().push(text);
             }
         }
-        *previous = now_set;
+        *previous = seen;
         Ok(out)
     }
 
@@ -328,3 +313,63 @@ impl LedgerRuntime {
         self.append(&[void]).await
     }
 }
+
+/// A budget's figures for its status and the planner, from its balances and
+/// what it posted over the last 24 hours.
+fn budget_view(
+    balances: Balances,
+    posted_last_24h: i128,
+    now: i64,
+    window: Option<PeriodWindow>,
+    on_exhaustion: ExhaustionPolicy,
+    error: Option<String>,
+) -> BudgetLedgerView {
+    let burn = burn_rate_per_hour(posted_last_24h);
+    BudgetLedgerView {
+        balances,
+        burn_per_hour: burn,
+        // Projected from the start of the hour, so the status (and its write)
+        // changes only when the figures do, or once an hour, not every pass.
+        projected_exhaustion: projected_exhaustion(
+            now - now.rem_euclid(3600),
+            balances.remaining(),
+            burn,
+        ),
+        period: window.map(|w| (w.start, w.end)),
+        exhausted: is_exhausted(on_exhaustion, &balances),
+        error,
+        drift: vec![],
+    }
+}
+
+/// Findings of one pass, per budget: text, and the orphaned reservation to
+/// close when it is confirmed.
+type Findings = BTreeMap<String, Vec<(String, Option<OpenReservation>)>>;
+
+/// Drift is a finding seen at two passes in a row (a Workload between two
+/// writes looks like drift for one pass): the findings of this pass that the
+/// previous pass saw too, and the set this pass saw, for the next one.
+fn confirmed_findings(
+    previous: &BTreeSet<String>,
+    findings: Findings,
+) -> (Findings, BTreeSet<String>) {
+    let seen: BTreeSet<String> = findings
+        .values()
+        .flatten()
+        .map(|(text, _)| text.clone())
+        .collect();
+    let confirmed = findings
+        .into_iter()
+        .filter_map(|(budget, list)| {
+            let list: Vec<_> = list
+                .into_iter()
+                .filter(|(text, _)| previous.contains(text))
+                .collect();
+            (!list.is_empty()).then_some((budget, list))
+        })
+        .collect();
+    (confirmed, seen)
+}
+
+#[cfg(test)]
+mod tests;

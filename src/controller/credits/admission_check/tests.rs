@@ -1,0 +1,120 @@
+//! The check's pure decisions: the renewal rule a budget sets, and the message once credits are reserved.
+
+use super::*;
+use crate::api::AdmissionPolicy;
+use crate::ledger::admission::{RateInfo, ReservationLine};
+use crate::ledger::charge::ChargeOwner;
+use crate::ledger::lifecycle::RecordedLine;
+use crate::ledger::pricing::Rate;
+
+fn policy(when_renewal_short: Option<RenewalShortPolicy>) -> AdmissionPolicy {
+    AdmissionPolicy {
+        when_renewal_short,
+        ..AdmissionPolicy::default()
+    }
+}
+
+#[test]
+fn only_overdraft_with_a_parsed_limit_renews_into_an_overdraft() {
+    let limit = Some(Credits::from_micros(500_000_000));
+    let overdraft = renewal_rule(&policy(Some(RenewalShortPolicy::Overdraft)), limit);
+    assert!(overdraft.allow_overdraft);
+    assert_eq!(overdraft.overdraft_limit, Credits::from_micros(500_000_000));
+    // Overdraft whose limit did not parse (the budget is Invalid): stop, never an unbounded overdraft.
+    let unparsed = renewal_rule(&policy(Some(RenewalShortPolicy::Overdraft)), None);
+    assert!(!unparsed.allow_overdraft);
+    assert_eq!(unparsed.overdraft_limit, Credits::ZERO);
+    // Stop, or no rule at all: a limit alone allows nothing.
+    for when in [Some(RenewalShortPolicy::Stop), None] {
+        let rule = renewal_rule(&policy(when), limit);
+        assert!(!rule.allow_overdraft, "{when:?}");
+    }
+}
+
+fn recorded(flavor: &str, rate_card: &str) -> RecordedLine {
+    RecordedLine {
+        flavor: flavor.into(),
+        resource: "nvidia.com/gpu".into(),
+        device_units: 1,
+        class: "large-training".into(),
+        model: "H100".into(),
+        rate: 3_600_000_000,
+        rate_card: rate_card.into(),
+    }
+}
+
+fn workload(maximum_execution_seconds: Option<u64>) -> Workload {
+    let mut w = Workload::default();
+    w.metadata.namespace = Some("vision".into());
+    w.metadata.name = Some("train".into());
+    w.spec.maximum_execution_time_seconds = maximum_execution_seconds.map(Value::from);
+    w
+}
+
+fn note_for(w: &Workload) -> String {
+    let record = ReservationRecord {
+        admission: 1,
+        budget: "vision".into(),
+        team: "vision".into(),
+        cluster_queue: "vision-large-training".into(),
+        admitted_at: 1_000,
+        horizon_seconds: 100,
+        lines: vec![
+            recorded("h100-b", "rc-2"),
+            recorded("h100-a", "rc-1"),
+            recorded("h100-c", "rc-2"),
+        ],
+    };
+    // 2 devices at 3600 credits per device-hour for a 100 s term: 200 credits.
+    let charge = Charge {
+        owner: ChargeOwner {
+            budget: "vision".into(),
+            team: "vision".into(),
+            namespace: "vision".into(),
+            workload: "train".into(),
+            workload_uid: "uid".into(),
+            admission: 1,
+        },
+        admitted_at: 1_000,
+        term_seconds: 100,
+        lines: vec![ReservationLine {
+            usage: FlavorUsage {
+                flavor: "h100-a".into(),
+                resource: "nvidia.com/gpu".into(),
+                device_units: 2,
+            },
+            rate: RateInfo {
+                class: "large-training".into(),
+                model: "H100".into(),
+                rate: Rate(3_600_000_000),
+                rate_card: "rc-1".into(),
+            },
+            credits: Credits::ZERO,
+        }],
+    };
+    ready_note(&record, &charge, w)
+}
+
+#[test]
+fn the_ready_note_names_credits_budget_span_and_each_rate_card_once() {
+    let renewed = note_for(&workload(None));
+    assert_eq!(
+        renewed,
+        format!(
+            "reserved {} credits of budget vision for the first 100s, renewed every 100s while it runs (rate card rc-1, rc-2)",
+            format_micros(200_000_000)
+        )
+    );
+    // Kueue stops a Workload with a maximum execution time at its horizon: never renewed.
+    let bounded = note_for(&workload(Some(100)));
+    assert!(bounded.contains("for up to 100s (rate card"), "{bounded}");
+    assert!(!bounded.contains("renewed"), "{bounded}");
+    // The same inputs, the same words: a replay writes nothing.
+    assert_eq!(note_for(&workload(None)), renewed);
+}
+
+#[test]
+fn namespace_and_name_of_a_workload_default_to_empty() {
+    assert_eq!(namespace_and_name(&workload(None)), ("vision", "train"));
+    assert_eq!(namespace_and_name(&Workload::default()), ("", ""));
+}
