@@ -284,20 +284,8 @@ pub fn contains(live: &Value, want: &Value) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::{PlanInput, PlanOptions, plan};
+    use crate::testkit::example_plan;
     use serde_json::json;
-
-    fn example_plan() -> Plan {
-        let loaded = crate::testkit::examples();
-        let inventory = crate::inventory::Inventory::from_nodes(&loaded.nodes);
-        plan(&PlanInput {
-            classes: &loaded.classes,
-            budgets: &loaded.budgets,
-            inventory: &inventory,
-            health: &Default::default(),
-            options: &PlanOptions::default(),
-        })
-    }
 
     /// What the API server gives back: our object plus defaults, status, server
     /// metadata and quantities in canonical form.

@@ -108,19 +108,10 @@ pub(super) fn with_name_conflicts(
 mod tests {
     use super::*;
     use crate::controller::diff::{self, desired_objects};
-    use crate::inventory::Inventory;
-    use crate::plan::{PlanInput, plan};
 
     #[test]
     fn a_taken_name_is_a_conflict_on_the_classes_or_budget_that_planned_it() {
-        let loaded = crate::testkit::examples();
-        let planned = plan(&PlanInput {
-            classes: &loaded.classes,
-            budgets: &loaded.budgets,
-            inventory: &Inventory::from_nodes(&loaded.nodes),
-            health: &Default::default(),
-            options: &Default::default(),
-        });
+        let planned = crate::testkit::example_plan();
         let desired = desired_objects(&planned);
         let (flavor, report) = planned.flavors.iter().next().unwrap();
         let cq = desired
@@ -201,14 +192,7 @@ mod tests {
 
     #[test]
     fn a_taken_object_no_budget_labels_concerns_every_budget() {
-        let loaded = crate::testkit::examples();
-        let planned = plan(&PlanInput {
-            classes: &loaded.classes,
-            budgets: &loaded.budgets,
-            inventory: &Inventory::from_nodes(&loaded.nodes),
-            health: &Default::default(),
-            options: &Default::default(),
-        });
+        let planned = crate::testkit::example_plan();
         let desired = desired_objects(&planned);
         let root = desired
             .iter()

@@ -45,3 +45,16 @@ pub fn example_inventory() -> &'static Inventory {
     static FLEET: LazyLock<Inventory> = LazyLock::new(|| Inventory::from_nodes(&examples().nodes));
     &FLEET
 }
+
+/// The plan of the shipped examples: every class and budget, the example fleet,
+/// no health readings, default options.
+pub fn example_plan() -> crate::plan::Plan {
+    let loaded = examples();
+    crate::plan::plan(&crate::plan::PlanInput {
+        classes: &loaded.classes,
+        budgets: &loaded.budgets,
+        inventory: &Inventory::from_nodes(&loaded.nodes),
+        health: &Default::default(),
+        options: &Default::default(),
+    })
+}
