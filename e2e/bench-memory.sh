@@ -265,6 +265,9 @@ soak)
     >"$KACCEL_E2E_RUN/churn.out" 2>&1 &
   CHURN=$!
   t0=$(cpu_ticks "$KPID") p0=$(metric kaccel_ledger_budget_pass_seconds_count)
+  # Where the machine's CPU goes during the churn: the control plane's share too.
+  APID=$(cat "$KACCEL_E2E_RUN/kube-apiserver.pid") EPID=$(cat "$KACCEL_E2E_RUN/etcd.pid")
+  q0=$(cpu_ticks "$QPID") a0=$(cpu_ticks "$APID") e0=$(cpu_ticks "$EPID")
   for ((m = 1; m <= MINUTES; m++)); do
     sleep 60
     report "minute $m"
@@ -272,6 +275,7 @@ soak)
   done
   rss_end=$(rss "$KPID")
   t1=$(cpu_ticks "$KPID") p1=$(metric kaccel_ledger_budget_pass_seconds_count)
+  q1=$(cpu_ticks "$QPID") a1=$(cpu_ticks "$APID") e1=$(cpu_ticks "$EPID")
   churn_status=0
   wait "$CHURN" || churn_status=$?
   echo
@@ -280,6 +284,9 @@ soak)
   awk -v a="${rss2:-0}" -v b="$rss_end" 'BEGIN{printf "RSS at the end vs minute 2: %d vs %d MiB (%+.1f %%)\n", b, a, (a>0 ? 100*(b-a)/a : 0)}'
   awk -v t="$((t1 - t0))" -v hz="$(getconf CLK_TCK)" -v p="$(awk -v a="$p1" -v b="$p0" 'BEGIN{print a-b}')" -v s="$((MINUTES * 60))" \
     'BEGIN{printf "kaccel CPU during the churn: %.1f s over %d s (%.1f %% of one core); %d budget passes\n", t/hz, s, 100*t/hz/s, p}'
+  awk -v q="$((q1 - q0))" -v a="$((a1 - a0))" -v e="$((e1 - e0))" -v hz="$(getconf CLK_TCK)" -v s="$((MINUTES * 60))" \
+    'BEGIN{printf "control plane CPU during the churn: Kueue %.1f s, kube-apiserver %.1f s, etcd %.1f s over %d s\n", q/hz, a/hz, e/hz, s}'
+  echo "credit check reconciles failed and retried: $(grep -c 'credit check reconcile failed' "$KACCEL_E2E_RUN/kaccel.log" || true)"
   echo "budget passes during the churn: $(curl -fsS "http://$HTTP/metrics" | awk '$1=="kaccel_ledger_budget_pass_seconds_sum"{s=$2} $1=="kaccel_ledger_budget_pass_cpu_seconds_sum"{u=$2} $1=="kaccel_ledger_budget_pass_seconds_count"{c=$2} END{printf "%d, wall %.2f ms and CPU %.2f ms per pass (mean)", c, 1000*s/c, 1000*u/c}')"
   exit "$churn_status"
   ;;

@@ -7,14 +7,23 @@
 //! Environment: `KACCEL_CHURN_NAMESPACE` and `KACCEL_CHURN_QUEUE` (a LocalQueue
 //! with the credit check), `KACCEL_CHURN_RATE` (Workloads per second, default
 //! 10), `KACCEL_CHURN_SECONDS` (default 600).
+//!
+//! One watch over the churn's Workloads tells each life when its Workload is
+//! admitted and when it is gone. Polling each one instead (4 GETs a second per
+//! Workload in flight) loaded the API server in proportion to the backlog, so a
+//! slow minute of Kueue's became a collapse.
 
-use std::sync::Arc;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
+use futures::StreamExt;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::runtime::watcher;
 use serde_json::json;
+use tokio::sync::oneshot;
 
 use crate::ledger;
 use crate::support::{self, is_true, kueue};
@@ -45,6 +54,10 @@ async fn workload_churn() {
     let client = support::client().await;
     let api: Api<DynamicObject> = Api::namespaced_with(client, &namespace, &kueue("Workload"));
     let counts = Arc::new(Counts::default());
+    let waiters = Arc::new(Waiters::default());
+    let (listed_tx, listed) = oneshot::channel();
+    tokio::spawn(watch_lives(api.clone(), waiters.clone(), listed_tx));
+    listed.await.expect("the churn's watch lists");
     let started = Instant::now();
     let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
     let mut tasks = tokio::task::JoinSet::new();
@@ -54,8 +67,9 @@ async fn workload_churn() {
         let name = format!("churn-{}-{i:07}", std::process::id());
         i += 1;
         let (api, queue, task_counts) = (api.clone(), queue.clone(), counts.clone());
+        let waiters = waiters.clone();
         tasks.spawn(async move {
-            if let Err(e) = one_life(&api, &name, &queue, &task_counts).await {
+            if let Err(e) = one_life(&api, &waiters, &name, &queue, &task_counts).await {
                 task_counts.failed.fetch_add(1, Ordering::Relaxed);
                 eprintln!("churn {name}: {e:#}");
             }
@@ -82,9 +96,82 @@ fn report(counts: &Counts, started: Instant) {
     );
 }
 
+/// Who waits for what, by Workload name: the watch completes each wait once.
+#[derive(Default)]
+struct Waiters {
+    admitted: Mutex<HashMap<String, oneshot::Sender<()>>>,
+    gone: Mutex<HashMap<String, oneshot::Sender<()>>>,
+}
+
+impl Waiters {
+    fn wait(
+        map: &Mutex<HashMap<String, oneshot::Sender<()>>>,
+        name: &str,
+    ) -> oneshot::Receiver<()> {
+        let (tx, rx) = oneshot::channel();
+        map.lock().unwrap().insert(name.to_string(), tx);
+        rx
+    }
+
+    fn complete(map: &Mutex<HashMap<String, oneshot::Sender<()>>>, name: &str) {
+        if let Some(tx) = map.lock().unwrap().remove(name) {
+            let _ = tx.send(());
+        }
+    }
+}
+
+async fn watch_lives(api: Api<DynamicObject>, waiters: Arc<Waiters>, listed: oneshot::Sender<()>) {
+    let mut listed = Some(listed);
+    let config = watcher::Config::default().labels("bench.kaccel.io/churn=yes");
+    let mut events = watcher(api, config).boxed();
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(watcher::Event::Apply(w) | watcher::Event::InitApply(w)) => {
+                let v = serde_json::to_value(&w).unwrap_or_default();
+                if through_the_check(&v) {
+                    Waiters::complete(&waiters.admitted, &w.metadata.name.unwrap_or_default());
+                }
+            }
+            Ok(watcher::Event::Delete(w)) => {
+                Waiters::complete(&waiters.gone, &w.metadata.name.unwrap_or_default());
+            }
+            Ok(watcher::Event::InitDone) => {
+                if let Some(tx) = listed.take() {
+                    let _ = tx.send(());
+                }
+            }
+            Ok(watcher::Event::Init) => {}
+            // The watcher re-lists by itself after an error.
+            Err(e) => eprintln!("churn watch: {e}"),
+        }
+    }
+}
+
+/// Through the credit check: kaccel reserved the credits and set its check Ready
+/// on the quota Kueue reserved. Kueue's own Admitted flag follows from its
+/// workload reconciler, which lags by minutes while it works through a fresh
+/// history of 20,000 Workloads on 2 cores: waiting for it would measure Kueue.
+fn through_the_check(v: &serde_json::Value) -> bool {
+    is_true(v, "Admitted") || (is_true(v, "QuotaReserved") && check_ready(v))
+}
+
+/// Waits for the watch to complete `wait`; at the deadline, asks the API server
+/// once (`settled`), in case the watch missed the event across a re-list.
+async fn wait_or_ask<F, Fut>(wait: oneshot::Receiver<()>, settled: F) -> Result<()>
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = Result<()>>,
+{
+    match tokio::time::timeout(Duration::from_secs(120), wait).await {
+        Ok(Ok(())) => Ok(()),
+        _ => settled().await,
+    }
+}
+
 /// Create -> Admitted (through the credit check) -> Finished -> deleted and gone.
 async fn one_life(
     api: &Api<DynamicObject>,
+    waiters: &Waiters,
     name: &str,
     queue: &str,
     counts: &Counts,
@@ -93,27 +180,19 @@ async fn one_life(
     let mut w = ledger::workload(&ns, name, queue, 600);
     w["metadata"]["labels"] = json!({"bench.kaccel.io/churn": "yes"});
     let w: DynamicObject = serde_json::from_value(w)?;
+    let admitted = Waiters::wait(&waiters.admitted, name);
     api.create(&PostParams::default(), &w)
         .await
         .context("create")?;
     counts.created.fetch_add(1, Ordering::Relaxed);
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let now = api.get(name).await.context("get")?;
-        let v = serde_json::to_value(&now)?;
-        // Through the credit check: kaccel reserved the credits and set its check
-        // Ready on the quota Kueue reserved. Kueue's own Admitted flag follows from
-        // its workload reconciler, which lags by minutes while it works through a
-        // fresh history of 20,000 Workloads on 2 cores (the API server saturated):
-        // waiting for it would measure Kueue.
-        if is_true(&v, "Admitted") || (is_true(&v, "QuotaReserved") && check_ready(&v)) {
-            break;
+    wait_or_ask(admitted, || async {
+        let now = serde_json::to_value(api.get(name).await.context("get")?)?;
+        if !through_the_check(&now) {
+            bail!("not admitted within 120 s: {}", now["status"]);
         }
-        if Instant::now() > deadline {
-            bail!("not admitted within 120 s: {}", v["status"]);
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+        Ok(())
+    })
+    .await?;
     counts.admitted.fetch_add(1, Ordering::Relaxed);
     let finished = json!({
         "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
@@ -130,16 +209,17 @@ async fn one_life(
     )
     .await
     .context("mark Finished")?;
+    let gone = Waiters::wait(&waiters.gone, name);
     api.delete(name, &DeleteParams::default())
         .await
         .context("delete")?;
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while api.get_opt(name).await.context("get")?.is_some() {
-        if Instant::now() > deadline {
+    wait_or_ask(gone, || async {
+        if api.get_opt(name).await.context("get")?.is_some() {
             bail!("still there 120 s after deletion (kaccel's finalizer not released)");
         }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+        Ok(())
+    })
+    .await?;
     counts.deleted.fetch_add(1, Ordering::Relaxed);
     Ok(())
 }

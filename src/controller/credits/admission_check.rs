@@ -493,30 +493,16 @@ impl LedgerRuntime {
     }
 
     /// Removes kaccel's finalizer and record from a settled Workload. A JSON patch
-    /// of exactly those entries, guarded by the resourceVersion read: releasing by
-    /// server-side apply left the finalizer behind whenever another writer had
-    /// re-sent the list meanwhile (Kueue drops its own finalizer with a patch of
-    /// the whole list, which makes it a co-owner of ours). A stale read fails the
-    /// test and is retried.
+    /// of exactly those entries: releasing by server-side apply left the
+    /// finalizer behind whenever another writer had re-sent the list meanwhile
+    /// (Kueue drops its own finalizer with a patch of the whole list, which makes
+    /// it a co-owner of ours).
     pub(super) async fn release(&self, v: &Workload) -> Result<(), LedgerError> {
         let (namespace, name) = namespace_and_name(v);
-        let Some(index) = v
-            .metadata
-            .finalizers
-            .as_ref()
-            .and_then(|f| f.iter().position(|f| f == FINALIZER))
-        else {
+        let Some(patch) = release_patch(v) else {
             return Ok(());
         };
-        let mut ops = vec![
-            json!({"op": "test", "path": "/metadata/resourceVersion",
-                   "value": v.metadata.resource_version}),
-            json!({"op": "remove", "path": format!("/metadata/finalizers/{index}")}),
-        ];
-        if v.annotation(RESERVATION_ANNOTATION).is_some() {
-            ops.push(json!({"op": "remove", "path": RESERVATION_ANNOTATION_POINTER}));
-        }
-        let patch = serde_json::from_value(Value::Array(ops)).expect("a valid JSON patch");
+        let patch = serde_json::from_value(patch).expect("a valid JSON patch");
         let api: Api<DynamicObject> =
             Api::namespaced_with(self.client.clone(), namespace, &workload_resource());
         match api
@@ -536,6 +522,32 @@ impl LedgerRuntime {
         self.metrics.write("Workload", "finalizer");
         Ok(())
     }
+}
+
+/// The JSON patch that drops kaccel's finalizer and reservation record, as
+/// read; none when the finalizer is gone. Each removal is guarded by a test of
+/// exactly what it removes (the finalizer at that position, the record with the
+/// value that was settled), not of the resourceVersion: Kueue writes the status
+/// of a finishing Workload several times a second, and every one of those
+/// writes failed a resourceVersion test. A real conflict (a finalizer list that
+/// moved, a record written for a new admission) still fails the patch, and the
+/// reconcile is retried on a fresh read.
+pub(super) fn release_patch(v: &Workload) -> Option<Value> {
+    let index = v
+        .metadata
+        .finalizers
+        .as_ref()
+        .and_then(|f| f.iter().position(|f| f == FINALIZER))?;
+    let finalizer = format!("/metadata/finalizers/{index}");
+    let mut ops = vec![
+        json!({"op": "test", "path": finalizer, "value": FINALIZER}),
+        json!({"op": "remove", "path": finalizer}),
+    ];
+    if let Some(record) = v.annotation(RESERVATION_ANNOTATION) {
+        ops.push(json!({"op": "test", "path": RESERVATION_ANNOTATION_POINTER, "value": record}));
+        ops.push(json!({"op": "remove", "path": RESERVATION_ANNOTATION_POINTER}));
+    }
+    Some(Value::Array(ops))
 }
 
 pub(super) fn namespace_and_name(v: &Workload) -> (&str, &str) {

@@ -6,6 +6,12 @@ use super::workload_cache::{ledger_relevant, slim_view};
 use super::*;
 use crate::ledger::budget::PeriodWindow;
 
+/// The least time between the starts of two budget passes. Appends wake the
+/// loop so that exhaustion is seen at once, not a whole interval later; at 10
+/// Workloads a second that is dozens of wake-ups a second, each a pass over
+/// every budget and the open reservations.
+const WOKEN_PASS_MIN_GAP: Duration = Duration::from_secs(1);
+
 impl LedgerRuntime {
     pub(super) async fn budget_loop(
         self: Arc<Self>,
@@ -21,11 +27,19 @@ impl LedgerRuntime {
         let mut tick =
             tokio::time::interval(Duration::from_secs(self.config.budget_interval_seconds));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let min_gap = WOKEN_PASS_MIN_GAP.min(tick.period());
+        let mut last_pass: Option<tokio::time::Instant> = None;
         loop {
             tokio::select! {
                 _ = tick.tick() => {}
                 _ = self.shared.budget_pass_due.notified() => {}
             }
+            // Under churn every append wakes the loop; the wake-ups of one gap
+            // are served by one pass.
+            if let Some(last) = last_pass {
+                tokio::time::sleep_until(last + min_gap).await;
+            }
+            last_pass = Some(tokio::time::Instant::now());
             let pricing = self.shared.pricing();
             if !pricing.ready {
                 continue;

@@ -334,19 +334,36 @@ impl LedgerRuntime {
         let relevant = Arc::new(RelevantWorkloads::default());
         let index = relevant.clone();
         let index_check = check.clone();
-        let stream = watcher(api, watcher::Config::default())
+        let mut cache = CompactingWriter::new(writer);
+        let watched = watcher(api, watcher::Config::default())
             .modify(move |w| slim_workload(w, &check))
             .inspect_ok(move |event| index.observe(event, &index_check))
-            .reflect(writer)
+            .inspect_ok(move |event| cache.apply(event))
             .applied_objects();
+        // When credits come back, the Workloads holding quota with the check on
+        // them (the index of open work) are looked at again; not every Workload
+        // the cluster keeps, which would queue tens of thousands of no-op
+        // reconciles ahead of new Workloads at each settlement.
+        let (open_work, open_cache) = (relevant.clone(), workloads.clone());
+        let retriggered = super::receiver_stream(trigger_rx).flat_map(move |()| {
+            let open: Vec<Result<Workload, watcher::Error>> = open_work
+                .keys()
+                .iter()
+                .filter_map(|key| open_cache.get(key))
+                .map(|w| Ok(Workload::clone(&w)))
+                .collect();
+            futures::stream::iter(open)
+        });
         // Bounded: unbounded, every Workload listed at start (a cluster's whole
         // history) would get a reconcile future at once, each holding the
         // check's whole state machine, hundreds of MiB for a few 10,000s.
-        let controller = Controller::for_stream(stream, workloads.clone())
-            .with_config(
-                kube::runtime::controller::Config::default().concurrency(RECONCILE_CONCURRENCY),
-            )
-            .reconcile_all_on(super::receiver_stream(trigger_rx));
+        let controller = Controller::for_stream(
+            futures::stream::select(watched, retriggered),
+            workloads.clone(),
+        )
+        .with_config(
+            kube::runtime::controller::Config::default().concurrency(RECONCILE_CONCURRENCY),
+        );
         let ctx = self.clone();
         let workload_task = controller
             .run(
@@ -470,7 +487,7 @@ mod admission_check;
 mod budget_loop;
 mod workload_cache;
 
-use workload_cache::{RelevantWorkloads, slim_workload};
+use workload_cache::{CompactingWriter, RelevantWorkloads, slim_workload};
 
 #[cfg(test)]
 mod tests {

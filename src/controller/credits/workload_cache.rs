@@ -68,11 +68,86 @@ impl RelevantWorkloads {
                 state.keys.remove(&ObjectRef::from_obj(w));
             }
         }
+        // A burst of open work leaves its buckets behind, as the cache's map does.
+        if state.keys.capacity() > 1024 && state.keys.len() * 4 < state.keys.capacity() {
+            state.keys.shrink_to_fit();
+        }
     }
 
     pub(super) fn keys(&self) -> Vec<ObjectRef<Workload>> {
         let state = self.state.lock().expect("relevant index lock");
         state.keys.iter().cloned().collect()
+    }
+}
+
+/// Feeds the watch's events into the Workload cache, and rebuilds the cache's
+/// map once it holds a quarter or less of what it held at its peak.
+///
+/// kube-runtime's store is a hash map that never shrinks: after 100,000
+/// Workloads are deleted it keeps their 131,072 buckets (about 14 MiB) until the
+/// watch happens to re-list. The rebuild replays what the cache holds through
+/// the writer as a local re-list (Init, one InitApply per object, InitDone), so
+/// it costs in proportion to what is left, not to the peak, and takes no API
+/// call. Never during a real re-list: that one builds its own map.
+pub(super) struct CompactingWriter {
+    writer: kube::runtime::reflector::store::Writer<Workload>,
+    reader: Cache<Workload>,
+    /// The most objects held since the map was last built.
+    peak: usize,
+    relisting: bool,
+    pub(super) compactions: u64,
+}
+
+/// Below this many objects at the peak, a rebuild is not worth its work.
+const COMPACT_FROM_PEAK: usize = 4096;
+
+impl CompactingWriter {
+    pub(super) fn new(writer: kube::runtime::reflector::store::Writer<Workload>) -> Self {
+        let reader = writer.as_reader();
+        CompactingWriter {
+            writer,
+            reader,
+            peak: 0,
+            relisting: false,
+            compactions: 0,
+        }
+    }
+
+    pub(super) fn apply(&mut self, event: &watcher::Event<Workload>) {
+        self.writer.apply_watcher_event(event);
+        match event {
+            watcher::Event::Init => self.relisting = true,
+            watcher::Event::InitApply(_) => {}
+            watcher::Event::InitDone => {
+                self.relisting = false;
+                // A fresh map, sized to what was listed.
+                self.peak = self.reader.len();
+            }
+            watcher::Event::Apply(_) | watcher::Event::Delete(_) => {
+                let held = self.reader.len();
+                self.peak = self.peak.max(held);
+                if !self.relisting && self.peak >= COMPACT_FROM_PEAK && held <= self.peak / 4 {
+                    self.compact();
+                }
+            }
+        }
+    }
+
+    fn compact(&mut self) {
+        let held = self.reader.state();
+        tracing::debug!(
+            peak = self.peak,
+            held = held.len(),
+            "rebuilding the Workload cache's map"
+        );
+        self.writer.apply_watcher_event(&watcher::Event::Init);
+        for object in &held {
+            self.writer
+                .apply_watcher_event(&watcher::Event::InitApply(Workload::clone(object)));
+        }
+        self.writer.apply_watcher_event(&watcher::Event::InitDone);
+        self.peak = held.len();
+        self.compactions += 1;
     }
 }
 
@@ -154,6 +229,61 @@ mod tests {
         );
         index.observe(&watcher::Event::InitDone, "kaccel-credits");
         assert_eq!(names(&index), ["charged"]);
+    }
+
+    #[test]
+    fn the_cache_map_is_rebuilt_once_it_holds_a_quarter_of_its_peak() {
+        let named = |i: usize| {
+            let mut w = workload(json!([]), json!([]), json!([]));
+            w.metadata.name = Some(format!("w-{i:05}"));
+            w.metadata.uid = Some(format!("u-{i}"));
+            w
+        };
+        let names = |reader: &Cache<Workload>| {
+            let mut n: Vec<String> = reader.state().iter().map(|w| w.name_any()).collect();
+            n.sort();
+            n
+        };
+        let writer = kube::runtime::reflector::store::Writer::<Workload>::default();
+        let reader = writer.as_reader();
+        let mut cache = CompactingWriter::new(writer);
+        cache.apply(&watcher::Event::Init);
+        cache.apply(&watcher::Event::InitDone);
+        for i in 0..5000 {
+            cache.apply(&watcher::Event::Apply(named(i)));
+        }
+        // Down to 1,251 of a peak of 5,000: kept as it is.
+        for i in 0..3749 {
+            cache.apply(&watcher::Event::Delete(named(i)));
+        }
+        assert_eq!((cache.compactions, reader.len()), (0, 1251));
+        // 1,250: rebuilt, holding exactly what was left, each object unchanged.
+        cache.apply(&watcher::Event::Delete(named(3749)));
+        assert_eq!((cache.compactions, reader.len()), (1, 1250));
+        let left: Vec<String> = (3750..5000).map(|i| format!("w-{i:05}")).collect();
+        assert_eq!(names(&reader), left);
+        assert_eq!(
+            *reader.get(&ObjectRef::from_obj(&named(4000))).unwrap(),
+            named(4000)
+        );
+        // The new peak is what was left: no rebuild on every later deletion.
+        for i in 3750..4000 {
+            cache.apply(&watcher::Event::Delete(named(i)));
+        }
+        assert_eq!(cache.compactions, 1);
+        // Never in the middle of a real re-list, and the re-list's result stands.
+        for i in 5000..10000 {
+            cache.apply(&watcher::Event::Apply(named(i)));
+        }
+        cache.apply(&watcher::Event::Init);
+        cache.apply(&watcher::Event::InitApply(named(7)));
+        cache.apply(&watcher::Event::Delete(named(4000)));
+        for i in 5000..10000 {
+            cache.apply(&watcher::Event::Delete(named(i)));
+        }
+        assert_eq!(cache.compactions, 1);
+        cache.apply(&watcher::Event::InitDone);
+        assert_eq!(names(&reader), ["w-00007"]);
     }
 
     #[test]

@@ -118,3 +118,64 @@ fn namespace_and_name_of_a_workload_default_to_empty() {
     assert_eq!(namespace_and_name(&workload(None)), ("vision", "train"));
     assert_eq!(namespace_and_name(&Workload::default()), ("", ""));
 }
+
+/// A settled Workload as the cache holds it: kaccel's finalizer between two of
+/// other controllers', and its reservation record.
+fn settled(record: &str) -> Value {
+    json!({
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+        "metadata": {
+            "name": "w", "namespace": "ns", "resourceVersion": "41",
+            "finalizers": ["kueue.x-k8s.io/resource-in-use", FINALIZER, "example.com/audit"],
+            "annotations": {RESERVATION_ANNOTATION: record, "team": "vision"},
+        },
+        "status": {"conditions": [{"type": "Finished", "status": "True"}]},
+    })
+}
+
+fn apply(patch: &Value, mut target: Value) -> Result<Value, json_patch::PatchError> {
+    let patch: json_patch::Patch = serde_json::from_value(patch.clone()).unwrap();
+    json_patch::patch(&mut target, &patch)?;
+    Ok(target)
+}
+
+#[test]
+fn release_removes_only_kaccels_finalizer_and_record() {
+    let read: Workload = serde_json::from_value(settled("{\"budget\":\"b\"}")).unwrap();
+    let patch = release_patch(&read).expect("kaccel's finalizer is on it");
+    // Kueue wrote the status since the read (a new resourceVersion): still applies.
+    let mut now = settled("{\"budget\":\"b\"}");
+    now["metadata"]["resourceVersion"] = json!("57");
+    now["status"]["conditions"][0]["message"] = json!("written again by Kueue");
+    let released = apply(&patch, now).expect("a status write is no conflict");
+    assert_eq!(
+        released["metadata"]["finalizers"],
+        json!(["kueue.x-k8s.io/resource-in-use", "example.com/audit"])
+    );
+    assert_eq!(
+        released["metadata"]["annotations"],
+        json!({"team": "vision"})
+    );
+    assert_eq!(
+        released["status"]["conditions"][0]["message"],
+        "written again by Kueue"
+    );
+}
+
+#[test]
+fn release_fails_on_a_real_conflict() {
+    let read: Workload = serde_json::from_value(settled("{\"budget\":\"b\"}")).unwrap();
+    let patch = release_patch(&read).unwrap();
+    // The list moved: Kueue dropped its finalizer, ours is now first. Removing
+    // position 1 would drop another controller's.
+    let mut moved = settled("{\"budget\":\"b\"}");
+    moved["metadata"]["finalizers"] = json!([FINALIZER, "example.com/audit"]);
+    assert!(apply(&patch, moved).is_err());
+    // A new admission was recorded after the read: its record and finalizer stay.
+    let readmitted = settled("{\"budget\":\"b\",\"admission\":2}");
+    assert!(apply(&patch, readmitted).is_err());
+    // Nothing to release without the finalizer.
+    let mut gone = settled("{}");
+    gone["metadata"]["finalizers"] = json!(["example.com/audit"]);
+    assert!(release_patch(&serde_json::from_value(gone).unwrap()).is_none());
+}
