@@ -132,10 +132,14 @@ mod tests {
         let group = &mut node.groups[0];
         group.devices.push(crate::inventory::DeviceRecord {
             name: "gpu-3".into(),
+            driver: "gpu.nvidia.com".into(),
+            pool: name.clone(),
             uuid: None,
             serial: None,
             pci_address: None,
             memory_mib: None,
+            driver_version: None,
+            attribute_kinds: Default::default(),
             raw_attributes: Default::default(),
             tainted: true,
         });

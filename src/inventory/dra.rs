@@ -84,7 +84,10 @@ use super::{Inventory, NodeInventory, UnclassifiedDevice};
 use driver::{ASCEND_DRIVER, Driver};
 use groups::merge_device;
 
-pub(crate) use driver::{device_class_of, is_device_class};
+pub use driver::RequirementAttributes;
+pub(crate) use driver::{
+    device_class_of, is_device_class, requirement_attributes, selector_attributes,
+};
 
 /// Merge ResourceSlices into the inventory: the newest generation of each pool, each
 /// device once.
@@ -125,7 +128,9 @@ pub(crate) fn merge_slices<'a>(
             Some(driver) => {
                 let slice_name = slice.metadata.name.as_deref().unwrap_or("<unnamed>");
                 for device in fresh {
-                    if let Err(reason) = merge_device(node, driver, device, slice_name) {
+                    if let Err(reason) =
+                        merge_device(node, driver, device, slice_name, &spec.pool.name)
+                    {
                         *unclassified
                             .entry((node.name.clone(), source(driver.name()), reason))
                             .or_default() += 1;

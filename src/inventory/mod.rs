@@ -45,6 +45,16 @@ pub fn dra_device_class_of(group: &DeviceGroup) -> Option<&'static str> {
     dra::device_class_of(group)
 }
 
+/// The attributes that make a DRA device's variant, for a DeviceClass to pin.
+pub fn dra_selector_attributes(driver: &str) -> &'static [&'static str] {
+    dra::selector_attributes(driver)
+}
+/// Where a class's hard requirements are read on a DRA device of `driver`.
+pub fn dra_requirement_attributes(driver: &str) -> DraRequirementAttributes {
+    dra::requirement_attributes(driver)
+}
+pub use dra::RequirementAttributes as DraRequirementAttributes;
+
 /// Well-known topology labels, read into [`Topology`] when present.
 pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
 pub const REGION_LABEL: &str = "topology.kubernetes.io/region";
@@ -133,18 +143,41 @@ impl DeviceGroup {
 pub struct DeviceRecord {
     /// The device name inside its ResourceSlice, e.g. `gpu-0`.
     pub name: String,
+    /// The DRA driver and the pool that publish it: with `name`, the device's
+    /// identity in the cluster (what a DeviceTaintRule selects).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub driver: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub pool: String,
     pub uuid: Option<String>,
     /// The board's serial number, where the driver publishes one (Intel Gaudi).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub serial: Option<String>,
     pub pci_address: Option<String>,
     pub memory_mib: Option<u64>,
+    /// The driver version the device publishes (`driverVersion`), where it does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver_version: Option<String>,
+    /// The type each attribute of the driver's domain is published as, by bare
+    /// name: CEL compares a version with `semver()` and a string with `==`, and
+    /// either on the other type is an error.
+    #[serde(skip)]
+    pub attribute_kinds: BTreeMap<String, AttributeKind>,
     /// All attributes as published, stringified, for the engineer who needs them.
     pub raw_attributes: BTreeMap<String, String>,
     /// Out of service: the driver (or a DeviceTaintRule) put a NoSchedule/NoExecute
     /// taint on it, or the driver's own health attribute says it is unhealthy.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub tainted: bool,
+}
+
+/// The type of a published DRA attribute (`resource.k8s.io/v1` DeviceAttribute).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum AttributeKind {
+    String,
+    Version,
+    Int,
+    Bool,
 }
 
 /// Accelerators a node advertises that kaccel cannot classify: an unknown resource

@@ -107,12 +107,22 @@ pub fn render(report: &InventoryReport) -> String {
         ]);
     }
     let unclassified: Vec<_> = inv.unclassified().collect();
+    let dra_rows = dra_device_rows(report);
     if rows.len() == 1 && unclassified.is_empty() {
         let _ = writeln!(s, "No accelerators found on any Node.");
     } else if rows.len() == 1 {
         let _ = writeln!(s, "No accelerator kaccel can classify on any Node.");
     } else {
         table(&mut s, &rows, 7);
+    }
+    if dra_rows.len() > 1 {
+        let _ = writeln!(s);
+        let _ = writeln!(
+            s,
+            "DRA devices ({}), as their drivers publish them in ResourceSlices; DRIVER, POOL and DEVICE are what a DeviceTaintRule selects:",
+            dra_rows.len() - 1
+        );
+        table(&mut s, &dra_rows, 10);
     }
     if !unclassified.is_empty() {
         // The same entries `kaccel plan -o summary` lists and the
@@ -272,6 +282,51 @@ pub fn render(report: &InventoryReport) -> String {
         }
     }
     s
+}
+
+/// One row per device a DRA driver publishes (header first): its identity, what
+/// it says of itself, and whether it is in service.
+fn dra_device_rows(report: &InventoryReport) -> Vec<Vec<String>> {
+    let mut rows = vec![
+        [
+            "NODE",
+            "DRIVER",
+            "POOL",
+            "DEVICE",
+            "MODEL",
+            "UUID",
+            "PCI ADDRESS",
+            "MEMORY",
+            "DRIVER VERSION",
+            "IN SERVICE",
+        ]
+        .map(String::from)
+        .to_vec(),
+    ];
+    let dash = |v: Option<&str>| v.unwrap_or("-").to_string();
+    for (node, group) in report.inventory.groups() {
+        for d in group.devices.iter().filter(|d| !d.driver.is_empty()) {
+            rows.push(vec![
+                node.name.clone(),
+                d.driver.clone(),
+                d.pool.clone(),
+                d.name.clone(),
+                group.variant.model.clone(),
+                dash(d.uuid.as_deref()),
+                dash(d.pci_address.as_deref()),
+                d.memory_mib
+                    .map(|m| format!("{m} MiB"))
+                    .unwrap_or_else(|| "-".into()),
+                dash(d.driver_version.as_deref()),
+                if d.tainted {
+                    "no (tainted or unhealthy)".into()
+                } else {
+                    "yes".into()
+                },
+            ]);
+        }
+    }
+    rows
 }
 
 /// NODE, SOURCE and COUNT aligned; the (long) reason runs to the end of the line.

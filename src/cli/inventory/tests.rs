@@ -340,3 +340,75 @@ fn empty_fleet_says_so() {
     let report = InventoryReport::new("f".into(), Inventory::default(), Allocation::default());
     assert!(render(&report).contains("No accelerators found on any Node."));
 }
+
+/// Each device a DRA driver publishes gets a row: its identity (driver, pool,
+/// device name: what a DeviceTaintRule selects) and what it says of itself.
+#[test]
+fn table_lists_each_dra_device_with_its_identity() {
+    let node: Node = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "dra-a", "labels": {"kaccel.io/accelerator.model": "NVIDIA-H100-80GB-HBM3"}},
+        "status": {"allocatable": {"cpu": "64", "memory": "512Gi"}, "conditions": [{"type": "Ready", "status": "True"}]},
+    }))
+    .unwrap();
+    let gpu = |i: u32, healthy: bool| {
+        let mut d = json!({
+            "name": format!("gpu-{i}"),
+            "attributes": {
+                "type": {"string": "gpu"}, "uuid": {"string": format!("GPU-{i}")},
+                "productName": {"string": "NVIDIA H100 80GB HBM3"},
+                "driverVersion": {"version": "550.54.15"},
+                "pcieBusID": {"string": format!("0000:0{i}:00.0")},
+            },
+            "capacity": {"memory": {"value": "81559Mi"}},
+        });
+        if !healthy {
+            d["taints"] = json!([{"key": "example.com/xid", "effect": "NoSchedule"}]);
+        }
+        d
+    };
+    let slice: k8s_openapi::api::resource::v1::ResourceSlice = serde_json::from_value(json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+        "metadata": {"name": "dra-a-gpu"},
+        "spec": {"driver": "gpu.nvidia.com", "nodeName": "dra-a",
+                 "pool": {"name": "dra-a-pool", "generation": 1, "resourceSliceCount": 1},
+                 "devices": [gpu(0, true), gpu(1, false)]},
+    }))
+    .unwrap();
+    let inv = Inventory::from_nodes_and_slices(&[node], &[slice]);
+    let report = InventoryReport::new("fleet.yaml".into(), inv, Allocation::default());
+    let text = render(&report);
+    assert!(text.contains("DRA devices (2)"), "{text}");
+    let row = |device: &str| -> Vec<String> {
+        text.lines()
+            .find(|l| l.starts_with("dra-a") && l.contains(&format!(" {device} ")))
+            .unwrap_or_else(|| panic!("no row for {device}: {text}"))
+            .split("  ")
+            .map(str::trim)
+            .filter(|c| !c.is_empty())
+            .map(String::from)
+            .collect()
+    };
+    assert_eq!(
+        row("gpu-0"),
+        [
+            "dra-a",
+            "gpu.nvidia.com",
+            "dra-a-pool",
+            "gpu-0",
+            "NVIDIA-H100-80GB-HBM3",
+            "GPU-0",
+            "0000:00:00.0",
+            "81559 MiB",
+            "550.54.15",
+            "yes"
+        ]
+    );
+    assert_eq!(row("gpu-1").last().unwrap(), "no (tainted or unhealthy)");
+    // The JSON carries the same identity.
+    let json = serde_json::to_value(&report).unwrap();
+    let devices = &json["nodes"]["dra-a"]["groups"][0]["devices"];
+    assert_eq!(devices[0]["driver"], "gpu.nvidia.com");
+    assert_eq!(devices[0]["pool"], "dra-a-pool");
+    assert_eq!(devices[0]["driverVersion"], "550.54.15");
+}

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::resource::v1::{Device, DeviceAttribute};
 
 use super::driver::{AMD_DRIVER, Driver, NVIDIA_DRIVER, NVIDIA_MIG_CLASS, TPU_ACCELERATOR_LABEL};
-use crate::inventory::{DeviceRecord, SharingMode, amd, google};
+use crate::inventory::{AttributeKind, DeviceRecord, SharingMode, amd, google};
 use crate::k8s::quantity::parse_memory_bytes;
 
 /// The standard PCI bus ID attribute (k8s.io/dynamic-resource-allocation/deviceattribute).
@@ -34,6 +34,7 @@ impl DraDevice {
         node_labels: &BTreeMap<String, String>,
         warnings: &mut Vec<String>,
         slice: &str,
+        pool: &str,
     ) -> Self {
         let attrs: BTreeMap<String, String> = device
             .attributes
@@ -113,6 +114,8 @@ impl DraDevice {
         DraDevice {
             record: DeviceRecord {
                 name: device.name.clone(),
+                driver: driver.name().to_string(),
+                pool: pool.to_string(),
                 // The TPU driver's uuid is one value per node, not per chip.
                 uuid: (driver != Driver::Tpu).then(|| get("uuid")).flatten(),
                 serial: get("serial"),
@@ -122,6 +125,25 @@ impl DraDevice {
                     .or_else(|| attrs.get(STD_PCI_BUS_ID).cloned())
                     .or_else(|| get("pciAddress")),
                 memory_mib,
+                driver_version: get("driverVersion"),
+                attribute_kinds: device
+                    .attributes
+                    .iter()
+                    .flatten()
+                    .filter(|(k, _)| !k.contains('/') || k.starts_with(&qualified))
+                    .filter_map(|(k, v)| {
+                        let kind = if v.string.is_some() {
+                            AttributeKind::String
+                        } else if v.version.is_some() {
+                            AttributeKind::Version
+                        } else if v.int.is_some() {
+                            AttributeKind::Int
+                        } else {
+                            v.bool.map(|_| AttributeKind::Bool)?
+                        };
+                        Some((k.strip_prefix(&qualified).unwrap_or(k).to_string(), kind))
+                    })
+                    .collect(),
                 raw_attributes: attrs.clone(),
                 tainted: tainted || unhealthy,
             },

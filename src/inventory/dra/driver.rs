@@ -159,3 +159,60 @@ pub(crate) fn device_class_of(g: &DeviceGroup) -> Option<&'static str> {
         d => d.name(),
     })
 }
+
+/// The attributes that make a device's variant, by driver (what
+/// [`super::device::DraDevice::variant_shape`] and the product read): a DeviceClass
+/// pins them to select one variant.
+pub(crate) fn selector_attributes(driver: &str) -> &'static [&'static str] {
+    match Driver::of(driver) {
+        Some(Driver::Nvidia) => &["type", "productName", "profile"],
+        Some(Driver::Amd) => &["type", "productName", "partitionProfile"],
+        Some(Driver::Gaudi) => &["model"],
+        Some(Driver::IntelGpu) => &["type", "model"],
+        Some(Driver::Tpu) => &["accelerator"],
+        None => &[],
+    }
+}
+
+/// Where a class's hard requirements are read on a device of a driver, as the
+/// inventory reads them (`super::device`, `super::groups`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RequirementAttributes {
+    /// Memory comes from kaccel's table for the model, not from the device.
+    pub memory_from_model: bool,
+    /// The attribute read as the architecture; `None`: from the model.
+    pub architecture: Option<&'static str>,
+    /// Intel names a family (`Data Center GPU Max` -> `xe-hpc`).
+    pub intel_family: bool,
+    pub compute_capability: Option<&'static str>,
+    pub cuda_version: Option<&'static str>,
+    pub driver_version: Option<&'static str>,
+}
+
+pub(crate) fn requirement_attributes(driver: &str) -> RequirementAttributes {
+    let none = RequirementAttributes::default();
+    match Driver::of(driver) {
+        Some(Driver::Nvidia) => RequirementAttributes {
+            architecture: Some("architecture"),
+            compute_capability: Some("cudaComputeCapability"),
+            cuda_version: Some("cudaDriverVersion"),
+            driver_version: Some("driverVersion"),
+            ..none
+        },
+        Some(Driver::Amd) => RequirementAttributes {
+            architecture: Some("family"),
+            driver_version: Some("driverVersion"),
+            ..none
+        },
+        Some(Driver::IntelGpu) => RequirementAttributes {
+            architecture: Some("family"),
+            intel_family: true,
+            ..none
+        },
+        Some(Driver::Gaudi | Driver::Tpu) => RequirementAttributes {
+            memory_from_model: true,
+            ..none
+        },
+        None => none,
+    }
+}

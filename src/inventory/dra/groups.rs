@@ -17,8 +17,16 @@ pub(super) fn merge_device(
     driver: Driver,
     device: &Device,
     slice_name: &str,
+    pool: &str,
 ) -> Result<(), String> {
-    let dev = DraDevice::read(driver, device, &node.labels, &mut node.warnings, slice_name);
+    let dev = DraDevice::read(
+        driver,
+        device,
+        &node.labels,
+        &mut node.warnings,
+        slice_name,
+        pool,
+    );
     if driver == Driver::IntelGpu && dev.kind.as_deref() == Some("vf") {
         return Err("SR-IOV virtual function of an Intel GPU: the ResourceSlice does not publish its share of the parent GPU (VF profile) and publishes the parent too; not offered".to_string());
     }
