@@ -89,6 +89,7 @@ fn cluster_role_is_exactly_what_the_controller_calls() {
     );
     let kueue: Vec<String> = Kind::ALL
         .iter()
+        .filter(|k| **k != Kind::DeviceClass)
         .map(|k| format!("{}s", k.as_str().to_lowercase()))
         .collect();
     let kueue: Vec<&str> = kueue.iter().map(String::as_str).collect();
@@ -105,6 +106,13 @@ fn cluster_role_is_exactly_what_the_controller_calls() {
                 &["resourceslices"],
                 &[],
                 &["list", "watch"]
+            ),
+            // The DeviceClasses of DRA-only flavors: owned like the Kueue objects.
+            rule(
+                &["resource.k8s.io"],
+                &["deviceclasses"],
+                &[],
+                &["get", "list", "watch", "create", "patch", "delete"]
             ),
             // Inputs: watch caches only.
             rule(

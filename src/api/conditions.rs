@@ -14,6 +14,9 @@ pub const QUOTA_SHORTFALL: &str = "QuotaShortfall";
 pub const EXHAUSTED: &str = "Exhausted";
 pub const OVERDRAWN: &str = "Overdrawn";
 pub const HEALTH_UNKNOWN: &str = "HealthUnknown";
+/// False when a DRA-only flavor of the class has no DeviceClass (a requirement
+/// its driver's attributes cannot express).
+pub const DEVICE_CLASSES_READY: &str = "DeviceClassesReady";
 
 /// A condition as the planner wants it, without timestamps.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

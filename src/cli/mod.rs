@@ -172,7 +172,8 @@ pub fn plan_objects(plan: &Plan) -> Vec<serde_json::Value> {
     fn json<T: serde::Serialize>(object: &T) -> serde_json::Value {
         serde_json::to_value(object).expect("Kueue objects serialise")
     }
-    let mut objects: Vec<serde_json::Value> = plan.resource_flavors.iter().map(json).collect();
+    let mut objects: Vec<serde_json::Value> = plan.device_classes.iter().map(json).collect();
+    objects.extend(plan.resource_flavors.iter().map(json));
     objects.extend(plan.cohorts.iter().map(json));
     objects.extend(plan.cluster_queues.iter().map(json));
     objects.extend(plan.local_queues.iter().map(json));

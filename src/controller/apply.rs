@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use super::diff::{self, Action, Kind, ObjectRef, is_managed};
 use super::reconcile::Reconciler;
-use super::{Error, api_err, kueue_resource};
+use super::{Error, api_err, managed_resource};
 
 /// What the apply stage leaves for the status stage.
 pub(super) struct Applied {
@@ -162,7 +162,7 @@ impl Reconciler {
     }
 
     fn api_for(&self, target: &ObjectRef) -> Api<DynamicObject> {
-        let ar = kueue_resource(target.kind);
+        let ar = managed_resource(target.kind);
         match &target.namespace {
             Some(ns) => Api::namespaced_with(self.client.clone(), ns, &ar),
             None => Api::all_with(self.client.clone(), &ar),

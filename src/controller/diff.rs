@@ -20,9 +20,11 @@ use crate::plan::Plan;
 
 pub const APPLIED_HASH_ANNOTATION: &str = "kaccel.io/applied-hash";
 
-/// The Kueue kinds kaccel writes, in apply order (deletes run in reverse).
+/// The kinds kaccel writes, in apply order (deletes run in reverse): the DRA
+/// DeviceClasses of DRA-only flavors, then the Kueue objects.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Kind {
+    DeviceClass,
     ResourceFlavor,
     Cohort,
     ClusterQueue,
@@ -30,7 +32,8 @@ pub enum Kind {
 }
 
 impl Kind {
-    pub const ALL: [Kind; 4] = [
+    pub const ALL: [Kind; 5] = [
+        Kind::DeviceClass,
         Kind::ResourceFlavor,
         Kind::Cohort,
         Kind::ClusterQueue,
@@ -39,6 +42,7 @@ impl Kind {
 
     pub fn as_str(self) -> &'static str {
         match self {
+            Kind::DeviceClass => "DeviceClass",
             Kind::ResourceFlavor => "ResourceFlavor",
             Kind::Cohort => "Cohort",
             Kind::ClusterQueue => "ClusterQueue",
@@ -95,6 +99,9 @@ pub fn desired_objects(plan: &Plan) -> BTreeMap<ObjectRef, Value> {
             with_hash(value),
         );
     };
+    for o in &plan.device_classes {
+        add(Kind::DeviceClass, json(o));
+    }
     for o in &plan.resource_flavors {
         add(Kind::ResourceFlavor, json(o));
     }
@@ -201,7 +208,7 @@ pub fn references(kind: Kind, object: &Value) -> Vec<ObjectRef> {
     };
     let spec = &object["spec"];
     match kind {
-        Kind::ResourceFlavor => vec![],
+        Kind::DeviceClass | Kind::ResourceFlavor => vec![],
         Kind::Cohort => named(Kind::Cohort, &spec["parentName"])
             .into_iter()
             .collect(),

@@ -78,8 +78,12 @@ fn api_err(action: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
     move |source| Error::Api { action, source }
 }
 
-fn kueue_resource(kind: Kind) -> ApiResource {
-    crate::k8s::resources::kueue(kind.as_str())
+/// The API resource of a kind kaccel writes.
+fn managed_resource(kind: Kind) -> ApiResource {
+    match kind {
+        Kind::DeviceClass => crate::k8s::resources::device_class(),
+        kind => crate::k8s::resources::kueue(kind.as_str()),
+    }
 }
 
 #[cfg(test)]
@@ -140,13 +144,16 @@ mod tests {
     }
 
     #[test]
-    fn kueue_objects_are_addressed_by_kind_in_kueues_group() {
+    fn managed_objects_are_addressed_by_kind_in_their_group() {
         let plurals: Vec<(String, String)> = Kind::ALL
             .into_iter()
             .map(|kind| {
-                let ar = kueue_resource(kind);
-                assert_eq!(ar.group, crate::kueue::GROUP);
-                assert_eq!(ar.version, crate::kueue::VERSION);
+                let ar = managed_resource(kind);
+                let (group, version) = match kind {
+                    Kind::DeviceClass => ("resource.k8s.io", "v1"),
+                    _ => (crate::kueue::GROUP, crate::kueue::VERSION),
+                };
+                assert_eq!((ar.group.as_str(), ar.version.as_str()), (group, version));
                 assert_eq!(ar.kind, kind.as_str());
                 (ar.kind, ar.plural)
             })
@@ -154,6 +161,7 @@ mod tests {
         assert_eq!(
             plurals,
             [
+                ("DeviceClass", "deviceclasses"),
                 ("ResourceFlavor", "resourceflavors"),
                 ("Cohort", "cohorts"),
                 ("ClusterQueue", "clusterqueues"),

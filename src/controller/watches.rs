@@ -12,7 +12,7 @@ use kube::{Client, Resource, ResourceExt};
 use serde_json::Value;
 
 use super::diff::{Kind, ObjectRef};
-use super::{Config, Error, kueue_resource};
+use super::{Config, Error, managed_resource};
 use crate::api::{AcceleratorClass, CreditBudget};
 use crate::k8s::labels::{MANAGED_BY, MANAGED_BY_LABEL};
 
@@ -109,10 +109,19 @@ pub(super) async fn start_watches(
 
     let mut kueue = BTreeMap::new();
     for kind in Kind::ALL {
-        let ar = kueue_resource(kind);
+        let ar = managed_resource(kind);
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
-        let writer = reflector::store::Writer::new(ar.clone());
+        let mut writer = reflector::store::Writer::new(ar.clone());
         let store = writer.as_reader();
+        if kind == Kind::DeviceClass && slices.is_none() {
+            // No ResourceSlices read, so no DRA-only flavor and no DeviceClass to
+            // write: an empty cache, ready at once, and no watch (the API may not
+            // be served).
+            writer.apply_watcher_event(&watcher::Event::Init);
+            writer.apply_watcher_event(&watcher::Event::InitDone);
+            kueue.insert(kind, store);
+            continue;
+        }
         let events = watcher(api, managed.clone())
             .default_backoff()
             .modify(|o: &mut DynamicObject| o.metadata.managed_fields = None)

@@ -14,6 +14,11 @@ pub fn kueue(kind: &str) -> ApiResource {
     ApiResource::from_gvk(&GroupVersionKind::gvk(KUEUE_GROUP, KUEUE_VERSION, kind))
 }
 
+/// `resource.k8s.io/v1` DeviceClass: kaccel writes one per DRA-only flavor.
+pub fn device_class() -> ApiResource {
+    ApiResource::erase::<k8s_openapi::api::resource::v1::DeviceClass>(&())
+}
+
 /// `kueue.x-k8s.io/v1beta2`, for the `apiVersion` of objects kaccel applies.
 pub fn kueue_api_version() -> String {
     format!("{KUEUE_GROUP}/{KUEUE_VERSION}")

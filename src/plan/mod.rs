@@ -27,10 +27,13 @@
 //! 6. `budgets`: budgets oldest first, validated, namespaces claimed, grants as demands;
 //! 7. `quota`: healthy capacity split into nominal quotas (invariant 1);
 //! 8. `objects`: the Kueue objects, and the budget and class each ClusterQueue bills;
+//!    `device_classes`: a DeviceClass per DRA-only flavor, selecting its devices;
 //! 9. `status`: the conditions of class and budget reports.
 
 pub mod nodes;
 pub mod purity;
+
+pub mod device_classes;
 
 mod budgets;
 mod capacity;
@@ -44,6 +47,7 @@ mod validate;
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use k8s_openapi::api::resource::v1::DeviceClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Serialize;
 
@@ -114,6 +118,9 @@ pub struct PlanInput<'a> {
 /// Everything kaccel wants to exist, and what each of its resources should report.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Plan {
+    /// One per DRA-only flavor (see [`device_classes`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub device_classes: Vec<DeviceClass>,
     pub resource_flavors: Vec<ResourceFlavor>,
     pub cohorts: Vec<Cohort>,
     pub cluster_queues: Vec<ClusterQueue>,
@@ -128,6 +135,10 @@ pub struct Plan {
     /// their variant (see [`purity`]); each is reported on the classes that wanted it.
     #[serde(skip)]
     pub impure_flavors: Vec<ImpureFlavor>,
+    /// DRA-only flavors left without a DeviceClass: a class requirement CEL cannot
+    /// express for the driver; each is reported on its class.
+    #[serde(skip)]
+    pub device_class_problems: Vec<device_classes::DeviceClassProblem>,
     /// ClusterQueue name -> (budget, class) it bills, for the credit check: every
     /// planned ClusterQueue, plus the queues of grants whose class is invalid (not
     /// planned, so kaccel deletes them, but Workloads holding quota in them still
@@ -237,11 +248,16 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
         },
         &mut budgets.reports,
     );
+    let device_classes =
+        device_classes::build(&resolved.flavors, &flavor_names, &nodes, &class_by_name);
     // 9. Status: class conditions, and invalid budgets' conditions.
     status::classes(&mut class_reports, &class_order, &flavor_reports);
+    status::device_class_problems(&mut class_reports, &device_classes.problems);
     status::invalid_budgets(&mut budgets.reports);
 
     Plan {
+        device_classes: device_classes.objects,
+        device_class_problems: device_classes.problems,
         resource_flavors: objects.resource_flavors,
         cohorts: objects.cohorts,
         cluster_queues: objects.cluster_queues,

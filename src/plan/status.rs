@@ -47,6 +47,29 @@ pub(super) fn classes(
     }
 }
 
+/// A DRA-only flavor whose DeviceClass a class requirement kept from being
+/// written: `DeviceClassesReady` False on the class, naming the field. The flavor
+/// itself is planned as usual (claims can use the driver's own class).
+pub(super) fn device_class_problems(
+    class_reports: &mut BTreeMap<String, ClassReport>,
+    problems: &[super::device_classes::DeviceClassProblem],
+) {
+    let mut by_class: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for p in problems {
+        by_class.entry(&p.class).or_default().push(&p.message);
+    }
+    for (class, messages) in by_class {
+        if let Some(report) = class_reports.get_mut(class) {
+            report.conditions.push(DesiredCondition::new(
+                api::DEVICE_CLASSES_READY,
+                false,
+                "RequirementNotExpressible",
+                messages.join("; "),
+            ));
+        }
+    }
+}
+
 /// A flavor as a class's status lists it.
 fn resolved_flavor(name: &str, r: &FlavorReport) -> ResolvedFlavor {
     ResolvedFlavor {

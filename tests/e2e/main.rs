@@ -6,6 +6,7 @@
 //! works too. Without a reachable cluster every test panics: nothing is skipped.
 
 mod controller;
+mod dra;
 mod health;
 mod health_sources;
 mod health_vendors;

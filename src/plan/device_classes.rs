@@ -1,0 +1,365 @@
+//! Stage 8b, DeviceClasses: one kaccel-owned `resource.k8s.io/v1` DeviceClass per
+//! DRA-only flavor (its devices published only by a DRA driver), whose CEL selector
+//! selects exactly that flavor's devices, so a ResourceClaimTemplate naming it is
+//! given a device of that variant and no other.
+//!
+//! The selector is built from what the flavor's devices publish, in the order the
+//! scheduler must meet it (an attribute a device lacks is a runtime error, which
+//! aborts the pod's scheduling attempt rather than skipping the device, so every
+//! lookup is guarded by the clause before it or by `has`):
+//! 1. the driver;
+//! 2. the attributes that make the variant, each pinned to the values the variant's
+//!    devices publish (`type`, the product, the partition profile: see
+//!    [`crate::inventory::dra_selector_attributes`]);
+//! 3. for each class using the flavor, its hard requirements the device publishes
+//!    per device (minimum memory as a quantity, architectures, minimum compute
+//!    capability / CUDA / driver versions as semver), or'ed across the classes.
+//!    A requirement on a property the model alone decides (Gaudi and TPU memory and
+//!    architecture, from kaccel's tables) is met by the product pin.
+//!
+//! A requirement CEL cannot express for the flavor's driver (a version published as
+//! a plain string, memory some devices do not publish) writes no DeviceClass for
+//! the flavor, and the class gets a condition naming the field.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::resource::v1::{
+    CELDeviceSelector, DeviceClass, DeviceClassSpec, DeviceSelector,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use super::flavors::{FlavorAcc, FlavorKey};
+use super::{FLAVOR_LABEL, MANAGED_BY, MANAGED_BY_LABEL};
+use crate::api::{AcceleratorClass, HardwareSelector};
+use crate::inventory::{AttributeKind, DeviceRecord, NodeInventory};
+
+/// kaccel's DeviceClasses are named `<flavor>.kaccel.io`: a DNS subdomain like the
+/// vendors' own classes (`gpu.nvidia.com`), and plainly kaccel's.
+pub const DEVICE_CLASS_SUFFIX: &str = ".kaccel.io";
+
+/// The DeviceClass kaccel writes for a flavor.
+pub fn device_class_name(flavor: &str) -> String {
+    format!("{flavor}{DEVICE_CLASS_SUFFIX}")
+}
+
+/// A class requirement the DeviceClass of a flavor cannot express.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceClassProblem {
+    pub class: String,
+    pub flavor: String,
+    /// The class field, as a JSON path (`spec.selector.minDriverVersion`).
+    pub field: String,
+    pub message: String,
+}
+
+#[derive(Default)]
+pub(super) struct DeviceClasses {
+    pub(super) objects: Vec<DeviceClass>,
+    pub(super) problems: Vec<DeviceClassProblem>,
+}
+
+pub(super) fn build(
+    flavors: &BTreeMap<FlavorKey, FlavorAcc>,
+    flavor_names: &BTreeMap<FlavorKey, String>,
+    nodes: &[&NodeInventory],
+    class_by_name: &BTreeMap<String, &AcceleratorClass>,
+) -> DeviceClasses {
+    let mut out = DeviceClasses::default();
+    for (key, acc) in flavors {
+        let Some(variant) = &key.variant else {
+            continue;
+        };
+        if !crate::inventory::is_dra_device_class(&variant.resource_name) {
+            continue;
+        }
+        // Every device of the variant, wherever it is: the scheduler may place a
+        // claim on any node the flavor's nodeLabels select, and there the class
+        // must take exactly the devices of the variant that pass the requirements.
+        let devices: Vec<&DeviceRecord> = nodes
+            .iter()
+            .flat_map(|n| n.groups.iter())
+            .filter(|g| &g.variant == variant)
+            .flat_map(|g| g.devices.iter())
+            .filter(|d| !d.driver.is_empty())
+            .collect();
+        if acc.members.is_empty() {
+            continue;
+        }
+        let drivers: BTreeSet<&str> = devices.iter().map(|d| d.driver.as_str()).collect();
+        // One driver per DRA-only variant (its resource is the driver's class).
+        let [driver] = drivers.into_iter().collect::<Vec<_>>()[..] else {
+            continue;
+        };
+        // Every device of the driver: the scheduler evaluates the class on each.
+        let fleet: Vec<&DeviceRecord> = nodes
+            .iter()
+            .flat_map(|n| n.groups.iter())
+            .flat_map(|g| g.devices.iter())
+            .filter(|d| d.driver == driver)
+            .collect();
+        let flavor = &flavor_names[key];
+        let classes: Vec<(&String, &AcceleratorClass)> = acc
+            .classes
+            .iter()
+            .filter_map(|c| class_by_name.get(c).map(|class| (c, *class)))
+            .collect();
+        match selector(driver, &devices, &fleet, &classes) {
+            Ok(expression) => out.objects.push(device_class(flavor, expression)),
+            Err((class, field, why)) => out.problems.push(DeviceClassProblem {
+                class: class.clone(),
+                flavor: flavor.clone(),
+                field: field.into(),
+                message: format!(
+                    "{field} cannot be written into the CEL selector of DeviceClass {} for flavor {flavor}: {why}; no DeviceClass is written for this flavor (claims use the driver's own class meanwhile)",
+                    device_class_name(flavor)
+                ),
+            }),
+        }
+    }
+    out
+}
+
+fn device_class(flavor: &str, expression: String) -> DeviceClass {
+    DeviceClass {
+        metadata: ObjectMeta {
+            name: Some(device_class_name(flavor)),
+            labels: Some(BTreeMap::from([
+                (MANAGED_BY_LABEL.to_string(), MANAGED_BY.to_string()),
+                (FLAVOR_LABEL.to_string(), flavor.to_string()),
+            ])),
+            ..Default::default()
+        },
+        spec: DeviceClassSpec {
+            selectors: Some(vec![DeviceSelector {
+                cel: Some(CELDeviceSelector { expression }),
+            }]),
+            ..Default::default()
+        },
+    }
+}
+
+/// (class, field, why) when a requirement of `class` cannot be expressed.
+type Unexpressible<'a> = (&'a String, &'static str, String);
+
+/// The CEL selector of a flavor's devices (see the module docs for its shape).
+/// `devices`: those of the flavor's variant; `fleet`: every device of the driver.
+fn selector<'a>(
+    driver: &str,
+    devices: &[&DeviceRecord],
+    fleet: &[&DeviceRecord],
+    classes: &[(&'a String, &AcceleratorClass)],
+) -> Result<String, Unexpressible<'a>> {
+    let attr = |id: &str| format!("device.attributes[{}].{id}", literal(driver));
+    let mut clauses = vec![format!("device.driver == {}", literal(driver))];
+    for id in crate::inventory::dra_selector_attributes(driver) {
+        let mut values: BTreeSet<&str> = BTreeSet::new();
+        let mut some_lack_it = false;
+        for d in devices {
+            match published(d, driver, id) {
+                Some(v) => {
+                    values.insert(v);
+                }
+                None => some_lack_it = true,
+            }
+        }
+        if values.is_empty() {
+            // None of the flavor's devices publish it: a device that does is of
+            // another variant (NVIDIA's `profile` on a MIG device), unless empty.
+            clauses.push(format!("(!has({a}) || {a} == \"\")", a = attr(id)));
+            continue;
+        }
+        let listed = list(values.iter().copied());
+        clauses.push(if some_lack_it {
+            format!(
+                "(has({a}) && {a} != \"\" ? {a} in {listed} : true)",
+                a = attr(id)
+            )
+        } else {
+            format!("has({a}) && {a} in {listed}", a = attr(id))
+        });
+    }
+    let mut per_class: Vec<String> = Vec::new();
+    let mut unconstrained = false;
+    for (name, class) in classes {
+        let requirements = class_requirements(driver, devices, fleet, &class.spec.selector)
+            .map_err(|(field, why)| (*name, field, why))?;
+        if requirements.is_empty() {
+            unconstrained = true;
+        } else {
+            per_class.push(requirements.join(" && "));
+        }
+    }
+    if !unconstrained && !per_class.is_empty() {
+        per_class.sort();
+        per_class.dedup();
+        clauses.push(if per_class.len() == 1 {
+            per_class.remove(0)
+        } else {
+            format!("(({}))", per_class.join(") || ("))
+        });
+    }
+    Ok(clauses.join(" && "))
+}
+
+/// One class's hard requirements as CEL clauses on one device of `driver`.
+fn class_requirements(
+    driver: &str,
+    devices: &[&DeviceRecord],
+    fleet: &[&DeviceRecord],
+    selector: &HardwareSelector,
+) -> Result<Vec<String>, (&'static str, String)> {
+    // A clause calls a string or version function on the attribute: every device
+    // of the driver that publishes it must publish that type, or evaluating the
+    // class on it is an error (which fails the pod's scheduling, not the device).
+    let typed_as = |id: &str, kind: AttributeKind| {
+        fleet
+            .iter()
+            .all(|d| d.attribute_kinds.get(id).is_none_or(|k| *k == kind))
+    };
+    let attrs = format!("device.attributes[{}]", literal(driver));
+    let mut clauses = Vec::new();
+    let spec = crate::inventory::dra_requirement_attributes(driver);
+    if let Some(min) = selector.min_memory_mib {
+        let publishing = devices.iter().filter(|d| d.memory_mib.is_some()).count();
+        if publishing == devices.len() {
+            let memory = format!("device.capacity[{}].memory", literal(driver));
+            clauses.push(format!(
+                "has({memory}) && {memory}.compareTo(quantity(\"{min}Mi\")) >= 0"
+            ));
+        } else if !(spec.memory_from_model && publishing == 0) {
+            // (From the model: kaccel's table, which the product pin decides.)
+            return Err((
+                "spec.selector.minMemoryMiB",
+                format!("some devices of driver {driver} publish no memory capacity"),
+            ));
+        }
+    }
+    if !selector.architectures.is_empty() {
+        match spec.architecture {
+            None => {} // from the model, which the product pins
+            Some(id) if !typed_as(id, AttributeKind::String) => {
+                return Err((
+                    "spec.selector.architectures",
+                    format!(
+                        "some devices of driver {driver} publish {id} as another type than a string"
+                    ),
+                ));
+            }
+            Some(id) => {
+                let allowed: BTreeSet<String> = selector
+                    .architectures
+                    .iter()
+                    .map(|a| a.to_ascii_lowercase())
+                    .collect();
+                let a = format!("{attrs}.{id}");
+                let read = if spec.intel_family {
+                    // As the Intel reader names a family (inventory::dra::device).
+                    format!(
+                        "({a}.contains(\"Max\") ? \"xe-hpc\" : {a}.contains(\"Flex\") ? \"xe-hpg\" : {a}.lowerAscii())"
+                    )
+                } else {
+                    format!("{a}.lowerAscii()")
+                };
+                clauses.push(format!(
+                    "has({a}) && {a} != \"\" && {a} != \"Unknown\" && {read} in {}",
+                    list(allowed.iter().map(String::as_str))
+                ));
+            }
+        }
+    }
+    for (field, want, id, major_minor) in [
+        (
+            "spec.selector.minComputeCapability",
+            &selector.min_compute_capability,
+            spec.compute_capability,
+            true,
+        ),
+        (
+            "spec.selector.minCudaVersion",
+            &selector.min_cuda_version,
+            spec.cuda_version,
+            true,
+        ),
+        (
+            "spec.selector.minDriverVersion",
+            &selector.min_driver_version,
+            spec.driver_version,
+            false,
+        ),
+    ] {
+        let Some(want) = want else { continue };
+        let Some(id) = id else {
+            return Err((
+                field,
+                format!("driver {driver} publishes no such attribute"),
+            ));
+        };
+        let versions = devices
+            .iter()
+            .all(|d| d.attribute_kinds.get(id) == Some(&AttributeKind::Version));
+        if !versions || !typed_as(id, AttributeKind::Version) {
+            return Err((
+                field,
+                format!(
+                    "driver {driver} publishes {id} as a string (or not at all) on some devices, not as a version: CEL cannot compare it"
+                ),
+            ));
+        }
+        let bound = semver_bound(want, major_minor)
+            .ok_or_else(|| (field, format!("{want:?} is not a dotted version")))?;
+        let a = format!("{attrs}.{id}");
+        clauses.push(format!(
+            "has({a}) && {a}.compareTo(semver(\"{bound}\")) >= 0"
+        ));
+    }
+    Ok(clauses)
+}
+
+/// The least semver a device's version must reach to pass the Rust matcher's
+/// `version_at_least(have, want)` (components compared as numbers, missing ones
+/// 0). `major_minor`: the matcher reads only the device's major.minor
+/// (compute capability, CUDA version), so a bound with a patch means the next
+/// minor.
+pub(super) fn semver_bound(want: &str, major_minor: bool) -> Option<String> {
+    let parts: Vec<u64> = want
+        .trim()
+        .trim_start_matches('v')
+        .split('.')
+        .map(|p| p.parse::<u64>().ok())
+        .collect::<Option<_>>()?;
+    let at = |i: usize| parts.get(i).copied().unwrap_or(0);
+    let kept = if major_minor { 2 } else { 3 };
+    let mut bound = [at(0), at(1), at(2)];
+    if major_minor {
+        bound[2] = 0;
+    }
+    // A non-zero component past what a device version holds: only the next
+    // version up passes.
+    if parts.iter().skip(kept).any(|&p| p > 0) {
+        bound[kept - 1] = bound[kept - 1].checked_add(1)?;
+    }
+    Some(format!("{}.{}.{}", bound[0], bound[1], bound[2]))
+}
+
+/// The value `device` publishes for attribute `id` of its driver's domain, bare or
+/// qualified, as the inventory reads it (an empty value is no value).
+fn published<'d>(device: &'d DeviceRecord, driver: &str, id: &str) -> Option<&'d str> {
+    device
+        .raw_attributes
+        .get(id)
+        .or_else(|| device.raw_attributes.get(&format!("{driver}/{id}")))
+        .map(String::as_str)
+        .filter(|v| !v.is_empty())
+}
+
+/// A CEL string literal (JSON's escapes are CEL's).
+fn literal(s: &str) -> String {
+    serde_json::to_string(s).expect("a string serialises")
+}
+
+fn list<'v>(values: impl Iterator<Item = &'v str>) -> String {
+    format!("[{}]", values.map(literal).collect::<Vec<_>>().join(", "))
+}
+
+#[cfg(test)]
+mod tests;
