@@ -24,6 +24,29 @@ fn device_classes(client: &Client) -> Api<DynamicObject> {
     )
 }
 
+/// Waits until `name` exists and `pred` holds (`support::wait_until` wants the
+/// object there already).
+async fn wait_for(
+    api: &Api<DynamicObject>,
+    name: &str,
+    what: &str,
+    pred: impl Fn(&Value) -> bool,
+) -> Result<Value> {
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        if let Some(obj) = api.get_opt(name).await? {
+            let value = serde_json::to_value(&obj)?;
+            if pred(&value) {
+                return Ok(value);
+            }
+        }
+        if std::time::Instant::now() > deadline {
+            bail!("timed out after {WAIT:?} waiting for {name}: {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// A Node published only through DRA (no device plugin): labelled with its
 /// model, as the vendor's labeller or the platform team does.
 fn dra_node(name: &str, model: &str) -> Node {
@@ -142,7 +165,7 @@ async fn device_class_flow(client: &Client, cleanup: &mut Cleanup) -> Result<()>
     );
     let result = async {
         let dcs = device_classes(client);
-        let written = support::wait_until(&dcs, &device_class, "kaccel writes it", WAIT, |dc| {
+        let written = wait_for(&dcs, &device_class, "kaccel writes it", |dc| {
             dc["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "kaccel"
         })
         .await?;
@@ -162,7 +185,7 @@ async fn device_class_flow(client: &Client, cleanup: &mut Cleanup) -> Result<()>
         }
         // The flavor Kueue schedules on is there too, counting the 8 devices.
         let flavors: Api<DynamicObject> = Api::all_with(client.clone(), &kueue("ResourceFlavor"));
-        support::wait_until(&flavors, &flavor, "planned", WAIT, |_| true).await?;
+        wait_for(&flavors, &flavor, "planned", |_| true).await?;
 
         // The API server compiles a DeviceClass's CEL when it is written: it
         // refuses one that does not type-check, so the one above passed that.
