@@ -26,6 +26,26 @@ mod invariants;
 mod purity_nvidia_amd;
 mod purity_other_vendors;
 
+/// Plan a fleet of Nodes and DRA ResourceSlices, merged as the controller does.
+pub(super) fn run_with_slices(
+    classes: &[AcceleratorClass],
+    budgets: &[CreditBudget],
+    nodes: &[Node],
+    slices: &[k8s_openapi::api::resource::v1::ResourceSlice],
+    health: &HealthSnapshot,
+) -> (Plan, Inventory) {
+    let inventory = Inventory::from_nodes_and_slices(nodes, slices);
+    let options = PlanOptions::default();
+    let plan = plan(&PlanInput {
+        classes,
+        budgets,
+        inventory: &inventory,
+        health,
+        options: &options,
+    });
+    (plan, inventory)
+}
+
 pub(super) fn class(
     name: &str,
     sharing: SharingMode,

@@ -14,8 +14,8 @@ use super::*;
 use crate::api::{CreditBudget, SharingMode};
 use crate::health::HealthSnapshot;
 use crate::inventory::Inventory;
-use crate::plan::tests::{budget, class};
-use crate::plan::{Plan, PlanInput, PlanOptions, plan};
+use crate::plan::Plan;
+use crate::plan::tests::{budget, class, run_with_slices};
 
 // ---------------------------------------------------------------- CEL, as the scheduler runs it
 
@@ -185,16 +185,7 @@ fn run(
     nodes: &[Node],
     slices: &[ResourceSlice],
 ) -> (Plan, Inventory) {
-    let inventory = Inventory::from_nodes_and_slices(nodes, slices);
-    let options = PlanOptions::default();
-    let plan = plan(&PlanInput {
-        classes,
-        budgets,
-        inventory: &inventory,
-        health: &HealthSnapshot::default(),
-        options: &options,
-    });
-    (plan, inventory)
+    run_with_slices(classes, budgets, nodes, slices, &HealthSnapshot::default())
 }
 
 fn expression(dc: &DeviceClass) -> &str {

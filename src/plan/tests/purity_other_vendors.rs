@@ -14,25 +14,6 @@ use crate::inventory::synthetic::generate_fleet;
 use crate::inventory::vendor_fleet_nvidia_amd::{self as vendor_fleet, NODES};
 use crate::inventory::vendor_fleet_other as other_fleet;
 
-fn run_with_slices(
-    classes: &[AcceleratorClass],
-    budgets: &[CreditBudget],
-    nodes: &[Node],
-    slices: &[ResourceSlice],
-    health: &HealthSnapshot,
-) -> (Plan, Inventory) {
-    let inventory = Inventory::from_nodes_and_slices(nodes, slices);
-    let options = PlanOptions::default();
-    let plan = plan(&PlanInput {
-        classes,
-        budgets,
-        inventory: &inventory,
-        health,
-        options: &options,
-    });
-    (plan, inventory)
-}
-
 /// Classes for the Huawei / AWS / DRA fleet: whole devices of every vendor, Ascend
 /// 4-core vNPUs, NeuronCores; each granted generously.
 fn other_fleet_classes(
