@@ -198,8 +198,26 @@ fn selector<'a>(
             format!("(({}))", per_class.join(") || ("))
         });
     }
-    Ok(clauses.join(" && "))
+    let expression = clauses.join(" && ");
+    // The API server refuses a longer one: say so rather than fail every apply.
+    if expression.len() > MAX_SELECTOR_BYTES
+        && let Some((first, _)) = classes.first()
+    {
+        return Err((
+            first,
+            "spec.selector",
+            format!(
+                "the selector would be {} bytes, over the API server's limit of {MAX_SELECTOR_BYTES} (too many product spellings or classes with different requirements on one flavor)",
+                expression.len()
+            ),
+        ));
+    }
+    Ok(expression)
 }
+
+/// The API server's limit on a DeviceClass CEL selector
+/// (`resource.k8s.io/v1` `CELSelectorExpressionMaxLength`).
+const MAX_SELECTOR_BYTES: usize = 10 * 1024;
 
 /// One class's hard requirements as CEL clauses on one device of `driver`.
 fn class_requirements(

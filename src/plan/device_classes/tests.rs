@@ -606,3 +606,43 @@ proptest! {
         }
     }
 }
+
+/// A flavor whose devices publish so many spellings of their product that the
+/// selector would pass the API server's 10 KiB limit: no DeviceClass, and the
+/// class says why, instead of an apply that fails every pass.
+#[test]
+fn a_selector_over_the_api_servers_limit_is_refused() {
+    let nodes = [labelled(node("h100-a"), "NVIDIA-H100-80GB-HBM3")];
+    // One product, spelled 400 ways (case and spacing: the same model to the reader).
+    let devices: Vec<Json> = (0..400)
+        .map(|i| {
+            let spelling: String = "NVIDIA H100 80GB HBM3"
+                .chars()
+                .enumerate()
+                .map(|(j, c)| {
+                    if (i >> (j % 9)) & 1 == 1 {
+                        c.to_ascii_lowercase()
+                    } else {
+                        c
+                    }
+                })
+                .collect();
+            let mut d = nvidia_gpu(
+                &format!("gpu-{i}"),
+                &format!("{spelling}{}", " ".repeat(i / 256)),
+                "81559Mi",
+                "550.54.15",
+            );
+            d["name"] = json!(format!("gpu-{i}"));
+            d
+        })
+        .collect();
+    let slices = [slice("h100-a", "gpu.nvidia.com", devices)];
+    let large = class("large", SharingMode::Whole, Default::default());
+    let budgets = [budget("team", &["team"], &[("large", 1)])];
+    let (plan, _) = run(&[large], &budgets, &nodes, &slices);
+    assert!(plan.device_classes.is_empty());
+    let problem = &plan.device_class_problems[0];
+    assert_eq!(problem.field, "spec.selector");
+    assert!(problem.message.contains("10240"), "{}", problem.message);
+}
