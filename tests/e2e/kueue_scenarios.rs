@@ -137,16 +137,26 @@ async fn ledger_agrees_with_kueue(store: &str) -> Result<String> {
 }
 
 /// The budget's status figures equal what its entries add up to.
+/// The budget's status shows what its entries add up to. The status is written by
+/// the budget pass (woken by appends, at most once a second, and every
+/// `budgetIntervalSeconds`), so it may trail the last append by a pass: it must
+/// catch up within WAIT, entries and status read again each time.
 async fn figures_match_entries(env: &Env, store: &str, name: &str) -> Result<()> {
-    let entries: Vec<Value> = export(store, Some(name))?;
-    let b = env.budgets.get(name).await?.data;
-    ensure!(
-        balances(&entries)? == figures(&b),
-        "budget {name}: status {:?}, entries {:?}",
-        figures(&b),
-        kind_sums(&entries)
-    );
-    Ok(())
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let entries: Vec<Value> = export(store, Some(name))?;
+        let b = env.budgets.get(name).await?.data;
+        if balances(&entries)? == figures(&b) {
+            return Ok(());
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "budget {name}: status {:?}, entries {:?} after {WAIT:?}",
+            figures(&b),
+            kind_sums(&entries)
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
 }
 
 // ---------------------------------------------------------------------------
