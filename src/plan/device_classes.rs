@@ -65,6 +65,31 @@ pub(super) fn build(
     class_by_name: &BTreeMap<String, &AcceleratorClass>,
 ) -> DeviceClasses {
     let mut out = DeviceClasses::default();
+    // One pass over the fleet: the devices of each DRA-only variant, and the types
+    // each driver's devices publish each attribute as (the scheduler evaluates a
+    // class on every device of its driver).
+    let mut by_variant: BTreeMap<&crate::inventory::DeviceVariant, Vec<&DeviceRecord>> =
+        BTreeMap::new();
+    let mut by_driver: BTreeMap<&str, Vec<&DeviceRecord>> = BTreeMap::new();
+    for g in nodes.iter().flat_map(|n| n.groups.iter()) {
+        let dra_only = crate::inventory::is_dra_device_class(&g.variant.resource_name);
+        let mut published = g.devices.iter().filter(|d| !d.driver.is_empty());
+        let Some(first) = published.next() else {
+            continue;
+        };
+        let of_driver = by_driver.entry(first.driver.as_str()).or_default();
+        for d in std::iter::once(first).chain(published) {
+            if dra_only {
+                by_variant.entry(&g.variant).or_default().push(d);
+            }
+            of_driver.push(d);
+        }
+    }
+    let kinds: BTreeMap<&str, AttributeKinds> = by_driver
+        .into_iter()
+        .map(|(driver, devices)| (driver, AttributeKinds::new(devices)))
+        .collect();
+    let no_kinds = AttributeKinds::new(Vec::new());
     for (key, acc) in flavors {
         let Some(variant) = &key.variant else {
             continue;
@@ -75,13 +100,9 @@ pub(super) fn build(
         // Every device of the variant, wherever it is: the scheduler may place a
         // claim on any node the flavor's nodeLabels select, and there the class
         // must take exactly the devices of the variant that pass the requirements.
-        let devices: Vec<&DeviceRecord> = nodes
-            .iter()
-            .flat_map(|n| n.groups.iter())
-            .filter(|g| &g.variant == variant)
-            .flat_map(|g| g.devices.iter())
-            .filter(|d| !d.driver.is_empty())
-            .collect();
+        let Some(devices) = by_variant.get(variant) else {
+            continue;
+        };
         if acc.members.is_empty() {
             continue;
         }
@@ -90,20 +111,15 @@ pub(super) fn build(
         let [driver] = drivers.into_iter().collect::<Vec<_>>()[..] else {
             continue;
         };
-        // Every device of the driver: the scheduler evaluates the class on each.
-        let fleet: Vec<&DeviceRecord> = nodes
-            .iter()
-            .flat_map(|n| n.groups.iter())
-            .flat_map(|g| g.devices.iter())
-            .filter(|d| d.driver == driver)
-            .collect();
+        let fleet = kinds.get(driver).unwrap_or(&no_kinds);
+        let variant_kinds = AttributeKinds::new(devices.clone());
         let flavor = &flavor_names[key];
         let classes: Vec<(&String, &AcceleratorClass)> = acc
             .classes
             .iter()
             .filter_map(|c| class_by_name.get(c).map(|class| (c, *class)))
             .collect();
-        match selector(driver, &devices, &fleet, &classes) {
+        match selector(driver, devices, &variant_kinds, fleet, &classes) {
             Ok(expression) => out.objects.push(device_class(flavor, expression)),
             Err((class, field, why)) => out.problems.push(DeviceClassProblem {
                 class: class.clone(),
@@ -142,20 +158,71 @@ fn device_class(flavor: &str, expression: String) -> DeviceClass {
 type Unexpressible<'a> = (&'a String, &'static str, String);
 
 /// The CEL selector of a flavor's devices (see the module docs for its shape).
-/// `devices`: those of the flavor's variant; `fleet`: every device of the driver.
+/// The types a set of devices publish an attribute as, worked out once per
+/// attribute asked for (a requirement asks for the same one class after class).
+struct AttributeKinds<'a> {
+    devices: Vec<&'a DeviceRecord>,
+    /// Attribute -> (types published, whether some device lacks it).
+    seen: std::cell::RefCell<BTreeMap<&'static str, (BTreeSet<AttributeKind>, bool)>>,
+}
+
+impl<'a> AttributeKinds<'a> {
+    fn new(devices: Vec<&'a DeviceRecord>) -> Self {
+        AttributeKinds {
+            devices,
+            seen: Default::default(),
+        }
+    }
+
+    fn of(&self, id: &'static str) -> (BTreeSet<AttributeKind>, bool) {
+        self.seen
+            .borrow_mut()
+            .entry(id)
+            .or_insert_with(|| {
+                let mut kinds = BTreeSet::new();
+                let mut lacking = false;
+                for d in &self.devices {
+                    match d.attribute_kinds.get(id) {
+                        Some(k) => {
+                            kinds.insert(*k);
+                        }
+                        None => lacking = true,
+                    }
+                }
+                (kinds, lacking)
+            })
+            .clone()
+    }
+
+    /// Every device that publishes `id` publishes it as `kind`.
+    fn only(&self, id: &'static str, kind: AttributeKind) -> bool {
+        self.of(id).0.iter().all(|k| *k == kind)
+    }
+
+    /// Every device publishes `id`, as `kind`.
+    fn all(&self, id: &'static str, kind: AttributeKind) -> bool {
+        let (kinds, lacking) = self.of(id);
+        !lacking && kinds.iter().all(|k| *k == kind)
+    }
+}
+
+/// `devices`: those of the flavor's variant (`variant_kinds`: the types they
+/// publish); `fleet`: the types every device of the driver publishes.
 fn selector<'a>(
     driver: &str,
     devices: &[&DeviceRecord],
-    fleet: &[&DeviceRecord],
+    variant_kinds: &AttributeKinds<'_>,
+    fleet: &AttributeKinds<'_>,
     classes: &[(&'a String, &AcceleratorClass)],
 ) -> Result<String, Unexpressible<'a>> {
     let attr = |id: &str| format!("device.attributes[{}].{id}", literal(driver));
     let mut clauses = vec![format!("device.driver == {}", literal(driver))];
     for id in crate::inventory::dra_selector_attributes(driver) {
+        let qualified = format!("{driver}/{id}");
         let mut values: BTreeSet<&str> = BTreeSet::new();
         let mut some_lack_it = false;
         for d in devices {
-            match published(d, driver, id) {
+            match published(d, id, &qualified) {
                 Some(v) => {
                     values.insert(v);
                 }
@@ -181,8 +248,9 @@ fn selector<'a>(
     let mut per_class: Vec<String> = Vec::new();
     let mut unconstrained = false;
     for (name, class) in classes {
-        let requirements = class_requirements(driver, devices, fleet, &class.spec.selector)
-            .map_err(|(field, why)| (*name, field, why))?;
+        let requirements =
+            class_requirements(driver, devices, variant_kinds, fleet, &class.spec.selector)
+                .map_err(|(field, why)| (*name, field, why))?;
         if requirements.is_empty() {
             unconstrained = true;
         } else {
@@ -223,17 +291,14 @@ const MAX_SELECTOR_BYTES: usize = 10 * 1024;
 fn class_requirements(
     driver: &str,
     devices: &[&DeviceRecord],
-    fleet: &[&DeviceRecord],
+    variant_kinds: &AttributeKinds<'_>,
+    fleet: &AttributeKinds<'_>,
     selector: &HardwareSelector,
 ) -> Result<Vec<String>, (&'static str, String)> {
     // A clause calls a string or version function on the attribute: every device
     // of the driver that publishes it must publish that type, or evaluating the
     // class on it is an error (which fails the pod's scheduling, not the device).
-    let typed_as = |id: &str, kind: AttributeKind| {
-        fleet
-            .iter()
-            .all(|d| d.attribute_kinds.get(id).is_none_or(|k| *k == kind))
-    };
+    let typed_as = |id: &'static str, kind: AttributeKind| fleet.only(id, kind);
     let attrs = format!("device.attributes[{}]", literal(driver));
     let mut clauses = Vec::new();
     let spec = crate::inventory::dra_requirement_attributes(driver);
@@ -312,9 +377,7 @@ fn class_requirements(
                 format!("driver {driver} publishes no such attribute"),
             ));
         };
-        let versions = devices
-            .iter()
-            .all(|d| d.attribute_kinds.get(id) == Some(&AttributeKind::Version));
+        let versions = variant_kinds.all(id, AttributeKind::Version);
         if !versions || !typed_as(id, AttributeKind::Version) {
             return Err((
                 field,
@@ -361,11 +424,12 @@ pub(super) fn semver_bound(want: &str, major_minor: bool) -> Option<String> {
 
 /// The value `device` publishes for attribute `id` of its driver's domain, bare or
 /// qualified, as the inventory reads it (an empty value is no value).
-fn published<'d>(device: &'d DeviceRecord, driver: &str, id: &str) -> Option<&'d str> {
+/// `qualified`: `<driver>/<id>`.
+fn published<'d>(device: &'d DeviceRecord, id: &str, qualified: &str) -> Option<&'d str> {
     device
         .raw_attributes
         .get(id)
-        .or_else(|| device.raw_attributes.get(&format!("{driver}/{id}")))
+        .or_else(|| device.raw_attributes.get(qualified))
         .map(String::as_str)
         .filter(|v| !v.is_empty())
 }
