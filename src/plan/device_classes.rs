@@ -335,16 +335,19 @@ fn class_requirements(
                     .map(|a| a.to_ascii_lowercase())
                     .collect();
                 let a = format!("{attrs}.{id}");
-                let read = if spec.intel_family {
-                    // As the Intel reader names a family (inventory::dra::device).
-                    format!(
-                        "({a}.contains(\"Max\") ? \"xe-hpc\" : {a}.contains(\"Flex\") ? \"xe-hpg\" : {a}.lowerAscii())"
+                // `RequirementAttributes::architecture_of`, in CEL.
+                let (known, read) = if spec.intel_family {
+                    (
+                        format!(" && {a} != \"Unknown\""),
+                        format!(
+                            "({a}.contains(\"Max\") ? \"xe-hpc\" : {a}.contains(\"Flex\") ? \"xe-hpg\" : {a}.lowerAscii())"
+                        ),
                     )
                 } else {
-                    format!("{a}.lowerAscii()")
+                    (String::new(), format!("{a}.lowerAscii()"))
                 };
                 clauses.push(format!(
-                    "has({a}) && {a} != \"\" && {a} != \"Unknown\" && {read} in {}",
+                    "has({a}) && {a} != \"\"{known} && {read} in {}",
                     list(allowed.iter().map(String::as_str))
                 ));
             }

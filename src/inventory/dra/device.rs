@@ -4,7 +4,10 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::resource::v1::{Device, DeviceAttribute};
 
-use super::driver::{AMD_DRIVER, Driver, NVIDIA_DRIVER, NVIDIA_MIG_CLASS, TPU_ACCELERATOR_LABEL};
+use super::driver::{
+    AMD_DRIVER, Driver, NVIDIA_DRIVER, NVIDIA_MIG_CLASS, TPU_ACCELERATOR_LABEL,
+    requirement_attributes,
+};
 use crate::inventory::{AttributeKind, DeviceRecord, SharingMode, amd, google};
 use crate::k8s::quantity::parse_memory_bytes;
 
@@ -18,7 +21,6 @@ pub(super) struct DraDevice {
     /// `None` when it names none (Intel's `Unknown` included).
     pub(super) product: Option<String>,
     pub(super) architecture: Option<String>,
-    pub(super) driver_version: Option<String>,
     pub(super) compute_capability: Option<String>,
     pub(super) cuda_version: Option<String>,
     /// `type`: NVIDIA `gpu`/`mig`, AMD `amdgpu`/`amdgpu-partition`, Intel `gpu`/`vf`.
@@ -95,22 +97,11 @@ impl DraDevice {
                     .find_map(|k| node_labels.get(*k).filter(|v| !v.is_empty()).cloned())
             }),
         };
-        let architecture = match driver {
-            Driver::Nvidia => get("architecture"),
-            Driver::Amd => get("family"),
-            Driver::IntelGpu => get("family").filter(|f| f != "Unknown").map(|f| {
-                if f.contains("Max") {
-                    "xe-hpc".to_string()
-                } else if f.contains("Flex") {
-                    "xe-hpg".to_string()
-                } else {
-                    f
-                }
-            }),
-            Driver::Gaudi => None,
-            Driver::Tpu => None,
-        }
-        .map(|a| a.to_ascii_lowercase());
+        let read = requirement_attributes(driver.name());
+        let architecture = read
+            .architecture
+            .and_then(get)
+            .and_then(|a| read.architecture_of(&a));
         DraDevice {
             record: DeviceRecord {
                 name: device.name.clone(),
@@ -125,7 +116,7 @@ impl DraDevice {
                     .or_else(|| attrs.get(STD_PCI_BUS_ID).cloned())
                     .or_else(|| get("pciAddress")),
                 memory_mib,
-                driver_version: get("driverVersion"),
+                driver_version: read.driver_version.and_then(get),
                 attribute_kinds: device
                     .attributes
                     .iter()
@@ -149,9 +140,8 @@ impl DraDevice {
             },
             product,
             architecture,
-            driver_version: get("driverVersion"),
-            compute_capability: get("cudaComputeCapability").map(major_minor),
-            cuda_version: get("cudaDriverVersion").map(major_minor),
+            compute_capability: read.compute_capability.and_then(get).map(major_minor),
+            cuda_version: read.cuda_version.and_then(get).map(major_minor),
             kind: get("type"),
             profile: get("profile").or_else(|| get("partitionProfile")),
         }

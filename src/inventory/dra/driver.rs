@@ -174,45 +174,67 @@ pub(crate) fn selector_attributes(driver: &str) -> &'static [&'static str] {
     }
 }
 
-/// Where a class's hard requirements are read on a device of a driver, as the
-/// inventory reads them (`super::device`, `super::groups`).
+/// Where a class's hard requirements are read on a device of a driver: the one
+/// table both the inventory's reader (`super::device`) and the DeviceClass
+/// selectors (`plan::device_classes`) follow, so the two cannot drift apart.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RequirementAttributes {
     /// Memory comes from kaccel's table for the model, not from the device.
     pub memory_from_model: bool,
     /// The attribute read as the architecture; `None`: from the model.
     pub architecture: Option<&'static str>,
-    /// Intel names a family (`Data Center GPU Max` -> `xe-hpc`).
+    /// Intel names a family (`Data Center GPU Max` -> `xe-hpc`; `Unknown`: none).
     pub intel_family: bool,
+    /// Versions, read wherever a driver publishes them (compute capability and
+    /// CUDA as major.minor).
     pub compute_capability: Option<&'static str>,
     pub cuda_version: Option<&'static str>,
     pub driver_version: Option<&'static str>,
 }
 
+impl RequirementAttributes {
+    /// The architecture a published value names, lower-cased.
+    pub fn architecture_of(&self, value: &str) -> Option<String> {
+        let named = if !self.intel_family {
+            value
+        } else if value == "Unknown" {
+            return None;
+        } else if value.contains("Max") {
+            "xe-hpc"
+        } else if value.contains("Flex") {
+            "xe-hpg"
+        } else {
+            value
+        };
+        Some(named.to_ascii_lowercase())
+    }
+}
+
 pub(crate) fn requirement_attributes(driver: &str) -> RequirementAttributes {
-    let none = RequirementAttributes::default();
+    let versions = RequirementAttributes {
+        compute_capability: Some("cudaComputeCapability"),
+        cuda_version: Some("cudaDriverVersion"),
+        driver_version: Some("driverVersion"),
+        ..Default::default()
+    };
     match Driver::of(driver) {
         Some(Driver::Nvidia) => RequirementAttributes {
             architecture: Some("architecture"),
-            compute_capability: Some("cudaComputeCapability"),
-            cuda_version: Some("cudaDriverVersion"),
-            driver_version: Some("driverVersion"),
-            ..none
+            ..versions
         },
         Some(Driver::Amd) => RequirementAttributes {
             architecture: Some("family"),
-            driver_version: Some("driverVersion"),
-            ..none
+            ..versions
         },
         Some(Driver::IntelGpu) => RequirementAttributes {
             architecture: Some("family"),
             intel_family: true,
-            ..none
+            ..versions
         },
         Some(Driver::Gaudi | Driver::Tpu) => RequirementAttributes {
             memory_from_model: true,
-            ..none
+            ..versions
         },
-        None => none,
+        None => RequirementAttributes::default(),
     }
 }

@@ -95,7 +95,7 @@ pub(super) fn merge_device(
             .or_else(|| known_architecture(driver, &group.variant.model));
     }
     if group.driver_version.is_none() {
-        group.driver_version = dev.driver_version.clone();
+        group.driver_version = dev.record.driver_version.clone();
     }
     if group.compute_capability.is_none() {
         group.compute_capability = dev.compute_capability.clone();
