@@ -112,16 +112,7 @@ pub(super) fn run(
     nodes: &[Node],
     health: &HealthSnapshot,
 ) -> (Plan, Inventory) {
-    let inventory = Inventory::from_nodes(nodes);
-    let options = PlanOptions::default();
-    let plan = plan(&PlanInput {
-        classes,
-        budgets,
-        inventory: &inventory,
-        health,
-        options: &options,
-    });
-    (plan, inventory)
+    run_with_slices(classes, budgets, nodes, &[], health)
 }
 
 fn examples() -> (Vec<AcceleratorClass>, Vec<CreditBudget>, Vec<Node>) {
