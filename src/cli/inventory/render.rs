@@ -122,7 +122,8 @@ pub fn render(report: &InventoryReport) -> String {
             "DRA devices ({}), as their drivers publish them in ResourceSlices; DRIVER, POOL and DEVICE are what a DeviceTaintRule selects:",
             dra_rows.len() - 1
         );
-        table(&mut s, &dra_rows, 10);
+        // No numeric column: all left-aligned.
+        table(&mut s, &dra_rows, dra_rows[0].len());
     }
     if !unclassified.is_empty() {
         // The same entries `kaccel plan -o summary` lists and the
