@@ -840,6 +840,16 @@ async fn reclaim(env: &mut Env, store: &str) -> Result<()> {
             .ok()
             .filter(|e| *e >= *admitted_at);
         let post = sums.get("Post").copied().unwrap_or(0);
+        if post == 0 && released == Some(*admitted_at) {
+            // Preempted within the second it was admitted: no whole second was
+            // used, so nothing is posted, the reservation is voided whole and
+            // there is nothing to refund.
+            ensure!(
+                sums.get("Void") == sums.get("Reserve") && !sums.contains_key("Correction"),
+                "{name}: preempted in its first second: {sums:?}"
+            );
+            continue;
+        }
         ensure!(
             post > 0 && post % (i64::try_from(*units)? * MICROS) == 0,
             "{name}: {units} devices from {admitted_at} (evicted {released:?}): {sums:?}"
