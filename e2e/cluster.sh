@@ -36,6 +36,9 @@ TIMEOUT="${KACCEL_E2E_TIMEOUT:-180}"
 # Kueue v0.17.0 reads its metrics serving cert from this fixed path whenever
 # internalCertManagement is off (cmd/kueue/main.go); it is not configurable.
 KUEUE_METRICS_CERTS=/etc/kueue/metrics/certs
+# The DRA-only flavors tests/e2e/dra.rs plans (their products are the tests'):
+# Kueue counts claims of their DeviceClasses only if it is started mapping them.
+E2E_DRA_FLAVORS=(nvidia-e2e-dra-h100 amd-e2e-dra-mi300x)
 COMPONENTS=(etcd kube-apiserver kueue) # start order; stopped in reverse
 
 PKI="$RUN/pki"
@@ -262,6 +265,13 @@ fairSharing:
   - LessThanInitialShare
 featureGates:
   VisibilityOnDemand: false
+  # Count devices requested through ResourceClaimTemplates (alpha in v0.17).
+  DynamicResourceAllocation: true
+# Kueue reads these only when it starts: the DRA flavors the e2e tests plan, as
+# kaccel plan --kueue-config prints them (E2E_DRA_FLAVORS; tests/e2e/dra.rs).
+resources:
+  deviceClassMappings:
+$(for f in "${E2E_DRA_FLAVORS[@]}"; do printf '  - name: dra.kaccel.io/%s\n    deviceClassNames: [%s.kaccel.io]\n' "$f" "$f"; done)
 EOF
 }
 
@@ -338,6 +348,8 @@ cmd_up() {
     --service-cluster-ip-range 10.96.0.0/16 --allow-privileged=true \
     --max-requests-inflight 800 --max-mutating-requests-inflight 400 \
     --disable-admission-plugins TaintNodesByCondition \
+    --runtime-config resource.k8s.io/v1alpha3=true \
+    --feature-gates DRADeviceTaints=true,DRADeviceTaintRules=true \
     --profiling=false --v=1
   wait_for "kube-apiserver https://127.0.0.1:${API_PORT}/readyz" kube-apiserver curl_api /readyz
   log "API server version: $(curl_api /version | sed -n 's/.*"gitVersion": "\([^"]*\)".*/\1/p')"

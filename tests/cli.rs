@@ -379,10 +379,28 @@ fn plan_reads_resource_slices_beside_nodes() {
         flavor["spec"]["nodeLabels"]["cloud.google.com/gke-tpu-topology"],
         "2x2"
     );
+    // Its quota is in the flavor's own logical resource, counting the claims of
+    // the flavor's DeviceClass, and --kueue-config prints the mapping Kueue needs.
+    let flavor_name = flavor["metadata"]["name"].as_str().unwrap();
+    let resource = format!("dra.kaccel.io/{flavor_name}");
     assert!(
-        yaml.contains("tpu.google.com"),
-        "the DeviceClass is the resource"
+        yaml.contains(&format!("- {resource}\n")),
+        "{resource} is not a covered resource:\n{yaml}"
     );
+    assert!(yaml.contains(&format!("name: {flavor_name}.kaccel.io\n")), "{yaml}");
+    let snippet = kaccel(&["plan", "-f", classes, budgets, node, slice, "--kueue-config"]);
+    assert!(snippet.status.success());
+    let snippet = String::from_utf8(snippet.stdout).unwrap();
+    let config: serde_yaml::Value = serde_yaml::from_str(&snippet).unwrap();
+    assert_eq!(config["featureGates"]["DynamicResourceAllocation"], true);
+    let mapping = &config["resources"]["deviceClassMappings"][0];
+    assert_eq!(mapping["name"].as_str(), Some(resource.as_str()), "{snippet}");
+    assert_eq!(
+        mapping["deviceClassNames"][0].as_str(),
+        Some(format!("{flavor_name}.kaccel.io").as_str()),
+        "{snippet}"
+    );
+    assert!(snippet.contains("restart"), "{snippet}");
 
     // The node alone: GKE's TPU labels say an accelerator is there, nothing reads it.
     let alone = kaccel(&["plan", "-f", classes, node, "-o", "summary", "--strict"]);

@@ -166,7 +166,7 @@ fn cluster_role_is_exactly_what_the_controller_calls() {
 }
 
 #[test]
-fn namespaced_roles_cover_the_lease_and_events_only() {
+fn namespaced_roles_cover_the_lease_events_and_kueue_config_only() {
     let config = config();
     let lease = doc("manifests/role.yaml", "Role", "kaccel-leader-election");
     assert_eq!(
@@ -200,6 +200,22 @@ fn namespaced_roles_cover_the_lease_and_events_only() {
             &["events"],
             &[],
             &["create", "patch"]
+        )]
+    );
+    // Kueue's Configuration: the one ConfigMap kueue.configMap names, read only.
+    let kueue_config = doc("manifests/role.yaml", "Role", "kaccel-read-kueue-config");
+    let (namespace, name) = config
+        .kueue
+        .config_map_ref()
+        .expect("the default config reads Kueue's ConfigMap");
+    assert_eq!(kueue_config["metadata"]["namespace"], namespace);
+    assert_eq!(
+        rules(&kueue_config),
+        vec![rule(
+            &[""],
+            &["configmaps"],
+            &[name],
+            &["get", "list", "watch"]
         )]
     );
 }
@@ -241,6 +257,7 @@ fn bindings_give_the_roles_to_the_controller_service_account() {
         ("ClusterRole", "kaccel-controller"),
         ("Role", "kaccel-leader-election"),
         ("Role", "kaccel-events"),
+        ("Role", "kaccel-read-kueue-config"),
     ]
     .iter()
     .map(|(k, n)| (k.to_string(), n.to_string()))

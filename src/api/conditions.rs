@@ -17,6 +17,10 @@ pub const HEALTH_UNKNOWN: &str = "HealthUnknown";
 /// False when a DRA-only flavor of the class has no DeviceClass (a requirement
 /// its driver's attributes cannot express).
 pub const DEVICE_CLASSES_READY: &str = "DeviceClassesReady";
+/// False while the Kueue configuration kaccel read does not map every DeviceClass
+/// of the class to the logical resource its quota is in (Kueue would not count
+/// the claims).
+pub const KUEUE_COUNTS_DEVICE_CLASSES: &str = "KueueCountsDeviceClasses";
 
 /// A condition as the planner wants it, without timestamps.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -89,6 +89,11 @@ pub struct PlanArgs {
     /// plan is still printed; the summary lists them under "Unclassified").
     #[arg(long)]
     pub strict: bool,
+    /// Print, instead of the objects, what to add to Kueue's own Configuration so it
+    /// counts the claims of every DeviceClass in the plan (its feature gate and
+    /// `resources.deviceClassMappings`).
+    #[arg(long)]
+    pub kueue_config: bool,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
@@ -135,6 +140,15 @@ pub fn run_plan(args: &PlanArgs, out: &mut impl Write) -> Result<(), CliError> {
         health: &health,
         options: &options,
     });
+    if args.kueue_config {
+        let mappings = crate::plan::kueue_counting::mappings(&plan.device_classes);
+        write!(
+            out,
+            "{}",
+            crate::plan::kueue_counting::configuration_snippet(&mappings)
+        )?;
+        return Ok(());
+    }
     match args.output {
         Output::Yaml => {
             write!(out, "{}", plan_yaml(&plan))?;

@@ -39,6 +39,46 @@ pub struct Config {
     pub watch_resource_slices: bool,
     pub health: Health,
     pub ledger: Ledger,
+    pub kueue: KueueSettings,
+}
+
+/// Where kaccel reads Kueue's own manager Configuration, to check that Kueue
+/// counts the DeviceClasses kaccel writes (only read while ResourceSlices are).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct KueueSettings {
+    /// `NAMESPACE/NAME` of the ConfigMap Kueue's install mounts as its config
+    /// (empty: none). Needs get/list/watch on ConfigMaps there (manifests/role.yaml).
+    pub config_map: String,
+    /// The key of that ConfigMap holding the Configuration document.
+    pub config_map_key: String,
+    /// A path to the Configuration file Kueue is started with; wins over
+    /// `configMap` (re-read every reconcile).
+    pub config_file: String,
+    /// Kueue gets its DRA gate from `--feature-gates` on its command line, which
+    /// kaccel cannot see: do not ask for it in the Configuration.
+    pub dra_gate_on_command_line: bool,
+}
+
+impl Default for KueueSettings {
+    fn default() -> Self {
+        KueueSettings {
+            config_map: "kueue-system/kueue-manager-config".into(),
+            config_map_key: crate::kueue::config::CONFIG_MAP_KEY.into(),
+            config_file: String::new(),
+            dra_gate_on_command_line: false,
+        }
+    }
+}
+
+impl KueueSettings {
+    /// The ConfigMap to watch: (namespace, name), when one is read.
+    pub fn config_map_ref(&self) -> Option<(&str, &str)> {
+        if !self.config_file.is_empty() {
+            return None;
+        }
+        self.config_map.split_once('/')
+    }
 }
 
 /// The credit ledger and its Kueue AdmissionCheck.
@@ -259,6 +299,7 @@ impl Default for Config {
             watch_resource_slices: true,
             health: Health::default(),
             ledger: Ledger::default(),
+            kueue: KueueSettings::default(),
         }
     }
 }

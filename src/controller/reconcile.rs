@@ -21,6 +21,7 @@ use super::{Config, Error, credits, health_poller};
 use crate::api::{AcceleratorClass, CreditBudget};
 use crate::health::policy::apply_node_conditions;
 use crate::inventory::Inventory;
+use crate::kueue::config::{Configuration, ObservedConfiguration};
 use crate::plan::{Plan, PlanInput, plan};
 
 /// Everything one reconcile needs besides the caches.
@@ -92,6 +93,7 @@ impl Reconciler {
             .filter(|b| ledger_views.get(&b.name_any()).is_some_and(|v| v.exhausted))
             .map(|b| (b.name_any(), b.spec.on_exhaustion))
             .collect();
+        options.kueue_configuration = self.observe_kueue_configuration(caches);
         let health = {
             let tracker = self.health.lock().expect("tracker lock");
             tracker.snapshot(&inventory, health_poller::now_seconds())
@@ -151,6 +153,39 @@ impl Reconciler {
             Some(e) => Err(e),
             None => Ok(()),
         }
+    }
+
+    /// Kueue's configuration, from the file or the ConfigMap `kueue` names, while
+    /// DRA devices are read (nothing to check otherwise).
+    fn observe_kueue_configuration(&self, caches: &Caches) -> Option<ObservedConfiguration> {
+        caches.slices.as_ref()?;
+        let settings = &self.config.kueue;
+        let gate_on_command_line = settings.dra_gate_on_command_line;
+        let (source, read) = if !settings.config_file.is_empty() {
+            let source = format!("file {}", settings.config_file);
+            let read = std::fs::read_to_string(&settings.config_file)
+                .map_err(|e| format!("cannot read it: {e}"))
+                .and_then(|text| Configuration::parse(&source, &text).map_err(|e| e.reason));
+            (source, read)
+        } else {
+            let (namespace, name) = settings.config_map_ref()?;
+            let source = format!("ConfigMap {namespace}/{name}");
+            let key = &settings.config_map_key;
+            let store = caches.kueue_config_map.as_ref()?;
+            let read = match store.state().first() {
+                None => Err("not found, or kaccel may not read it (manifests/role.yaml grants kueue-system/kueue-manager-config); set kueue.configMap or kueue.configFile in kaccel's config".to_string()),
+                Some(cm) => match cm.data.as_ref().and_then(|d| d.get(key)) {
+                    None => Err(format!("it has no key {key} (kueue.configMapKey)")),
+                    Some(text) => Configuration::parse(&source, text).map_err(|e| e.reason),
+                },
+            };
+            (source, read)
+        };
+        Some(ObservedConfiguration {
+            source,
+            read,
+            gate_on_command_line,
+        })
     }
 
     fn record_metrics(&self, planned: &Plan, desired: &BTreeMap<ObjectRef, Value>) {

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use futures::stream::{self, BoxStream, StreamExt};
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use k8s_openapi::api::resource::v1::ResourceSlice;
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::runtime::reflector::{self, Store};
@@ -24,6 +24,8 @@ pub(super) struct Caches {
     pub(super) classes: Store<AcceleratorClass>,
     pub(super) budgets: Store<CreditBudget>,
     pub(super) kueue: BTreeMap<Kind, Store<DynamicObject>>,
+    /// Kueue's configuration ConfigMap (`kueue.configMap`), while DRA is read.
+    pub(super) kueue_config_map: Option<Store<ConfigMap>>,
 }
 
 pub(super) type Events = BoxStream<'static, Result<(), watcher::Error>>;
@@ -107,6 +109,20 @@ pub(super) async fn start_watches(
         None
     };
 
+    // Kueue's Configuration says whether it counts kaccel's DeviceClasses; only
+    // DRA needs it. Field-selected on the name: the Role grants that one ConfigMap.
+    let kueue_config_map = match (&slices, config.kueue.config_map_ref()) {
+        (Some(_), Some((namespace, name))) => {
+            let (store, events) = watch_typed(
+                Api::<ConfigMap>::namespaced(client.clone(), namespace),
+                watcher::Config::default().fields(&format!("metadata.name={name}")),
+            );
+            streams.push(events);
+            Some(store)
+        }
+        _ => None,
+    };
+
     let mut kueue = BTreeMap::new();
     for kind in Kind::ALL {
         let ar = managed_resource(kind);
@@ -138,6 +154,7 @@ pub(super) async fn start_watches(
             classes,
             budgets,
             kueue,
+            kueue_config_map,
         },
         stream::select_all(streams).boxed(),
     ))
@@ -153,6 +170,13 @@ impl Caches {
         }
         for store in self.kueue.values() {
             let _ = store.wait_until_ready().await;
+        }
+        if let Some(store) = &self.kueue_config_map {
+            // Not readable (no RBAC, no namespace) never syncs: the check then
+            // reports it missing rather than holding the controller back.
+            let _ =
+                tokio::time::timeout(std::time::Duration::from_secs(10), store.wait_until_ready())
+                    .await;
         }
     }
 

@@ -9,6 +9,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::CustomResource;
 use serde::{Deserialize, Serialize};
 
+pub mod config;
 pub mod workload;
 
 pub use crate::k8s::resources::{KUEUE_GROUP as GROUP, KUEUE_VERSION as VERSION};

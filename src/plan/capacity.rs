@@ -55,7 +55,16 @@ fn flavor_report(
             .variant
             .as_ref()
             .and_then(|v| v.partition_profile.clone()),
-        resource_name: key
+        // A DRA-only flavor's devices are counted by Kueue as its own logical
+        // resource (claims of its DeviceClass), not as the driver's class.
+        resource_name: match &key.variant {
+            Some(v) if crate::inventory::is_dra_device_class(&v.resource_name) => {
+                super::kueue_counting::quota_resource(name)
+            }
+            Some(v) => v.resource_name.clone(),
+            None => CPU.into(),
+        },
+        device_resource_name: key
             .variant
             .as_ref()
             .map(|v| v.resource_name.clone())

@@ -126,7 +126,7 @@ pub(super) fn build(
                 flavor: flavor.clone(),
                 field: field.into(),
                 message: format!(
-                    "{field} cannot be written into the CEL selector of DeviceClass {} for flavor {flavor}: {why}; no DeviceClass is written for this flavor (claims use the driver's own class meanwhile)",
+                    "{field} cannot be written into the CEL selector of DeviceClass {} for flavor {flavor}: {why}; no DeviceClass is written for this flavor, so Kueue counts no claim against it until the class is fixed",
                     device_class_name(flavor)
                 ),
             }),

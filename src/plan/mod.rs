@@ -34,6 +34,7 @@ pub mod nodes;
 pub mod purity;
 
 pub mod device_classes;
+pub mod kueue_counting;
 
 mod budgets;
 mod capacity;
@@ -92,6 +93,9 @@ pub struct PlanOptions {
     /// Budgets whose credits are exhausted, with the stop policy to apply.
     pub held_budgets: BTreeMap<String, ExhaustionPolicy>,
     pub queueing_strategy: String,
+    /// Kueue's configuration as the controller read it, to check that Kueue counts
+    /// the DeviceClasses (`None`: not read, no check; see [`kueue_counting`]).
+    pub kueue_configuration: Option<crate::kueue::config::ObservedConfiguration>,
 }
 
 impl Default for PlanOptions {
@@ -103,6 +107,7 @@ impl Default for PlanOptions {
             demote_warning_percent: 10,
             held_budgets: BTreeMap::new(),
             queueing_strategy: "BestEffortFIFO".into(),
+            kueue_configuration: None,
         }
     }
 }
@@ -182,8 +187,12 @@ pub struct FlavorReport {
     pub model: String,
     pub sharing: SharingMode,
     pub partition_profile: Option<String>,
-    /// The resource this flavor's capacity is counted in (`cpu` for CPU pools, in cores).
+    /// The resource this flavor's quota is in (`cpu` for CPU pools, in cores; the
+    /// flavor's logical resource for a DRA-only flavor, see [`kueue_counting`]).
     pub resource_name: String,
+    /// The resource its devices are published under (the variant's: a DRA-only
+    /// flavor's is its driver's DeviceClass; otherwise `resource_name`).
+    pub device_resource_name: String,
     pub node_labels: BTreeMap<String, String>,
     pub tolerated_taint_keys: Vec<String>,
     pub nodes: BTreeSet<String>,
@@ -253,6 +262,12 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
     // 9. Status: class conditions, and invalid budgets' conditions.
     status::classes(&mut class_reports, &class_order, &flavor_reports);
     status::device_class_problems(&mut class_reports, &device_classes.problems);
+    kueue_counting::conditions(
+        &mut class_reports,
+        &flavor_reports,
+        &device_classes.objects,
+        options.kueue_configuration.as_ref(),
+    );
     status::invalid_budgets(&mut budgets.reports);
 
     Plan {

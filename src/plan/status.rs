@@ -49,7 +49,8 @@ pub(super) fn classes(
 
 /// A DRA-only flavor whose DeviceClass a class requirement kept from being
 /// written: `DeviceClassesReady` False on the class, naming the field. The flavor
-/// itself is planned as usual (claims can use the driver's own class).
+/// keeps its quota (in its logical resource), but no claim is counted against it
+/// until its DeviceClass exists.
 pub(super) fn device_class_problems(
     class_reports: &mut BTreeMap<String, ClassReport>,
     problems: &[super::device_classes::DeviceClassProblem],

@@ -192,6 +192,14 @@ fn assert_quota_within_healthy_capacity(
             if *qf != fname {
                 continue;
             }
+            // A DRA-only flavor's quota is in its logical resource; its devices
+            // are the inventory's under the driver's class.
+            let report = &plan.flavors[&fname];
+            let resource = if *resource == report.resource_name {
+                &report.device_resource_name
+            } else {
+                resource
+            };
             let mut healthy = 0u64;
             for node in inventory.nodes.values() {
                 if !selects(flavor, node) || !open_to(flavor, node) {
@@ -230,7 +238,7 @@ fn variant_of(report: &FlavorReport) -> Option<DeviceVariant> {
         model: report.model.clone(),
         sharing: report.sharing,
         partition_profile: report.partition_profile.clone(),
-        resource_name: report.resource_name.clone(),
+        resource_name: report.device_resource_name.clone(),
     })
 }
 
@@ -317,7 +325,7 @@ fn assert_pure_and_within_variant_capacity(
                 .resource_flavors
                 .iter()
                 .any(|f| f.spec.node_labels == impure.node_labels
-                    && plan.flavors[f.metadata.name.as_ref().unwrap()].resource_name
+                    && plan.flavors[f.metadata.name.as_ref().unwrap()].device_resource_name
                         == impure.variant.resource_name),
             "refused flavor {} was emitted",
             impure.flavor

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, bail, ensure};
 use k8s_openapi::api::core::v1::Node;
 use kaccel::api::AcceleratorClass;
 use kube::api::{Api, DynamicObject, PostParams};
@@ -223,4 +223,233 @@ async fn device_class_flow(client: &Client, cleanup: &mut Cleanup) -> Result<()>
         eprintln!("kaccel log:\n{}", controller.log_tail());
     }
     result
+}
+
+// ---------------------------------------------------------------------------
+// Kueue counts claims of kaccel's DeviceClasses, and the ledger prices them.
+
+/// The DRA flavor e2e/cluster.sh starts Kueue mapping (E2E_DRA_FLAVORS): the
+/// flavor kaccel plans for `DRA_H100_MODEL`.
+const DRA_H100_FLAVOR: &str = "nvidia-e2e-dra-h100";
+const DRA_H100_MODEL: &str = "NVIDIA-E2E-DRA-H100";
+const DRA_H100_PRODUCT: &str = "NVIDIA E2E DRA H100";
+
+/// The Kueue configuration e2e/cluster.sh starts Kueue with, beside the kubeconfig.
+fn kueue_config_file() -> String {
+    let kubeconfig = std::env::var("KUBECONFIG").unwrap_or_default();
+    std::path::Path::new(&kubeconfig)
+        .with_file_name("kueue-config.yaml")
+        .display()
+        .to_string()
+}
+
+fn claim_template(ns: &str, name: &str, device_class: &str, count: u32) -> Value {
+    json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"spec": {"devices": {"requests": [{"name": "gpus", "exactly": {
+            "deviceClassName": device_class, "allocationMode": "ExactCount", "count": count}}]}}},
+    })
+}
+
+/// One pod whose devices come from a claim made from `template`, at most `secs` s.
+fn claim_workload(ns: &str, name: &str, queue: &str, template: &str, secs: u32) -> Value {
+    json!({
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"queueName": queue, "maximumExecutionTimeSeconds": secs,
+            "podSets": [{"name": "main", "count": 1, "template": {"spec": {
+                "restartPolicy": "Never",
+                "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": template}],
+                "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"requests": {"cpu": "1", "memory": "1Gi"},
+                                  "claims": [{"name": "gpus"}]}}]}}}]},
+    })
+}
+
+fn usage_of(wl: &Value, resource: &str) -> Option<(String, String)> {
+    let psa = wl.pointer("/status/admission/podSetAssignments/0")?;
+    Some((
+        psa["flavors"][resource].as_str()?.to_string(),
+        psa["resourceUsage"][resource].as_str()?.to_string(),
+    ))
+}
+
+#[tokio::test]
+async fn a_claim_of_a_kaccel_device_class_is_counted_by_kueue_and_charged_like_a_device_plugin_request()
+ {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("ledger.db").display());
+    crate::ledger::with_env!("kdra", |env| claims_counted(&mut env, &store).await);
+}
+
+async fn claims_counted(env: &mut crate::ledger::Env, store: &str) -> Result<()> {
+    use crate::ledger::{admitted, export};
+    let id = env.id.clone();
+    let client = env.client.clone();
+    // An 8-GPU node published only by NVIDIA's DRA driver.
+    let node = format!("dra-h100-{id}");
+    Api::<Node>::all(client.clone())
+        .create(&PostParams::default(), &dra_node(&node, DRA_H100_MODEL))
+        .await
+        .context("creating the DRA node")?;
+    env.cleanup
+        .add(None, ApiResource::erase::<Node>(&()), &node);
+    let slices: Api<DynamicObject> = Api::all_with(
+        client.clone(),
+        &ApiResource::erase::<k8s_openapi::api::resource::v1::ResourceSlice>(&()),
+    );
+    let slice = support::create(&slices, nvidia_slice(&node, DRA_H100_PRODUCT)).await?;
+    env.cleanup.add(
+        None,
+        ApiResource::erase::<k8s_openapi::api::resource::v1::ResourceSlice>(&()),
+        &slice.name_any(),
+    );
+    let device_class = format!("{DRA_H100_FLAVOR}.kaccel.io");
+    env.cleanup.add(
+        None,
+        ApiResource::erase::<k8s_openapi::api::resource::v1::DeviceClass>(&()),
+        &device_class,
+    );
+    env.cleanup
+        .add(None, kueue("ResourceFlavor"), DRA_H100_FLAVOR);
+
+    // Two classes at the same rate: the DRA H100s, and the device-plugin H100s of
+    // the example nodes; one budget for both.
+    let dra_class = format!("dra-{id}");
+    let plugin_class = format!("h100-{id}");
+    env.create_class(json!({
+        "apiVersion": "kaccel.io/v1alpha1", "kind": "AcceleratorClass",
+        "metadata": {"name": dra_class},
+        "spec": {"sharing": "Whole", "selector": {"models": [DRA_H100_MODEL]},
+                 "credits": {"perDeviceHour": "3600"}},
+    }))
+    .await?;
+    env.class(&plugin_class).await?;
+    let ns = format!("ns-{id}");
+    let team = format!("team-{id}");
+    env.create_budget(json!({
+        "apiVersion": "kaccel.io/v1alpha1", "kind": "CreditBudget",
+        "metadata": {"name": team},
+        "spec": {"team": "e2e", "namespaces": [ns],
+            "classes": [{"name": dra_class, "guaranteedDevices": 8},
+                        {"name": plugin_class, "guaranteedDevices": 8}],
+            "credits": {"perPeriod": "100000", "period": {"start": "2026-12-01T00:00:00Z", "days": 30}}},
+    }))
+    .await?;
+    let kueue_config = kueue_config_file();
+    env.start_with(store, |config| {
+        config.replace("watchResourceSlices: false", "watchResourceSlices: true")
+            + &format!("kueue:\n  configFile: {kueue_config}\n")
+    });
+
+    // kaccel's DeviceClass, its quota in the flavor's logical resource, and
+    // Kueue's configuration (as e2e/cluster.sh wrote it) maps it.
+    let resource = format!("dra.kaccel.io/{DRA_H100_FLAVOR}");
+    let dcs = device_classes(&client);
+    wait_for(&dcs, &device_class, "kaccel writes it", |_| true).await?;
+    let classes: Api<DynamicObject> = Api::all_with(client.clone(), &crate::ledger::class_ar());
+    let class_status = wait_for(&classes, &dra_class, "Kueue counts its DeviceClass", |c| {
+        support::condition(c, "KueueCountsDeviceClasses").is_some_and(|c| c["status"] == "True")
+    })
+    .await;
+    let class_status = match class_status {
+        Ok(v) => v,
+        Err(e) => {
+            let now = classes.get(&dra_class).await?;
+            bail!("{e}: {:?}", now.data["status"]);
+        }
+    };
+    let cq = format!("{team}-{dra_class}");
+    let cqs = env.cqs.clone();
+    wait_for(&cqs, &cq, "quota in the DRA logical resource", |q| {
+        q["spec"]["resourceGroups"][0]["coveredResources"]
+            .as_array()
+            .is_some_and(|r| r.iter().any(|r| r == resource.as_str()))
+    })
+    .await?;
+
+    // Six of the eight through a claim: admitted onto the flavor, counted in
+    // the logical resource; four more do not fit and wait.
+    let templates: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns,
+        &ApiResource::erase::<k8s_openapi::api::resource::v1::ResourceClaimTemplate>(&()),
+    );
+    for (name, count) in [("h100-x6", 6), ("h100-x4", 4)] {
+        support::create(&templates, claim_template(&ns, name, &device_class, count)).await?;
+        env.cleanup.add(
+            Some(&ns),
+            ApiResource::erase::<k8s_openapi::api::resource::v1::ResourceClaimTemplate>(&()),
+            name,
+        );
+    }
+    let wls = env.workloads(&ns);
+    env.create_workload(claim_workload(&ns, "six", &dra_class, "h100-x6", 600))
+        .await?;
+    let six = support::wait_until(&wls, "six", "admitted", WAIT, admitted).await?;
+    let (flavor, units) = usage_of(&six, &resource)
+        .with_context(|| format!("six is admitted without {resource}: {}", six["status"]))?;
+    ensure!(
+        flavor == DRA_H100_FLAVOR && units == "6",
+        "six: {flavor} {units}"
+    );
+    let reserving = format!("\"name\":\"{resource}\",\"total\":\"6\"");
+    wait_for(&cqs, &cq, "reserves 6 of the DRA logical resource", |q| {
+        q["status"]["flavorsReservation"]
+            .to_string()
+            .contains(&reserving)
+    })
+    .await?;
+    env.create_workload(claim_workload(&ns, "four", &dra_class, "h100-x4", 600))
+        .await?;
+    // The equivalent device-plugin request, for the ledger.
+    env.create_workload(crate::ledger::device_workload(
+        &ns,
+        "plugin-six",
+        &plugin_class,
+        "nvidia.com/gpu",
+        6,
+        Some(600),
+    ))
+    .await?;
+    support::wait_until(&wls, "plugin-six", "admitted", WAIT, admitted).await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let four = serde_json::to_value(wls.get("four").await?)?;
+    ensure!(
+        !admitted(&four),
+        "four (4 more of 8 with 6 held) was admitted: {}",
+        four["status"]
+    );
+
+    // The ledger: the claim is priced like the device-plugin request, to the
+    // micro-credit, on the DRA logical resource.
+    let entries = export(store, Some(&team))?;
+    let reserve_of = |workload: &str| -> Option<(i64, String)> {
+        entries
+            .iter()
+            .find(|e| e["kind"] == "Reserve" && e["workload"] == workload)
+            .map(|e| {
+                (
+                    e["credits"].as_i64().unwrap_or_default(),
+                    e["resource"].as_str().unwrap_or_default().to_string(),
+                )
+            })
+    };
+    let (dra_credits, dra_resource) = reserve_of("six").context("no Reserve for six")?;
+    let (plugin_credits, plugin_resource) =
+        reserve_of("plugin-six").context("no Reserve for plugin-six")?;
+    ensure!(dra_resource == resource, "six reserved on {dra_resource}");
+    ensure!(plugin_resource == "nvidia.com/gpu", "{plugin_resource}");
+    ensure!(
+        dra_credits == plugin_credits && dra_credits == 6 * 600 * 1_000_000,
+        "six reserved {dra_credits} micro-credits, plugin-six {plugin_credits}"
+    );
+    eprintln!(
+        "MEASURE DRA claim of 6 x {DRA_H100_FLAVOR} admitted and reserved {dra_credits} micro-credits = device-plugin 6 x nvidia.com/gpu {plugin_credits}; {}",
+        support::condition(&class_status, "KueueCountsDeviceClasses")
+            .map(|c| c["message"].to_string())
+            .unwrap_or_default()
+    );
+    Ok(())
 }

@@ -653,6 +653,15 @@ impl Env {
         ));
     }
 
+    /// Starts kaccel with its ledger on `store` and `edit` applied to the config.
+    pub fn start_with(&mut self, store: &str, edit: impl FnOnce(String) -> String) {
+        self.controller = Some(Controller::start(
+            &format!("ledger-{}", self.id),
+            free_port(),
+            &edit(ledger_config(&self.root, store)),
+        ));
+    }
+
     pub fn controller(&mut self) -> &mut Controller {
         self.controller.as_mut().expect("controller started")
     }

@@ -98,8 +98,13 @@ pub fn allocation(inventory: &Inventory, kueue: &KueueObjects) -> Allocation {
         if let Some(selector) = selectors.get(flavor) {
             let mut variants = BTreeSet::new();
             let mut nodes = BTreeSet::new();
+            // A DRA flavor's quota is in its logical resource, which counts the
+            // claims of its DeviceClass: the DRA groups its nodeLabels select.
+            let dra = crate::plan::kueue_counting::device_class_of_resource(resource).is_some();
             for (node, group) in inventory.groups() {
-                if group.variant.resource_name == resource && selects(selector, node) {
+                let counted = group.variant.resource_name == resource
+                    || (dra && crate::inventory::is_dra_device_class(&group.variant.resource_name));
+                if counted && selects(selector, node) {
                     variants.insert(group.variant.clone());
                     nodes.insert(node.name.as_str());
                     row.capacity += u64::from(group.capacity);

@@ -199,6 +199,25 @@ impl Config {
                 "ledger.budgetIntervalSeconds and ledger.retryAfterSeconds must be positive",
             ));
         }
+        let kueue = &self.kueue;
+        if kueue.config_file.is_empty() && !kueue.config_map.is_empty() {
+            let valid = kueue.config_map.split_once('/').is_some_and(|(ns, name)| {
+                crate::k8s::names::valid_dns_subdomain(ns)
+                    && crate::k8s::names::valid_dns_subdomain(name)
+            });
+            if !valid {
+                return Err(invalid(
+                    "kueue.configMap",
+                    "must be NAMESPACE/NAME, e.g. kueue-system/kueue-manager-config (or empty to read none)",
+                ));
+            }
+            if kueue.config_map_key.is_empty() {
+                return Err(invalid(
+                    "kueue.configMapKey",
+                    "must name the key holding Kueue's Configuration, e.g. controller_manager_config.yaml",
+                ));
+            }
+        }
         let url = ledger.store_url();
         let sqlite_path = url
             .strip_prefix("sqlite:")
@@ -358,6 +377,16 @@ mod tests {
                 "ledger:\n  retryAfterSeconds: 0\n",
                 "ledger.budgetIntervalSeconds",
                 "retryAfterSeconds must be positive",
+            ),
+            (
+                "kueue:\n  configMap: kueue-manager-config\n",
+                "kueue.configMap",
+                "NAMESPACE/NAME",
+            ),
+            (
+                "kueue:\n  configMapKey: \"\"\n",
+                "kueue.configMapKey",
+                "must name the key",
             ),
         ];
         // KACCEL_LEDGER_STORE wins over the file; only without it is the file's store checked.

@@ -646,3 +646,205 @@ fn a_selector_over_the_api_servers_limit_is_refused() {
     assert_eq!(problem.field, "spec.selector");
     assert!(problem.message.contains("10240"), "{}", problem.message);
 }
+
+// ---------------------------------------------------------------- Kueue counting
+
+/// One H100 node and one H200 node, DRA only, one class over both.
+fn two_dra_flavors() -> (
+    Vec<AcceleratorClass>,
+    Vec<CreditBudget>,
+    Vec<Node>,
+    Vec<ResourceSlice>,
+) {
+    let nodes = vec![
+        labelled(node("h100-a"), "NVIDIA-H100-80GB-HBM3"),
+        labelled(node("h200-a"), "NVIDIA-H200"),
+    ];
+    let gpus = |product: &str, memory: &str| {
+        (0..8)
+            .map(|i| nvidia_gpu(&format!("gpu-{i}"), product, memory, "550.54.15"))
+            .collect::<Vec<_>>()
+    };
+    let slices = vec![
+        slice(
+            "h100-a",
+            "gpu.nvidia.com",
+            gpus("NVIDIA H100 80GB HBM3", "81559Mi"),
+        ),
+        slice("h200-a", "gpu.nvidia.com", gpus("NVIDIA H200", "143771Mi")),
+    ];
+    let mut large = class("large", SharingMode::Whole, Default::default());
+    large.spec.selector.vendors = vec![crate::api::Vendor::Nvidia];
+    let budgets = vec![budget("team", &["team"], &[("large", 12)])];
+    (vec![large], budgets, nodes, slices)
+}
+
+fn plan_observing(config: Option<crate::kueue::config::ObservedConfiguration>) -> Plan {
+    let (classes, budgets, nodes, slices) = two_dra_flavors();
+    let inventory = Inventory::from_nodes_and_slices(&nodes, &slices);
+    let options = crate::plan::PlanOptions {
+        kueue_configuration: config,
+        ..Default::default()
+    };
+    crate::plan::plan(&crate::plan::PlanInput {
+        classes: &classes,
+        budgets: &budgets,
+        inventory: &inventory,
+        health: &HealthSnapshot::default(),
+        options: &options,
+    })
+}
+
+fn observed(yaml: &str) -> crate::kueue::config::ObservedConfiguration {
+    crate::kueue::config::ObservedConfiguration {
+        source: "file /etc/kueue/config.yaml".into(),
+        read: crate::kueue::config::Configuration::parse("f", yaml).map_err(|e| e.reason),
+        gate_on_command_line: false,
+    }
+}
+
+fn counts_condition(plan: &Plan) -> Option<&crate::api::DesiredCondition> {
+    plan.classes["large"]
+        .conditions
+        .iter()
+        .find(|c| c.type_ == crate::api::KUEUE_COUNTS_DEVICE_CLASSES)
+}
+
+/// Each DRA-only flavor's quota is in its own logical resource, never above its
+/// healthy devices (invariant 1), and Kueue's snippet maps exactly the
+/// DeviceClass of each flavor to it.
+#[test]
+fn dra_flavors_are_counted_in_their_own_logical_resource() {
+    let plan = plan_observing(None);
+    let cq = &plan.cluster_queues[0];
+    let group = &cq.spec.resource_groups[0];
+    assert_eq!(
+        group.covered_resources,
+        [
+            "dra.kaccel.io/nvidia-h100-80gb-hbm3",
+            "dra.kaccel.io/nvidia-h200",
+            "cpu",
+            "memory"
+        ]
+    );
+    let mut granted = 0;
+    for flavor in &group.flavors {
+        let own = format!("dra.kaccel.io/{}", flavor.name);
+        for r in &flavor.resources {
+            let n: u64 = r.nominal_quota.0.parse().unwrap_or(0);
+            if r.name.starts_with("dra.kaccel.io/") && r.name != own {
+                assert_eq!(
+                    n, 0,
+                    "{} grants {} of another flavor's resource",
+                    flavor.name, r.name
+                );
+            }
+            if r.name == own {
+                assert!(n <= plan.flavors[&flavor.name].healthy_capacity);
+                granted += n;
+            }
+        }
+    }
+    assert_eq!(granted, 12);
+    assert_eq!(
+        plan.flavors["nvidia-h200"].resource_name,
+        "dra.kaccel.io/nvidia-h200"
+    );
+    let mappings = crate::plan::kueue_counting::mappings(&plan.device_classes);
+    let snippet = crate::plan::kueue_counting::configuration_snippet(&mappings);
+    assert!(snippet.contains(
+        "  - name: dra.kaccel.io/nvidia-h200\n    deviceClassNames:\n    - nvidia-h200.kaccel.io\n"
+    ), "{snippet}");
+    // Without an observed configuration the planner says nothing about Kueue.
+    assert!(counts_condition(&plan).is_none());
+}
+
+/// The printed snippet, pasted into Kueue's configuration, is what the check
+/// wants; anything less is named.
+#[test]
+fn the_kueue_check_names_what_kueues_configuration_lacks() {
+    let bare = plan_observing(None);
+    let snippet = crate::plan::kueue_counting::configuration_snippet(
+        &crate::plan::kueue_counting::mappings(&bare.device_classes),
+    );
+    let ok = plan_observing(Some(observed(&format!(
+        "apiVersion: config.kueue.x-k8s.io/v1beta2\nkind: Configuration\n{snippet}"
+    ))));
+    let c = counts_condition(&ok).expect("a condition");
+    assert!(c.status, "{c:?}");
+    assert_eq!(c.reason, "Mapped");
+
+    // No gate, one mapping missing, one pointing elsewhere.
+    let partial = plan_observing(Some(observed(
+        "resources:\n  deviceClassMappings:\n  - name: dra.kaccel.io/nvidia-h200\n    deviceClassNames: [nvidia-h200.kaccel.io]\n  - name: example.com/gpu\n    deviceClassNames: [nvidia-h100-80gb-hbm3.kaccel.io]\n",
+    )));
+    let c = counts_condition(&partial).expect("a condition");
+    assert!(!c.status);
+    assert_eq!(c.reason, "DeviceClassNotMapped");
+    assert!(
+        c.message
+            .contains("featureGates.DynamicResourceAllocation: true"),
+        "{}",
+        c.message
+    );
+    assert!(
+        c.message.contains("DeviceClass nvidia-h100-80gb-hbm3.kaccel.io is mapped to example.com/gpu, not dra.kaccel.io/nvidia-h100-80gb-hbm3"),
+        "{}",
+        c.message
+    );
+    assert!(
+        !c.message
+            .contains("deviceClassNames: [nvidia-h200.kaccel.io]"),
+        "{}",
+        c.message
+    );
+    let missing = plan_observing(Some(observed(
+        "featureGates:\n  DynamicResourceAllocation: true\n",
+    )));
+    let c = counts_condition(&missing).expect("a condition");
+    assert!(
+        c.message.contains("add resources.deviceClassMappings entry {name: dra.kaccel.io/nvidia-h200, deviceClassNames: [nvidia-h200.kaccel.io]}"),
+        "{}",
+        c.message
+    );
+    assert!(!c.message.contains("featureGates"), "{}", c.message);
+    // A gate on Kueue's command line is taken on the platform team's word.
+    let mut flags = observed(
+        "resources:\n  deviceClassMappings:\n  - name: dra.kaccel.io/nvidia-h200\n    deviceClassNames: [nvidia-h200.kaccel.io]\n  - name: dra.kaccel.io/nvidia-h100-80gb-hbm3\n    deviceClassNames: [nvidia-h100-80gb-hbm3.kaccel.io]\n",
+    );
+    flags.gate_on_command_line = true;
+    assert!(
+        counts_condition(&plan_observing(Some(flags)))
+            .unwrap()
+            .status
+    );
+    // Unreadable: said so, with the source.
+    let unreadable = plan_observing(Some(crate::kueue::config::ObservedConfiguration {
+        source: "ConfigMap kueue-system/kueue-manager-config".into(),
+        read: Err("not found".into()),
+        gate_on_command_line: false,
+    }));
+    let c = counts_condition(&unreadable).expect("a condition");
+    assert!(!c.status);
+    assert_eq!(c.reason, "KueueConfigurationUnreadable");
+    assert!(
+        c.message
+            .contains("ConfigMap kueue-system/kueue-manager-config")
+    );
+}
+
+#[test]
+fn a_dra_logical_resource_names_its_device_class() {
+    use crate::plan::kueue_counting::{device_class_of_resource, quota_resource};
+    assert_eq!(
+        device_class_of_resource(&quota_resource("nvidia-h200")).as_deref(),
+        Some("nvidia-h200.kaccel.io")
+    );
+    assert_eq!(device_class_of_resource("nvidia.com/gpu"), None);
+    assert_eq!(device_class_of_resource("dra.kaccel.io/"), None);
+    assert_eq!(device_class_of_resource("dra.kaccel.iox/a"), None);
+    // The ledger prices it as an accelerator.
+    assert!(crate::ledger::admission::is_accelerator_resource(
+        &quota_resource("a")
+    ));
+}

@@ -43,7 +43,7 @@ proptest! {
             // has the flavor's sharing mode.
             for node in inventory.nodes.values() {
                 if !flavor.spec.node_labels.iter().all(|(k, v)| node.labels.get(k) == Some(v)) { continue; }
-                for g in node.groups.iter().filter(|g| g.variant.resource_name == report.resource_name) {
+                for g in node.groups.iter().filter(|g| g.variant.resource_name == report.device_resource_name) {
                     prop_assert_eq!(g.variant.sharing, report.sharing, "flavor {} mixes sharing modes", name);
                     prop_assert_eq!(&g.variant.model, &report.model, "flavor {} mixes models", name);
                 }
@@ -64,7 +64,7 @@ proptest! {
                 }
                 if let Some(min) = c.spec.selector.min_memory_mib {
                     for node in &fr.nodes {
-                        for g in inventory.nodes[node].groups.iter().filter(|g| g.variant.resource_name == fr.resource_name && g.variant.model == fr.model) {
+                        for g in inventory.nodes[node].groups.iter().filter(|g| g.variant.resource_name == fr.device_resource_name && g.variant.model == fr.model) {
                             prop_assert!(g.memory_mib.is_some_and(|m| m >= min), "{} MiB in class needing {}", g.memory_mib.unwrap_or(0), min);
                         }
                     }
