@@ -387,14 +387,29 @@ fn plan_reads_resource_slices_beside_nodes() {
         yaml.contains(&format!("- {resource}\n")),
         "{resource} is not a covered resource:\n{yaml}"
     );
-    assert!(yaml.contains(&format!("name: {flavor_name}.kaccel.io\n")), "{yaml}");
-    let snippet = kaccel(&["plan", "-f", classes, budgets, node, slice, "--kueue-config"]);
+    assert!(
+        yaml.contains(&format!("name: {flavor_name}.kaccel.io\n")),
+        "{yaml}"
+    );
+    let snippet = kaccel(&[
+        "plan",
+        "-f",
+        classes,
+        budgets,
+        node,
+        slice,
+        "--kueue-config",
+    ]);
     assert!(snippet.status.success());
     let snippet = String::from_utf8(snippet.stdout).unwrap();
     let config: serde_yaml::Value = serde_yaml::from_str(&snippet).unwrap();
     assert_eq!(config["featureGates"]["DynamicResourceAllocation"], true);
     let mapping = &config["resources"]["deviceClassMappings"][0];
-    assert_eq!(mapping["name"].as_str(), Some(resource.as_str()), "{snippet}");
+    assert_eq!(
+        mapping["name"].as_str(),
+        Some(resource.as_str()),
+        "{snippet}"
+    );
     assert_eq!(
         mapping["deviceClassNames"][0].as_str(),
         Some(format!("{flavor_name}.kaccel.io").as_str()),

@@ -453,3 +453,160 @@ async fn claims_counted(env: &mut crate::ledger::Env, store: &str) -> Result<()>
     );
     Ok(())
 }
+
+// ---------------------------------------------------------------------------
+// One class over a mixed fleet: device-plugin NVIDIA nodes and DRA-only AMD nodes.
+
+/// The AMD DRA flavor e2e/cluster.sh starts Kueue mapping (E2E_DRA_FLAVORS).
+const DRA_MI300X_FLAVOR: &str = "amd-e2e-dra-mi300x";
+const DRA_MI300X_MODEL: &str = "AMD-E2E-DRA-MI300X";
+
+/// Eight GPUs as AMD's DRA driver publishes them (`gpu.amd.com`: productName,
+/// family, partitionProfile, pciAddr, driverVersion; capacity memory).
+fn amd_slice(node: &str, product: &str) -> Value {
+    let devices: Vec<Value> = (0..8)
+        .map(|i| {
+            json!({
+                "name": format!("gpu-{i}"),
+                "attributes": {
+                    "productName": {"string": product},
+                    "family": {"string": "CDNA3"},
+                    "partitionProfile": {"string": "spx_nps1"},
+                    "pciAddr": {"string": format!("0000:{:02x}:00.0", 0x0c + i * 0x16)},
+                    "driverVersion": {"version": "6.10.5"},
+                },
+                "capacity": {"memory": {"value": "192Gi"}},
+            })
+        })
+        .collect();
+    json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+        "metadata": {"name": format!("{node}-gpu.amd.com")},
+        "spec": {
+            "driver": "gpu.amd.com", "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": devices,
+        },
+    })
+}
+
+#[tokio::test]
+async fn one_class_over_device_plugin_nvidia_and_dra_only_amd_nodes_admits_on_both() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("ledger.db").display());
+    crate::ledger::with_env!("kmix", |env| mixed_fleet(&mut env, &store).await);
+}
+
+async fn mixed_fleet(env: &mut crate::ledger::Env, store: &str) -> Result<()> {
+    use crate::ledger::admitted;
+    let id = env.id.clone();
+    let client = env.client.clone();
+    let node = format!("dra-mi300x-{id}");
+    Api::<Node>::all(client.clone())
+        .create(&PostParams::default(), &dra_node(&node, DRA_MI300X_MODEL))
+        .await
+        .context("creating the DRA node")?;
+    env.cleanup
+        .add(None, ApiResource::erase::<Node>(&()), &node);
+    let slice_ar = ApiResource::erase::<k8s_openapi::api::resource::v1::ResourceSlice>(&());
+    let slices: Api<DynamicObject> = Api::all_with(client.clone(), &slice_ar);
+    let slice = support::create(&slices, amd_slice(&node, "AMD E2E DRA MI300X")).await?;
+    env.cleanup.add(None, slice_ar, &slice.name_any());
+    let device_class = format!("{DRA_MI300X_FLAVOR}.kaccel.io");
+    env.cleanup.add(
+        None,
+        ApiResource::erase::<k8s_openapi::api::resource::v1::DeviceClass>(&()),
+        &device_class,
+    );
+    env.cleanup
+        .add(None, kueue("ResourceFlavor"), DRA_MI300X_FLAVOR);
+
+    let class = format!("mixed-{id}");
+    env.create_class(json!({
+        "apiVersion": "kaccel.io/v1alpha1", "kind": "AcceleratorClass",
+        "metadata": {"name": class},
+        "spec": {"sharing": "Whole",
+                 "selector": {"models": ["NVIDIA-H100-80GB-HBM3", DRA_MI300X_MODEL]},
+                 "credits": {"perDeviceHour": "3600"}},
+    }))
+    .await?;
+    let ns = format!("ns-{id}");
+    let team = format!("team-{id}");
+    env.create_budget(json!({
+        "apiVersion": "kaccel.io/v1alpha1", "kind": "CreditBudget",
+        "metadata": {"name": team},
+        "spec": {"team": "e2e", "namespaces": [ns],
+            "classes": [{"name": class, "guaranteedDevices": 16}],
+            "credits": {"perPeriod": "100000", "period": {"start": "2026-12-01T00:00:00Z", "days": 30}}},
+    }))
+    .await?;
+    let kueue_config = kueue_config_file();
+    env.start_with(store, |config| {
+        config.replace("watchResourceSlices: false", "watchResourceSlices: true")
+            + &format!("kueue:\n  configFile: {kueue_config}\n")
+    });
+
+    // Both flavors resolve into the class's one ClusterQueue: the H100s in
+    // nvidia.com/gpu, the MI300Xs in their logical resource.
+    let amd_resource = format!("dra.kaccel.io/{DRA_MI300X_FLAVOR}");
+    let cq = format!("{team}-{class}");
+    let cqs = env.cqs.clone();
+    let queue = wait_for(&cqs, &cq, "both flavors", |q| {
+        let flavors = q["spec"]["resourceGroups"][0]["flavors"].to_string();
+        flavors.contains(DRA_MI300X_FLAVOR) && flavors.contains("nvidia-h100-80gb-hbm3")
+    })
+    .await?;
+    let covered = queue["spec"]["resourceGroups"][0]["coveredResources"].clone();
+    ensure!(
+        covered
+            .as_array()
+            .is_some_and(|r| r.iter().any(|r| r == amd_resource.as_str())
+                && r.iter().any(|r| r == "nvidia.com/gpu")),
+        "covered: {covered}"
+    );
+
+    let templates: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns,
+        &ApiResource::erase::<k8s_openapi::api::resource::v1::ResourceClaimTemplate>(&()),
+    );
+    support::create(
+        &templates,
+        claim_template(&ns, "mi300x-x4", &device_class, 4),
+    )
+    .await?;
+    env.cleanup.add(
+        Some(&ns),
+        ApiResource::erase::<k8s_openapi::api::resource::v1::ResourceClaimTemplate>(&()),
+        "mi300x-x4",
+    );
+    env.create_workload(claim_workload(&ns, "amd", &class, "mi300x-x4", 600))
+        .await?;
+    env.create_workload(crate::ledger::device_workload(
+        &ns,
+        "nvidia",
+        &class,
+        "nvidia.com/gpu",
+        4,
+        Some(600),
+    ))
+    .await?;
+    let wls = env.workloads(&ns);
+    let amd = support::wait_until(&wls, "amd", "admitted", WAIT, admitted).await?;
+    let nvidia = support::wait_until(&wls, "nvidia", "admitted", WAIT, admitted).await?;
+    ensure!(
+        usage_of(&amd, &amd_resource) == Some((DRA_MI300X_FLAVOR.into(), "4".into())),
+        "the claim was admitted as {}",
+        amd["status"]["admission"]
+    );
+    let on = usage_of(&nvidia, "nvidia.com/gpu");
+    ensure!(
+        on == Some(("nvidia-h100-80gb-hbm3".into(), "4".into())),
+        "the device-plugin request was admitted as {}",
+        nvidia["status"]["admission"]
+    );
+    eprintln!(
+        "MEASURE mixed fleet: 4 x {DRA_MI300X_FLAVOR} by claim and 4 x nvidia-h100-80gb-hbm3 by device plugin admitted in one ClusterQueue"
+    );
+    Ok(())
+}
