@@ -89,7 +89,7 @@ fn cluster_role_is_exactly_what_the_controller_calls() {
     );
     let kueue: Vec<String> = Kind::ALL
         .iter()
-        .filter(|k| **k != Kind::DeviceClass)
+        .filter(|k| !matches!(**k, Kind::DeviceClass | Kind::DeviceTaintRule))
         .map(|k| format!("{}s", k.as_str().to_lowercase()))
         .collect();
     let kueue: Vec<&str> = kueue.iter().map(String::as_str).collect();
@@ -111,6 +111,13 @@ fn cluster_role_is_exactly_what_the_controller_calls() {
             rule(
                 &["resource.k8s.io"],
                 &["deviceclasses"],
+                &[],
+                &["get", "list", "watch", "create", "patch", "delete"]
+            ),
+            // The DeviceTaintRules that take one failed DRA device out.
+            rule(
+                &["resource.k8s.io"],
+                &["devicetaintrules"],
                 &[],
                 &["get", "list", "watch", "create", "patch", "delete"]
             ),

@@ -101,6 +101,41 @@ pub struct InventoryReport {
     /// Per-device health from the controller (`--health-from`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub device_health: Option<DeviceHealth>,
+    /// The DeviceTaintRules kaccel holds on single DRA devices.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub taint_rules: Vec<HeldTaintRule>,
+}
+
+/// A DeviceTaintRule kaccel wrote to take one DRA device out.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HeldTaintRule {
+    pub name: String,
+    pub driver: String,
+    pub pool: String,
+    pub device: String,
+    pub effect: String,
+    pub reason: String,
+}
+
+impl HeldTaintRule {
+    /// From a rule as the API server returns it; `None` for one that selects
+    /// more than one device (not kaccel's shape).
+    pub fn from_object(rule: &serde_json::Value) -> Option<Self> {
+        let selector = &rule["spec"]["deviceSelector"];
+        let text = |v: &serde_json::Value| v.as_str().map(str::to_string);
+        Some(HeldTaintRule {
+            name: text(&rule["metadata"]["name"])?,
+            driver: text(&selector["driver"])?,
+            pool: text(&selector["pool"])?,
+            device: text(&selector["device"])?,
+            effect: text(&rule["spec"]["taint"]["effect"]).unwrap_or_default(),
+            reason: text(
+                &rule["metadata"]["annotations"][crate::plan::device_quarantine::REASON_ANNOTATION],
+            )
+            .unwrap_or_default(),
+        })
+    }
 }
 
 /// What `kaccel run` serves at `/devices`.
@@ -129,6 +164,7 @@ impl InventoryReport {
             allocation,
             notes: Vec::new(),
             device_health: None,
+            taint_rules: Vec::new(),
         }
     }
 }

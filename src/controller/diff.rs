@@ -21,10 +21,12 @@ use crate::plan::Plan;
 pub const APPLIED_HASH_ANNOTATION: &str = "kaccel.io/applied-hash";
 
 /// The kinds kaccel writes, in apply order (deletes run in reverse): the DRA
-/// DeviceClasses of DRA-only flavors, then the Kueue objects.
+/// DeviceClasses of DRA-only flavors and DeviceTaintRules of failed DRA devices,
+/// then the Kueue objects.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Kind {
     DeviceClass,
+    DeviceTaintRule,
     ResourceFlavor,
     Cohort,
     ClusterQueue,
@@ -32,8 +34,9 @@ pub enum Kind {
 }
 
 impl Kind {
-    pub const ALL: [Kind; 5] = [
+    pub const ALL: [Kind; 6] = [
         Kind::DeviceClass,
+        Kind::DeviceTaintRule,
         Kind::ResourceFlavor,
         Kind::Cohort,
         Kind::ClusterQueue,
@@ -43,6 +46,7 @@ impl Kind {
     pub fn as_str(self) -> &'static str {
         match self {
             Kind::DeviceClass => "DeviceClass",
+            Kind::DeviceTaintRule => "DeviceTaintRule",
             Kind::ResourceFlavor => "ResourceFlavor",
             Kind::Cohort => "Cohort",
             Kind::ClusterQueue => "ClusterQueue",
@@ -101,6 +105,9 @@ pub fn desired_objects(plan: &Plan) -> BTreeMap<ObjectRef, Value> {
     };
     for o in &plan.device_classes {
         add(Kind::DeviceClass, json(o));
+    }
+    for o in &plan.device_taint_rules {
+        add(Kind::DeviceTaintRule, json(o));
     }
     for o in &plan.resource_flavors {
         add(Kind::ResourceFlavor, json(o));
@@ -208,7 +215,7 @@ pub fn references(kind: Kind, object: &Value) -> Vec<ObjectRef> {
     };
     let spec = &object["spec"];
     match kind {
-        Kind::DeviceClass | Kind::ResourceFlavor => vec![],
+        Kind::DeviceClass | Kind::DeviceTaintRule | Kind::ResourceFlavor => vec![],
         Kind::Cohort => named(Kind::Cohort, &spec["parentName"])
             .into_iter()
             .collect(),

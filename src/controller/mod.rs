@@ -82,6 +82,7 @@ fn api_err(action: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
 fn managed_resource(kind: Kind) -> ApiResource {
     match kind {
         Kind::DeviceClass => crate::k8s::resources::device_class(),
+        Kind::DeviceTaintRule => crate::k8s::resources::device_taint_rule(),
         kind => crate::k8s::resources::kueue(kind.as_str()),
     }
 }
@@ -151,6 +152,7 @@ mod tests {
                 let ar = managed_resource(kind);
                 let (group, version) = match kind {
                     Kind::DeviceClass => ("resource.k8s.io", "v1"),
+                    Kind::DeviceTaintRule => ("resource.k8s.io", "v1alpha3"),
                     _ => (crate::kueue::GROUP, crate::kueue::VERSION),
                 };
                 assert_eq!((ar.group.as_str(), ar.version.as_str()), (group, version));
@@ -162,6 +164,7 @@ mod tests {
             plurals,
             [
                 ("DeviceClass", "deviceclasses"),
+                ("DeviceTaintRule", "devicetaintrules"),
                 ("ResourceFlavor", "resourceflavors"),
                 ("Cohort", "cohorts"),
                 ("ClusterQueue", "clusterqueues"),

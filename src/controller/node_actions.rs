@@ -28,6 +28,7 @@ impl Reconciler {
         inventory: &Inventory,
         health: &HealthSnapshot,
         planned: &Plan,
+        taken_out_per_device: &std::collections::BTreeMap<(String, String), u32>,
         first_error: &mut Option<Error>,
     ) -> NodeActions {
         let decided = node_actions(
@@ -35,6 +36,7 @@ impl Reconciler {
             health,
             &planned.flavors,
             &self.config.health.actions,
+            taken_out_per_device,
         );
         self.metrics
             .node_actions_held_back

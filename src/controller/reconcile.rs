@@ -22,7 +22,9 @@ use crate::api::{AcceleratorClass, CreditBudget};
 use crate::health::policy::apply_node_conditions;
 use crate::inventory::Inventory;
 use crate::kueue::config::{Configuration, ObservedConfiguration};
+use crate::plan::device_quarantine::{self, DeviceHealth, Quarantine};
 use crate::plan::{Plan, PlanInput, plan};
+use k8s_openapi::api::resource::v1alpha3::DeviceTaintRule;
 
 /// Everything one reconcile needs besides the caches.
 pub(super) struct Reconciler {
@@ -100,13 +102,16 @@ impl Reconciler {
         };
         let mut health = health;
         apply_node_conditions(&mut health, &inventory, &self.config.health.node_conditions);
-        let planned = plan(&PlanInput {
+        let mut planned = plan(&PlanInput {
             classes: &classes,
             budgets: &budgets,
             inventory: &inventory,
             health: &health,
             options: &options,
         });
+        // One failed DRA device out by a DeviceTaintRule, not its node.
+        let quarantine = self.quarantine(caches, &inventory, &planned);
+        planned.device_taint_rules = quarantine.rules.clone();
 
         if let Some(l) = &self.ledger {
             l.shared.set_pricing(pricing_snapshot(&planned, &budgets));
@@ -130,9 +135,19 @@ impl Reconciler {
         self.record_metrics(&planned, &desired);
 
         // Nodes: taint / cordon for health, within the share limit.
-        let decided = self
-            .act_on_nodes(&inventory, &health, &planned, &mut first_error)
+        let mut decided = self
+            .act_on_nodes(
+                &inventory,
+                &health,
+                &planned,
+                &quarantine.covered,
+                &mut first_error,
+            )
             .await;
+        for held in &quarantine.held_back {
+            tracing::warn!(device = %held.node, flavor = %held.flavor, allowed = held.allowed, reason = %held.reason, "device taint held back by the share limit");
+        }
+        decided.held_back.extend(quarantine.held_back);
 
         // Workloads kaccel evicted go back to their queues once Kueue evicted them.
         self.requeue_evicted_workloads().await?;
@@ -153,6 +168,46 @@ impl Reconciler {
             Some(e) => Err(e),
             None => Ok(()),
         }
+    }
+
+    /// The DeviceTaintRules for failed DRA devices (none when the API is not served).
+    fn quarantine(&self, caches: &Caches, inventory: &Inventory, planned: &Plan) -> Quarantine {
+        if !caches.device_taint_rules {
+            return Quarantine::default();
+        }
+        let now = health_poller::now_seconds();
+        let devices: Vec<DeviceHealth> = {
+            let tracker = self.health.lock().expect("tracker lock");
+            tracker
+                .devices
+                .values()
+                .map(|d| DeviceHealth {
+                    node: d.node.clone(),
+                    uuid: d.reading.uuid.clone(),
+                    pci_address: d.reading.pci_bus_id.clone(),
+                    status: d.effective_status(&tracker.sources, now),
+                    fresh: d.silence(&tracker.sources, now).is_none(),
+                    reasons: d.reasons.clone(),
+                })
+                .collect()
+        };
+        let live: BTreeMap<String, DeviceTaintRule> = caches.kueue[&Kind::DeviceTaintRule]
+            .state()
+            .iter()
+            .filter_map(|o| {
+                let rule: DeviceTaintRule = serde_json::to_value(o.as_ref())
+                    .and_then(serde_json::from_value)
+                    .ok()?;
+                Some((o.name_any(), rule))
+            })
+            .collect();
+        device_quarantine::decide(
+            inventory,
+            &devices,
+            &planned.flavors,
+            &live,
+            &self.config.health.actions,
+        )
     }
 
     /// Kueue's configuration, from the file or the ConfigMap `kueue` names, while

@@ -26,6 +26,8 @@ pub(super) struct Caches {
     pub(super) kueue: BTreeMap<Kind, Store<DynamicObject>>,
     /// Kueue's configuration ConfigMap (`kueue.configMap`), while DRA is read.
     pub(super) kueue_config_map: Option<Store<ConfigMap>>,
+    /// DeviceTaintRules are served and watched: kaccel may take single DRA devices out.
+    pub(super) device_taint_rules: bool,
 }
 
 pub(super) type Events = BoxStream<'static, Result<(), watcher::Error>>;
@@ -124,15 +126,38 @@ pub(super) async fn start_watches(
     };
 
     let mut kueue = BTreeMap::new();
+    let mut device_taint_rules = false;
     for kind in Kind::ALL {
         let ar = managed_resource(kind);
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
         let mut writer = reflector::store::Writer::new(ar.clone());
         let store = writer.as_reader();
-        if kind == Kind::DeviceClass && slices.is_none() {
-            // No ResourceSlices read, so no DRA-only flavor and no DeviceClass to
-            // write: an empty cache, ready at once, and no watch (the API may not
-            // be served).
+        let served = match kind {
+            Kind::DeviceClass => slices.is_some(),
+            // Served only with resource.k8s.io/v1alpha3 on (Kubernetes 1.35): probe.
+            Kind::DeviceTaintRule => {
+                slices.is_some()
+                    && config.health.actions.device_taint_rules
+                    && api.list(&ListParams::default().limit(1)).await.is_ok()
+            }
+            _ => true,
+        };
+        if kind == Kind::DeviceTaintRule {
+            device_taint_rules = served;
+        }
+        if kind == Kind::DeviceTaintRule
+            && !served
+            && slices.is_some()
+            && config.health.actions.device_taint_rules
+        {
+            tracing::info!(
+                "resource.k8s.io/v1alpha3 DeviceTaintRules not served; a failed DRA device cordons its node instead"
+            );
+        }
+        if !served {
+            // No ResourceSlices read (so no DRA-only flavor, DeviceClass or device
+            // rule to write), or DeviceTaintRules not served: an empty cache,
+            // ready at once, and no watch.
             writer.apply_watcher_event(&watcher::Event::Init);
             writer.apply_watcher_event(&watcher::Event::InitDone);
             kueue.insert(kind, store);
@@ -155,6 +180,7 @@ pub(super) async fn start_watches(
             budgets,
             kueue,
             kueue_config_map,
+            device_taint_rules,
         },
         stream::select_all(streams).boxed(),
     ))

@@ -19,6 +19,12 @@ pub fn device_class() -> ApiResource {
     ApiResource::erase::<k8s_openapi::api::resource::v1::DeviceClass>(&())
 }
 
+/// `resource.k8s.io/v1alpha3` DeviceTaintRules (the only version Kubernetes 1.35
+/// serves them in, behind `--runtime-config`).
+pub fn device_taint_rule() -> ApiResource {
+    ApiResource::erase::<k8s_openapi::api::resource::v1alpha3::DeviceTaintRule>(&())
+}
+
 /// `kueue.x-k8s.io/v1beta2`, for the `apiVersion` of objects kaccel applies.
 pub fn kueue_api_version() -> String {
     format!("{KUEUE_GROUP}/{KUEUE_VERSION}")

@@ -34,6 +34,7 @@ pub mod nodes;
 pub mod purity;
 
 pub mod device_classes;
+pub mod device_quarantine;
 pub mod kueue_counting;
 
 mod budgets;
@@ -126,6 +127,10 @@ pub struct Plan {
     /// One per DRA-only flavor (see [`device_classes`]).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub device_classes: Vec<DeviceClass>,
+    /// One per failed DRA device kaccel takes out; not planned from the classes
+    /// but decided by the controller from device health ([`device_quarantine`]).
+    #[serde(skip)]
+    pub device_taint_rules: Vec<k8s_openapi::api::resource::v1alpha3::DeviceTaintRule>,
     pub resource_flavors: Vec<ResourceFlavor>,
     pub cohorts: Vec<Cohort>,
     pub cluster_queues: Vec<ClusterQueue>,
@@ -271,6 +276,7 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
     status::invalid_budgets(&mut budgets.reports);
 
     Plan {
+        device_taint_rules: Vec::new(),
         device_classes: device_classes.objects,
         device_class_problems: device_classes.problems,
         resource_flavors: objects.resource_flavors,

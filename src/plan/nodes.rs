@@ -35,6 +35,13 @@ pub struct NodeActionPolicy {
     /// Workloads whose pods run there (deactivate them), and requeue them (activate
     /// again) once Kueue has evicted them, so they are admitted on healthy capacity.
     pub evict_workloads_on_failed: bool,
+    /// Take a failed device a DRA driver alone publishes out with a DeviceTaintRule
+    /// (resource.k8s.io/v1alpha3, where served) instead of cordoning its node.
+    pub device_taint_rules: bool,
+    /// The effect of those rules: NoSchedule, or NoExecute to also evict its pods.
+    pub device_taint_effect: super::device_quarantine::DeviceTaintEffect,
+    /// Take Degraded DRA devices out too (by default only Failed ones).
+    pub device_taint_on_degraded: bool,
 }
 
 impl Default for NodeActionPolicy {
@@ -45,6 +52,9 @@ impl Default for NodeActionPolicy {
             max_share_percent: 20,
             min_nodes: 1,
             evict_workloads_on_failed: false,
+            device_taint_rules: true,
+            device_taint_effect: Default::default(),
+            device_taint_on_degraded: false,
         }
     }
 }
@@ -83,12 +93,15 @@ pub struct NodeActions {
     pub held_back: Vec<HeldBack>,
 }
 
-/// Decide node actions from device health.
+/// Decide node actions from device health. `taken_out_per_device` counts, per
+/// (node, device resource), the devices DeviceTaintRules already take out (see
+/// [`super::device_quarantine`]): those need no cordon.
 pub fn node_actions(
     inventory: &Inventory,
     health: &HealthSnapshot,
     flavors: &BTreeMap<String, FlavorReport>,
     policy: &NodeActionPolicy,
+    taken_out_per_device: &BTreeMap<(String, String), u32>,
 ) -> NodeActions {
     let mut out = NodeActions::default();
     // Flavors of each node, and how many of each flavor's nodes kaccel holds out.
@@ -127,9 +140,14 @@ pub fn node_actions(
             if c.degraded + c.failed < g.capacity || g.capacity == 0 {
                 all_out = false;
             }
-            if c.failed > 0 {
+            let per_device = taken_out_per_device
+                .get(&(node.name.clone(), g.variant.resource_name.clone()))
+                .copied()
+                .unwrap_or(0);
+            let failed_here = c.failed.saturating_sub(per_device);
+            if failed_here > 0 {
                 failed = true;
-                reasons.push(format!("{} {} failed", c.failed, g.variant.resource_name));
+                reasons.push(format!("{failed_here} {} failed", g.variant.resource_name));
             } else if c.degraded > 0 {
                 reasons.push(format!(
                     "{} {} degraded",
@@ -257,6 +275,7 @@ mod tests {
             health,
             &planned.flavors,
             &NodeActionPolicy::default(),
+            &BTreeMap::new(),
         )
     }
 

@@ -66,7 +66,8 @@ fn dra_node(name: &str, model: &str) -> Node {
     .expect("a Node")
 }
 
-/// Eight GPUs as NVIDIA's DRA driver publishes them (`deviceinfo.go`).
+/// Eight GPUs as NVIDIA's DRA driver publishes them (`deviceinfo.go`), with the
+/// UUIDs `tests/e2e/health.rs`'s fake dcgm-exporter reports for the node.
 fn nvidia_slice(node: &str, product: &str) -> Value {
     let devices: Vec<Value> = (0..8)
         .map(|i| {
@@ -74,7 +75,7 @@ fn nvidia_slice(node: &str, product: &str) -> Value {
                 "name": format!("gpu-{i}"),
                 "attributes": {
                     "type": {"string": "gpu"},
-                    "uuid": {"string": format!("GPU-{node}-{i}")},
+                    "uuid": {"string": format!("GPU-{node}-{i:04}")},
                     "productName": {"string": product},
                     "architecture": {"string": "Hopper"},
                     "driverVersion": {"version": "550.54.15"},
@@ -609,4 +610,227 @@ async fn mixed_fleet(env: &mut crate::ledger::Env, store: &str) -> Result<()> {
         "MEASURE mixed fleet: 4 x {DRA_MI300X_FLAVOR} by claim and 4 x nvidia-h100-80gb-hbm3 by device plugin admitted in one ClusterQueue"
     );
     Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// One failed DRA GPU out by a DeviceTaintRule; its seven neighbours keep working.
+
+fn device_taint_rules(client: &Client) -> Api<DynamicObject> {
+    Api::all_with(
+        client.clone(),
+        &ApiResource::erase::<k8s_openapi::api::resource::v1alpha3::DeviceTaintRule>(&()),
+    )
+}
+
+/// The nominal quota of `resource` on the first flavor of a ClusterQueue.
+fn nominal(cq: &Value, resource: &str) -> Option<u64> {
+    cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"]
+        .as_array()?
+        .iter()
+        .find(|r| r["name"] == resource)?["nominalQuota"]
+        .as_str()?
+        .parse()
+        .ok()
+}
+
+/// kaccel's DeviceTaintRules (its label), as (pool, device) pairs.
+async fn kaccel_rules(client: &Client) -> Result<Vec<(String, String)>> {
+    let list = device_taint_rules(client)
+        .list(&kube::api::ListParams::default().labels("app.kubernetes.io/managed-by=kaccel"))
+        .await?;
+    Ok(list
+        .items
+        .iter()
+        .map(|r| {
+            let s = &r.data["spec"]["deviceSelector"];
+            (
+                s["pool"].as_str().unwrap_or_default().to_string(),
+                s["device"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect())
+}
+
+#[tokio::test]
+async fn one_failed_dra_gpu_is_tainted_alone_and_its_node_keeps_scheduling() {
+    let _serial = support::serial().await;
+    let client = support::client().await;
+    let mut cleanup = Cleanup::default();
+    let result = quarantine_flow(&client, &mut cleanup).await;
+    cleanup.run(&client).await;
+    result.unwrap();
+}
+
+async fn quarantine_flow(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
+    use crate::health::{Answer, FakeExporter, dcgm};
+    let id = support::unique("dtr");
+    let node = format!("dra-h100-{id}");
+    Api::<Node>::all(client.clone())
+        .create(&PostParams::default(), &dra_node(&node, DRA_H100_MODEL))
+        .await
+        .context("creating the DRA node")?;
+    cleanup.add(None, ApiResource::erase::<Node>(&()), &node);
+    let slice_ar = ApiResource::erase::<k8s_openapi::api::resource::v1::ResourceSlice>(&());
+    let slices: Api<DynamicObject> = Api::all_with(client.clone(), &slice_ar);
+    let slice = support::create(&slices, nvidia_slice(&node, DRA_H100_PRODUCT)).await?;
+    cleanup.add(None, slice_ar, &slice.name_any());
+    let rule_ar = ApiResource::erase::<k8s_openapi::api::resource::v1alpha3::DeviceTaintRule>(&());
+    let rules = device_taint_rules(client);
+    // Someone else's rule on a neighbour: kaccel must never touch it.
+    let foreign_name = format!("ops-{id}");
+    let foreign = support::create(
+        &rules,
+        json!({"apiVersion": "resource.k8s.io/v1alpha3", "kind": "DeviceTaintRule",
+               "metadata": {"name": foreign_name},
+               "spec": {"deviceSelector": {"driver": "gpu.nvidia.com", "pool": node, "device": "gpu-6"},
+                        "taint": {"key": "example.com/maintenance", "effect": "None"}}}),
+    )
+    .await?;
+    cleanup.add(None, rule_ar.clone(), &foreign_name);
+    let device_class = format!("{DRA_H100_FLAVOR}.kaccel.io");
+    cleanup.add(
+        None,
+        ApiResource::erase::<k8s_openapi::api::resource::v1::DeviceClass>(&()),
+        &device_class,
+    );
+    cleanup.add(None, kueue("ResourceFlavor"), DRA_H100_FLAVOR);
+
+    let class_name = format!("dra-{id}");
+    let class: AcceleratorClass = serde_json::from_value(json!({
+        "apiVersion": "kaccel.io/v1alpha1", "kind": "AcceleratorClass",
+        "metadata": {"name": class_name},
+        "spec": {"sharing": "Whole", "selector": {"models": [DRA_H100_MODEL]},
+                 "credits": {"perDeviceHour": "1"}},
+    }))?;
+    let (ns, team) = class_with_budget(client, cleanup, &id, &class, 8).await?;
+    let root = format!("root-{id}");
+    cleanup.add(None, kueue("Cohort"), &root);
+    cleanup.add(None, kueue("Cohort"), &format!("{root}-{team}"));
+    let cq = format!("{team}-{class_name}");
+    cleanup.add(None, kueue("ClusterQueue"), &cq);
+    cleanup.add(Some(&ns), kueue("LocalQueue"), &class_name);
+
+    let exporter = FakeExporter::start(Answer::Metrics(dcgm(&node, 8, &[]))).await;
+    let hold_down: u32 = 2;
+    let config = format!(
+        "rootCohort: {root}\ndebounceMs: 50\nmaxDelayMs: 300\nwatchResourceSlices: true\n\
+         leaderElection:\n  enabled: false\nkueue:\n  configFile: {}\n\
+         health:\n  policy:\n    holdDownSeconds: {hold_down}\n  sources:\n    \
+         - {{name: dcgm-{node}, kind: dcgm-exporter, url: \"http://127.0.0.1:{}/metrics\", node: {node}, intervalSeconds: 1, staleAfterSeconds: 3, timeoutSeconds: 1}}\n",
+        kueue_config_file(),
+        exporter.port
+    );
+    let controller = Controller::start(&format!("ctl-{id}"), free_port(), &config);
+    let resource = format!("dra.kaccel.io/{DRA_H100_FLAVOR}");
+    let cqs: Api<DynamicObject> = Api::all_with(client.clone(), &kueue("ClusterQueue"));
+    let nodes: Api<Node> = Api::all(client.clone());
+    let result = async {
+        wait_for(&cqs, &cq, "8 healthy DRA GPUs in quota", |q| {
+            nominal(q, &resource) == Some(8)
+        })
+        .await?;
+
+        // GPU 3 takes a double-bit ECC error: one rule, for exactly that device.
+        let injected = std::time::Instant::now();
+        exporter.set(Answer::Metrics(dcgm(&node, 8, &[3])));
+        let deadline = std::time::Instant::now() + WAIT;
+        loop {
+            let held = kaccel_rules(client).await?;
+            if !held.is_empty() {
+                ensure!(
+                    held == [(node.clone(), "gpu-3".to_string())],
+                    "kaccel's rules: {held:?}"
+                );
+                break;
+            }
+            ensure!(std::time::Instant::now() < deadline, "no DeviceTaintRule after {WAIT:?}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let taken_out_ms = injected.elapsed().as_millis();
+        let written = wait_for(&cqs, &cq, "quota down by exactly one", |q| {
+            nominal(q, &resource) == Some(7)
+        })
+        .await?;
+        ensure!(nominal(&written, &resource) == Some(7));
+        let n = nodes.get(&node).await?;
+        let cordoned = n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false);
+        let tainted = n
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.as_ref())
+            .is_some_and(|t| t.iter().any(|t| t.key == "kaccel.io/unhealthy"));
+        ensure!(!cordoned && !tainted, "the node was cordoned ({cordoned}) or tainted ({tainted})");
+        let rule = rules
+            .list(&kube::api::ListParams::default().labels("app.kubernetes.io/managed-by=kaccel"))
+            .await?
+            .items
+            .remove(0);
+        ensure!(
+            rule.data["spec"]["taint"]["effect"] == "NoSchedule"
+                && rule.data["spec"]["taint"]["key"] == "kaccel.io/unhealthy"
+                && rule.data["spec"]["deviceSelector"]["driver"] == "gpu.nvidia.com",
+            "rule: {}",
+            rule.data["spec"]
+        );
+
+        // Seven of the node's GPUs through one claim: admitted.
+        let templates: Api<DynamicObject> = Api::namespaced_with(
+            client.clone(),
+            &ns,
+            &ApiResource::erase::<k8s_openapi::api::resource::v1::ResourceClaimTemplate>(&()),
+        );
+        support::create(&templates, claim_template(&ns, "h100-x7", &device_class, 7)).await?;
+        cleanup.add(
+            Some(&ns),
+            ApiResource::erase::<k8s_openapi::api::resource::v1::ResourceClaimTemplate>(&()),
+            "h100-x7",
+        );
+        let wls: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &kueue("Workload"));
+        support::create(&wls, claim_workload(&ns, "seven", &class_name, "h100-x7", 600)).await?;
+        cleanup.add(Some(&ns), kueue("Workload"), "seven");
+        let seven = support::wait_until(&wls, "seven", "admitted", WAIT, |w| {
+            support::is_true(w, "Admitted")
+        })
+        .await?;
+        ensure!(usage_of(&seven, &resource) == Some((DRA_H100_FLAVOR.into(), "7".into())));
+
+        // The exporter goes silent: the rule stays (a silent exporter never
+        // returns a failed card to service).
+        exporter.set(Answer::Dead);
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        ensure!(
+            kaccel_rules(client).await? == [(node.clone(), "gpu-3".to_string())],
+            "the rule changed while the exporter was silent"
+        );
+        // Healthy again: after the hold-down the rule goes and the quota is back.
+        let recovered = std::time::Instant::now();
+        exporter.set(Answer::Metrics(dcgm(&node, 8, &[])));
+        let deadline = std::time::Instant::now() + WAIT;
+        while !kaccel_rules(client).await?.is_empty() {
+            ensure!(std::time::Instant::now() < deadline, "the rule is still there after {WAIT:?}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let released_ms = recovered.elapsed().as_millis();
+        ensure!(
+            released_ms >= u128::from(hold_down) * 1000,
+            "removed after {released_ms} ms, before the {hold_down} s hold-down"
+        );
+        wait_for(&cqs, &cq, "quota back to 8", |q| nominal(q, &resource) == Some(8)).await?;
+
+        // Someone else's rule: untouched throughout.
+        let now = rules.get(&foreign_name).await?;
+        ensure!(
+            now.metadata.resource_version == foreign.metadata.resource_version,
+            "kaccel changed someone else's DeviceTaintRule"
+        );
+        eprintln!(
+            "MEASURE DRA GPU fault -> 1 DeviceTaintRule + quota 8->7, node schedulable, in {taken_out_ms} ms; healthy -> rule removed in {released_ms} ms (hold-down {hold_down} s)"
+        );
+        Ok(())
+    }
+    .await;
+    if result.is_err() {
+        eprintln!("kaccel log:\n{}", controller.log_tail());
+    }
+    result
 }

@@ -112,6 +112,30 @@ pub async fn read_cluster() -> Result<InventoryReport, InventoryError> {
         },
     };
     let mut report = InventoryReport::new(server, inventory, allocation);
+    if !slices.is_empty() {
+        let rules: Api<DynamicObject> =
+            Api::all_with(client.clone(), &crate::k8s::resources::device_taint_rule());
+        let mine = ListParams::default().labels(&format!(
+            "{}={}",
+            crate::k8s::labels::MANAGED_BY_LABEL,
+            crate::k8s::labels::MANAGED_BY
+        ));
+        match rules.list(&mine).await {
+            Ok(list) => {
+                report.taint_rules = list
+                    .items
+                    .iter()
+                    .filter_map(|r| {
+                        super::HeldTaintRule::from_object(&serde_json::to_value(r).ok()?)
+                    })
+                    .collect();
+            }
+            Err(e) => notes.push(format!(
+                "DeviceTaintRules (resource.k8s.io/v1alpha3) not read: {}",
+                short(&e)
+            )),
+        }
+    }
     report.notes = notes;
     Ok(report)
 }

@@ -300,11 +300,20 @@ fn dra_device_rows(report: &InventoryReport) -> Vec<Vec<String>> {
             "MEMORY",
             "DRIVER VERSION",
             "IN SERVICE",
+            "KACCEL TAINT RULE",
         ]
         .map(String::from)
         .to_vec(),
     ];
     let dash = |v: Option<&str>| v.unwrap_or("-").to_string();
+    let rule_of = |d: &crate::inventory::DeviceRecord| {
+        report
+            .taint_rules
+            .iter()
+            .find(|r| r.driver == d.driver && r.pool == d.pool && r.device == d.name)
+            .map(|r| format!("{} ({}: {})", r.name, r.effect, r.reason))
+            .unwrap_or_else(|| "-".into())
+    };
     for (node, group) in report.inventory.groups() {
         for d in group.devices.iter().filter(|d| !d.driver.is_empty()) {
             rows.push(vec![
@@ -319,11 +328,12 @@ fn dra_device_rows(report: &InventoryReport) -> Vec<Vec<String>> {
                     .map(|m| format!("{m} MiB"))
                     .unwrap_or_else(|| "-".into()),
                 dash(d.driver_version.as_deref()),
-                if d.tainted {
-                    "no (tainted or unhealthy)".into()
-                } else {
-                    "yes".into()
+                match (d.tainted, report.taint_rules.is_empty()) {
+                    (true, _) => "no (tainted or unhealthy)".into(),
+                    (false, false) if rule_of(d) != "-" => "no (kaccel's taint rule)".into(),
+                    _ => "yes".into(),
                 },
+                rule_of(d),
             ]);
         }
     }

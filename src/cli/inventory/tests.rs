@@ -376,7 +376,18 @@ fn table_lists_each_dra_device_with_its_identity() {
     }))
     .unwrap();
     let inv = Inventory::from_nodes_and_slices(&[node], &[slice]);
-    let report = InventoryReport::new("fleet.yaml".into(), inv, Allocation::default());
+    let mut report = InventoryReport::new("fleet.yaml".into(), inv, Allocation::default());
+    // kaccel holds a rule on gpu-0 (as the API server returns it).
+    report.taint_rules = vec![
+        HeldTaintRule::from_object(&json!({
+            "metadata": {"name": "kaccel-gpu-nvidia-com-dra-a-pool-gpu-0-1234abcd",
+                         "annotations": {"kaccel.io/reason": "Failed: XID 79"}},
+            "spec": {"deviceSelector": {"driver": "gpu.nvidia.com", "pool": "dra-a-pool", "device": "gpu-0"},
+                     "taint": {"key": "kaccel.io/unhealthy", "value": "Failed", "effect": "NoSchedule",
+                               "timeAdded": "2026-12-04T00:00:00Z"}},
+        }))
+        .unwrap(),
+    ];
     let text = render(&report);
     assert!(text.contains("DRA devices (2)"), "{text}");
     let row = |device: &str| -> Vec<String> {
@@ -401,10 +412,13 @@ fn table_lists_each_dra_device_with_its_identity() {
             "0000:00:00.0",
             "81559 MiB",
             "550.54.15",
-            "yes"
+            "no (kaccel's taint rule)",
+            "kaccel-gpu-nvidia-com-dra-a-pool-gpu-0-1234abcd (NoSchedule: Failed: XID 79)"
         ]
     );
-    assert_eq!(row("gpu-1").last().unwrap(), "no (tainted or unhealthy)");
+    let gpu1 = row("gpu-1");
+    assert_eq!(gpu1[gpu1.len() - 2], "no (tainted or unhealthy)");
+    assert_eq!(gpu1.last().unwrap(), "-");
     // The JSON carries the same identity.
     let json = serde_json::to_value(&report).unwrap();
     let devices = &json["nodes"]["dra-a"]["groups"][0]["devices"];
