@@ -140,6 +140,7 @@ mod tests {
             memory_mib: None,
             driver_version: None,
             attribute_kinds: Default::default(),
+            selector_values: Default::default(),
             raw_attributes: Default::default(),
             tainted: true,
         });

@@ -161,8 +161,15 @@ pub struct DeviceRecord {
     /// The type each attribute of the driver's domain is published as, by bare
     /// name: CEL compares a version with `semver()` and a string with `==`, and
     /// either on the other type is an error.
+    /// Shared (one allocation) with the previous device of its group when equal,
+    /// as devices of one group usually are: the planner reads each shape once.
     #[serde(skip)]
-    pub attribute_kinds: BTreeMap<String, AttributeKind>,
+    pub attribute_kinds: std::sync::Arc<BTreeMap<String, AttributeKind>>,
+    /// The values it publishes for its driver's variant attributes
+    /// ([`dra_selector_attributes`], in that order; bare or qualified, empty is
+    /// none), read once for the DeviceClass pins; shared like `attribute_kinds`.
+    #[serde(skip)]
+    pub selector_values: std::sync::Arc<[Option<String>]>,
     /// All attributes as published, stringified, for the engineer who needs them.
     pub raw_attributes: BTreeMap<String, String>,
     /// Out of service: the driver (or a DeviceTaintRule) put a NoSchedule/NoExecute

@@ -181,7 +181,13 @@ impl<'a> AttributeKinds<'a> {
             .or_insert_with(|| {
                 let mut kinds = BTreeSet::new();
                 let mut lacking = false;
+                let mut previous: Option<&std::sync::Arc<BTreeMap<String, AttributeKind>>> = None;
                 for d in &self.devices {
+                    // The same shape as the device before (shared when read): seen.
+                    if previous.is_some_and(|p| std::sync::Arc::ptr_eq(p, &d.attribute_kinds)) {
+                        continue;
+                    }
+                    previous = Some(&d.attribute_kinds);
                     match d.attribute_kinds.get(id) {
                         Some(k) => {
                             kinds.insert(*k);
@@ -217,12 +223,20 @@ fn selector<'a>(
 ) -> Result<String, Unexpressible<'a>> {
     let attr = |id: &str| format!("device.attributes[{}].{id}", literal(driver));
     let mut clauses = vec![format!("device.driver == {}", literal(driver))];
-    for id in crate::inventory::dra_selector_attributes(driver) {
-        let qualified = format!("{driver}/{id}");
+    for (i, id) in crate::inventory::dra_selector_attributes(driver)
+        .iter()
+        .enumerate()
+    {
         let mut values: BTreeSet<&str> = BTreeSet::new();
         let mut some_lack_it = false;
+        let mut previous: Option<&std::sync::Arc<[Option<String>]>> = None;
         for d in devices {
-            match published(d, id, &qualified) {
+            // The same values as the device before (shared when read): seen.
+            if previous.is_some_and(|p| std::sync::Arc::ptr_eq(p, &d.selector_values)) {
+                continue;
+            }
+            previous = Some(&d.selector_values);
+            match d.selector_values.get(i).and_then(|v| v.as_deref()) {
                 Some(v) => {
                     values.insert(v);
                 }
@@ -423,18 +437,6 @@ pub(super) fn semver_bound(want: &str, major_minor: bool) -> Option<String> {
         bound[kept - 1] = bound[kept - 1].checked_add(1)?;
     }
     Some(format!("{}.{}.{}", bound[0], bound[1], bound[2]))
-}
-
-/// The value `device` publishes for attribute `id` of its driver's domain, bare or
-/// qualified, as the inventory reads it (an empty value is no value).
-/// `qualified`: `<driver>/<id>`.
-fn published<'d>(device: &'d DeviceRecord, id: &str, qualified: &str) -> Option<&'d str> {
-    device
-        .raw_attributes
-        .get(id)
-        .or_else(|| device.raw_attributes.get(qualified))
-        .map(String::as_str)
-        .filter(|v| !v.is_empty())
 }
 
 /// A CEL string literal (JSON's escapes are CEL's).

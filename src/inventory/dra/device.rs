@@ -45,12 +45,25 @@ impl DraDevice {
             .filter_map(|(k, v)| attribute_string(v).map(|s| (k.clone(), s)))
             .collect();
         let qualified = format!("{}/", driver.name());
+        // Every attribute of the driver's domain by its bare name, the bare
+        // spelling winning over the qualified one: one lookup per attribute read,
+        // no key built per miss.
+        let mut by_name: BTreeMap<&str, &str> = BTreeMap::new();
+        for (k, v) in &attrs {
+            match k.strip_prefix(qualified.as_str()) {
+                Some(bare) => {
+                    by_name.entry(bare).or_insert(v.as_str());
+                }
+                None => {
+                    by_name.insert(k.as_str(), v.as_str());
+                }
+            }
+        }
         let get = |name: &str| -> Option<String> {
-            attrs
+            by_name
                 .get(name)
-                .or_else(|| attrs.get(&format!("{qualified}{name}")))
                 .filter(|v| !v.is_empty())
-                .cloned()
+                .map(|v| v.to_string())
         };
         let memory_mib = device
             .capacity
@@ -117,6 +130,10 @@ impl DraDevice {
                     .or_else(|| get("pciAddress")),
                 memory_mib,
                 driver_version: read.driver_version.and_then(get),
+                selector_values: super::driver::selector_attributes(driver.name())
+                    .iter()
+                    .map(|id| get(id))
+                    .collect(),
                 attribute_kinds: device
                     .attributes
                     .iter()
@@ -134,7 +151,8 @@ impl DraDevice {
                         };
                         Some((k.strip_prefix(&qualified).unwrap_or(k).to_string(), kind))
                     })
-                    .collect(),
+                    .collect::<BTreeMap<_, _>>()
+                    .into(),
                 raw_attributes: attrs.clone(),
                 tainted: tainted || unhealthy,
             },

@@ -106,7 +106,19 @@ pub(super) fn merge_device(
     if group.memory_mib.is_none() {
         group.memory_mib = dev.record.memory_mib;
     }
-    group.devices.push(dev.record);
+    let mut record = dev.record;
+    // Devices of one group publish the same shapes, almost always: share them, so
+    // the planner reads each once (it skips a device whose shapes are its
+    // predecessor's).
+    if let Some(last) = group.devices.last() {
+        if last.attribute_kinds == record.attribute_kinds {
+            record.attribute_kinds = last.attribute_kinds.clone();
+        }
+        if last.selector_values == record.selector_values {
+            record.selector_values = last.selector_values.clone();
+        }
+    }
+    group.devices.push(record);
     Ok(())
 }
 

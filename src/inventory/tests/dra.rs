@@ -208,3 +208,63 @@ spec:
     assert_eq!(n.groups[0].devices[0].uuid.as_deref(), Some("MIG-aaaa"));
     assert_eq!(n.groups[0].capacity, 7);
 }
+
+/// Devices of a group that publish the same shapes share them (the planner reads
+/// each shape once); a device that differs keeps its own, with its own values.
+#[test]
+fn devices_of_a_group_share_equal_shapes_and_keep_their_own_values() {
+    let nodes = [node(H100)];
+    let mut third = String::from(GPU_SLICE);
+    third.push_str(
+        r#"    - name: gpu-2
+      attributes:
+        gpu.nvidia.com/uuid: {string: GPU-1b8c7d6e-0000-1111-2222-333344445555}
+        gpu.nvidia.com/productName: {string: NVIDIA H100 80GB HBM3}
+      capacity:
+        memory: {value: 80Gi}
+    - name: gpu-3
+      attributes:
+        type: {string: gpu}
+        productName: {string: NVIDIA H100 80GB HBM3}
+"#,
+    );
+    let inv = Inventory::from_nodes_and_slices(&nodes, &[slice(&third)]);
+    let devices = &inv.nodes["gpu-h100-01"].groups[0].devices;
+    assert_eq!(devices.len(), 4);
+    let values = |i: usize| -> Vec<Option<&str>> {
+        devices[i]
+            .selector_values
+            .iter()
+            .map(|v| v.as_deref())
+            .collect()
+    };
+    // NVIDIA's pins: type, productName, profile; bare or qualified alike.
+    assert_eq!(
+        values(0),
+        [Some("gpu"), Some("NVIDIA H100 80GB HBM3"), None]
+    );
+    assert_eq!(values(1), [None, Some("NVIDIA H100 80GB HBM3"), None]);
+    assert_eq!(
+        values(3),
+        [Some("gpu"), Some("NVIDIA H100 80GB HBM3"), None]
+    );
+    use std::sync::Arc;
+    // gpu-1 and gpu-2 publish the same: one allocation; gpu-0 and gpu-1 differ.
+    assert!(Arc::ptr_eq(
+        &devices[1].selector_values,
+        &devices[2].selector_values
+    ));
+    assert!(Arc::ptr_eq(
+        &devices[1].attribute_kinds,
+        &devices[2].attribute_kinds
+    ));
+    assert!(!Arc::ptr_eq(
+        &devices[0].selector_values,
+        &devices[1].selector_values
+    ));
+    assert!(!Arc::ptr_eq(
+        &devices[0].attribute_kinds,
+        &devices[1].attribute_kinds
+    ));
+    assert_eq!(devices[2].attribute_kinds.len(), 2);
+}

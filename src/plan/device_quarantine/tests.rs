@@ -312,6 +312,7 @@ proptest! {
             memory_mib: None,
             driver_version: None,
             attribute_kinds: Default::default(),
+            selector_values: Default::default(),
             raw_attributes: Default::default(),
             tainted: false,
         };
