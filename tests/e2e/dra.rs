@@ -834,3 +834,101 @@ async fn quarantine_flow(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
     }
     result
 }
+
+// ---------------------------------------------------------------------------
+// Bad input: a requirement the driver's attributes cannot express.
+
+#[tokio::test]
+async fn a_requirement_the_driver_cannot_express_is_named_and_no_device_class_is_written() {
+    let _serial = support::serial().await;
+    let client = support::client().await;
+    let mut cleanup = Cleanup::default();
+    let result = unexpressible_flow(&client, &mut cleanup).await;
+    cleanup.run(&client).await;
+    result.unwrap();
+}
+
+async fn unexpressible_flow(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
+    let id = support::unique("drabad");
+    let product = format!("NVIDIA E2E {id}");
+    let model = format!("NVIDIA-E2E-{id}");
+    let node = format!("dra-{id}");
+    Api::<Node>::all(client.clone())
+        .create(&PostParams::default(), &dra_node(&node, &model))
+        .await
+        .context("creating the DRA node")?;
+    cleanup.add(None, ApiResource::erase::<Node>(&()), &node);
+    // A driver build that publishes its version as a plain string: CEL cannot
+    // compare it with semver().
+    let mut published = nvidia_slice(&node, &product);
+    for device in published["spec"]["devices"]
+        .as_array_mut()
+        .into_iter()
+        .flatten()
+    {
+        device["attributes"]["driverVersion"] = json!({"string": "550.54.15"});
+    }
+    let slice_ar = ApiResource::erase::<k8s_openapi::api::resource::v1::ResourceSlice>(&());
+    let slices: Api<DynamicObject> = Api::all_with(client.clone(), &slice_ar);
+    let slice = support::create(&slices, published).await?;
+    cleanup.add(None, slice_ar, &slice.name_any());
+    let class_name = format!("drabad-{id}");
+    let class: AcceleratorClass = serde_json::from_value(json!({
+        "apiVersion": "kaccel.io/v1alpha1", "kind": "AcceleratorClass",
+        "metadata": {"name": class_name},
+        "spec": {"sharing": "Whole", "selector": {"models": [model], "minDriverVersion": "550"},
+                 "credits": {"perDeviceHour": "1"}},
+    }))?;
+    let (_, team) = class_with_budget(client, cleanup, &id, &class, 8).await?;
+    let root = format!("root-{id}");
+    cleanup.add(None, kueue("Cohort"), &root);
+    cleanup.add(None, kueue("Cohort"), &format!("{root}-{team}"));
+    let flavor = format!("nvidia-e2e-{}", id.to_lowercase());
+    cleanup.add(None, kueue("ResourceFlavor"), &flavor);
+    cleanup.add(None, kueue("ClusterQueue"), &format!("{team}-{class_name}"));
+    let device_class = format!("{flavor}.kaccel.io");
+    cleanup.add(
+        None,
+        ApiResource::erase::<k8s_openapi::api::resource::v1::DeviceClass>(&()),
+        &device_class,
+    );
+    let controller = Controller::start(
+        &format!("ctl-{id}"),
+        free_port(),
+        &format!(
+            "rootCohort: {root}\ndebounceMs: 100\nmaxDelayMs: 500\nwatchResourceSlices: true\nleaderElection:\n  enabled: false\n"
+        ),
+    );
+    let result = async {
+        let classes: Api<DynamicObject> =
+            Api::all_with(client.clone(), &ApiResource::erase::<AcceleratorClass>(&()));
+        let status = wait_for(&classes, &class_name, "DeviceClassesReady=False", |c| {
+            support::condition(c, "DeviceClassesReady").is_some_and(|c| c["status"] == "False")
+        })
+        .await?;
+        let message = support::condition(&status, "DeviceClassesReady")
+            .map(|c| c["message"].as_str().unwrap_or_default().to_string())
+            .unwrap_or_default();
+        ensure!(
+            message.contains("spec.selector.minDriverVersion") && message.contains("as a string"),
+            "the condition does not name the field and why: {message}"
+        );
+        // The flavor is planned (its quota waits for a DeviceClass); none is written.
+        let flavors: Api<DynamicObject> = Api::all_with(client.clone(), &kueue("ResourceFlavor"));
+        wait_for(&flavors, &flavor, "planned", |_| true).await?;
+        ensure!(
+            device_classes(client)
+                .get_opt(&device_class)
+                .await?
+                .is_none(),
+            "a DeviceClass was written for a requirement CEL cannot express"
+        );
+        eprintln!("MEASURE unexpressible requirement -> DeviceClassesReady=False: {message}");
+        Ok(())
+    }
+    .await;
+    if result.is_err() {
+        eprintln!("kaccel log:\n{}", controller.log_tail());
+    }
+    result
+}
