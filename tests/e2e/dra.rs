@@ -66,6 +66,51 @@ fn dra_node(name: &str, model: &str) -> Node {
     .expect("a Node")
 }
 
+/// A DRA-only Node labelled with `model` and the ResourceSlice its driver
+/// publishes for it; both are deleted by `cleanup`.
+async fn publish(
+    client: &Client,
+    cleanup: &mut Cleanup,
+    node: &str,
+    model: &str,
+    slice: Value,
+) -> Result<()> {
+    Api::<Node>::all(client.clone())
+        .create(&PostParams::default(), &dra_node(node, model))
+        .await
+        .context("creating the DRA node")?;
+    cleanup.add(None, ApiResource::erase::<Node>(&()), node);
+    let ar = ApiResource::erase::<k8s_openapi::api::resource::v1::ResourceSlice>(&());
+    let slices: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+    let created = support::create(&slices, slice).await?;
+    cleanup.add(None, ar, &created.name_any());
+    Ok(())
+}
+
+/// The DeviceClass and ResourceFlavor kaccel writes for `flavor`, deleted by
+/// `cleanup` should the test end before kaccel removes them.
+fn clean_flavor(cleanup: &mut Cleanup, flavor: &str) {
+    cleanup.add(
+        None,
+        ApiResource::erase::<k8s_openapi::api::resource::v1::DeviceClass>(&()),
+        &format!("{flavor}.kaccel.io"),
+    );
+    cleanup.add(None, kueue("ResourceFlavor"), flavor);
+}
+
+/// A ResourceSlice of `driver` for `node`, its pool named after the node.
+fn dra_slice(node: &str, driver: &str, devices: Vec<Value>) -> Value {
+    json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+        "metadata": {"name": format!("{node}-{driver}")},
+        "spec": {
+            "driver": driver, "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": devices,
+        },
+    })
+}
+
 /// Eight GPUs as NVIDIA's DRA driver publishes them (`deviceinfo.go`), with the
 /// UUIDs `tests/e2e/health.rs`'s fake dcgm-exporter reports for the node.
 fn nvidia_slice(node: &str, product: &str) -> Value {
@@ -85,15 +130,7 @@ fn nvidia_slice(node: &str, product: &str) -> Value {
             })
         })
         .collect();
-    json!({
-        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
-        "metadata": {"name": format!("{node}-gpu.nvidia.com")},
-        "spec": {
-            "driver": "gpu.nvidia.com", "nodeName": node,
-            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-            "devices": devices,
-        },
-    })
+    dra_slice(node, "gpu.nvidia.com", devices)
 }
 
 #[tokio::test]
@@ -112,21 +149,14 @@ async fn device_class_flow(client: &Client, cleanup: &mut Cleanup) -> Result<()>
     let product = format!("NVIDIA E2E {id}");
     let model = format!("NVIDIA-E2E-{id}");
     let node = format!("dra-{id}");
-    Api::<Node>::all(client.clone())
-        .create(&PostParams::default(), &dra_node(&node, &model))
-        .await
-        .context("creating the DRA node")?;
-    cleanup.add(None, ApiResource::erase::<Node>(&()), &node);
-    let slices: Api<DynamicObject> = Api::all_with(
-        client.clone(),
-        &ApiResource::erase::<k8s_openapi::api::resource::v1::ResourceSlice>(&()),
-    );
-    let slice = support::create(&slices, nvidia_slice(&node, &product)).await?;
-    cleanup.add(
-        None,
-        ApiResource::erase::<k8s_openapi::api::resource::v1::ResourceSlice>(&()),
-        &slice.name_any(),
-    );
+    publish(
+        client,
+        cleanup,
+        &node,
+        &model,
+        nvidia_slice(&node, &product),
+    )
+    .await?;
 
     let class_name = format!("dra-{id}");
     let class: AcceleratorClass = serde_json::from_value(json!({
@@ -153,12 +183,7 @@ async fn device_class_flow(client: &Client, cleanup: &mut Cleanup) -> Result<()>
     );
     let flavor = format!("nvidia-e2e-{}", id.to_lowercase());
     let device_class = format!("{flavor}.kaccel.io");
-    cleanup.add(
-        None,
-        ApiResource::erase::<k8s_openapi::api::resource::v1::DeviceClass>(&()),
-        &device_class,
-    );
-    cleanup.add(None, kueue("ResourceFlavor"), &flavor);
+    clean_flavor(cleanup, &flavor);
     cleanup.add(
         None,
         kueue("ClusterQueue"),
@@ -253,6 +278,22 @@ fn claim_template(ns: &str, name: &str, device_class: &str, count: u32) -> Value
     })
 }
 
+/// A ResourceClaimTemplate in `ns`, deleted by `cleanup`.
+async fn create_template(
+    client: &Client,
+    cleanup: &mut Cleanup,
+    ns: &str,
+    name: &str,
+    device_class: &str,
+    count: u32,
+) -> Result<()> {
+    let ar = ApiResource::erase::<k8s_openapi::api::resource::v1::ResourceClaimTemplate>(&());
+    let templates: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &ar);
+    support::create(&templates, claim_template(ns, name, device_class, count)).await?;
+    cleanup.add(Some(ns), ar, name);
+    Ok(())
+}
+
 /// One pod whose devices come from a claim made from `template`, at most `secs` s.
 fn claim_workload(ns: &str, name: &str, queue: &str, template: &str, secs: u32) -> Value {
     json!({
@@ -290,30 +331,16 @@ async fn claims_counted(env: &mut crate::ledger::Env, store: &str) -> Result<()>
     let client = env.client.clone();
     // An 8-GPU node published only by NVIDIA's DRA driver.
     let node = format!("dra-h100-{id}");
-    Api::<Node>::all(client.clone())
-        .create(&PostParams::default(), &dra_node(&node, DRA_H100_MODEL))
-        .await
-        .context("creating the DRA node")?;
-    env.cleanup
-        .add(None, ApiResource::erase::<Node>(&()), &node);
-    let slices: Api<DynamicObject> = Api::all_with(
-        client.clone(),
-        &ApiResource::erase::<k8s_openapi::api::resource::v1::ResourceSlice>(&()),
-    );
-    let slice = support::create(&slices, nvidia_slice(&node, DRA_H100_PRODUCT)).await?;
-    env.cleanup.add(
-        None,
-        ApiResource::erase::<k8s_openapi::api::resource::v1::ResourceSlice>(&()),
-        &slice.name_any(),
-    );
+    publish(
+        &client,
+        &mut env.cleanup,
+        &node,
+        DRA_H100_MODEL,
+        nvidia_slice(&node, DRA_H100_PRODUCT),
+    )
+    .await?;
     let device_class = format!("{DRA_H100_FLAVOR}.kaccel.io");
-    env.cleanup.add(
-        None,
-        ApiResource::erase::<k8s_openapi::api::resource::v1::DeviceClass>(&()),
-        &device_class,
-    );
-    env.cleanup
-        .add(None, kueue("ResourceFlavor"), DRA_H100_FLAVOR);
+    clean_flavor(&mut env.cleanup, DRA_H100_FLAVOR);
 
     // Two classes at the same rate: the DRA H100s, and the device-plugin H100s of
     // the example nodes; one budget for both.
@@ -372,18 +399,8 @@ async fn claims_counted(env: &mut crate::ledger::Env, store: &str) -> Result<()>
 
     // Six of the eight through a claim: admitted onto the flavor, counted in
     // the logical resource; four more do not fit and wait.
-    let templates: Api<DynamicObject> = Api::namespaced_with(
-        client.clone(),
-        &ns,
-        &ApiResource::erase::<k8s_openapi::api::resource::v1::ResourceClaimTemplate>(&()),
-    );
     for (name, count) in [("h100-x6", 6), ("h100-x4", 4)] {
-        support::create(&templates, claim_template(&ns, name, &device_class, count)).await?;
-        env.cleanup.add(
-            Some(&ns),
-            ApiResource::erase::<k8s_openapi::api::resource::v1::ResourceClaimTemplate>(&()),
-            name,
-        );
+        create_template(&client, &mut env.cleanup, &ns, name, &device_class, count).await?;
     }
     let wls = env.workloads(&ns);
     env.create_workload(claim_workload(&ns, "six", &dra_class, "h100-x6", 600))
@@ -480,15 +497,7 @@ fn amd_slice(node: &str, product: &str) -> Value {
             })
         })
         .collect();
-    json!({
-        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
-        "metadata": {"name": format!("{node}-gpu.amd.com")},
-        "spec": {
-            "driver": "gpu.amd.com", "nodeName": node,
-            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-            "devices": devices,
-        },
-    })
+    dra_slice(node, "gpu.amd.com", devices)
 }
 
 #[tokio::test]
@@ -503,24 +512,16 @@ async fn mixed_fleet(env: &mut crate::ledger::Env, store: &str) -> Result<()> {
     let id = env.id.clone();
     let client = env.client.clone();
     let node = format!("dra-mi300x-{id}");
-    Api::<Node>::all(client.clone())
-        .create(&PostParams::default(), &dra_node(&node, DRA_MI300X_MODEL))
-        .await
-        .context("creating the DRA node")?;
-    env.cleanup
-        .add(None, ApiResource::erase::<Node>(&()), &node);
-    let slice_ar = ApiResource::erase::<k8s_openapi::api::resource::v1::ResourceSlice>(&());
-    let slices: Api<DynamicObject> = Api::all_with(client.clone(), &slice_ar);
-    let slice = support::create(&slices, amd_slice(&node, "AMD E2E DRA MI300X")).await?;
-    env.cleanup.add(None, slice_ar, &slice.name_any());
+    publish(
+        &client,
+        &mut env.cleanup,
+        &node,
+        DRA_MI300X_MODEL,
+        amd_slice(&node, "AMD E2E DRA MI300X"),
+    )
+    .await?;
     let device_class = format!("{DRA_MI300X_FLAVOR}.kaccel.io");
-    env.cleanup.add(
-        None,
-        ApiResource::erase::<k8s_openapi::api::resource::v1::DeviceClass>(&()),
-        &device_class,
-    );
-    env.cleanup
-        .add(None, kueue("ResourceFlavor"), DRA_MI300X_FLAVOR);
+    clean_flavor(&mut env.cleanup, DRA_MI300X_FLAVOR);
 
     let class = format!("mixed-{id}");
     env.create_class(json!({
@@ -566,21 +567,15 @@ async fn mixed_fleet(env: &mut crate::ledger::Env, store: &str) -> Result<()> {
         "covered: {covered}"
     );
 
-    let templates: Api<DynamicObject> = Api::namespaced_with(
-        client.clone(),
+    create_template(
+        &client,
+        &mut env.cleanup,
         &ns,
-        &ApiResource::erase::<k8s_openapi::api::resource::v1::ResourceClaimTemplate>(&()),
-    );
-    support::create(
-        &templates,
-        claim_template(&ns, "mi300x-x4", &device_class, 4),
+        "mi300x-x4",
+        &device_class,
+        4,
     )
     .await?;
-    env.cleanup.add(
-        Some(&ns),
-        ApiResource::erase::<k8s_openapi::api::resource::v1::ResourceClaimTemplate>(&()),
-        "mi300x-x4",
-    );
     env.create_workload(claim_workload(&ns, "amd", &class, "mi300x-x4", 600))
         .await?;
     env.create_workload(crate::ledger::device_workload(
@@ -665,15 +660,14 @@ async fn quarantine_flow(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
     use crate::health::{Answer, FakeExporter, dcgm};
     let id = support::unique("dtr");
     let node = format!("dra-h100-{id}");
-    Api::<Node>::all(client.clone())
-        .create(&PostParams::default(), &dra_node(&node, DRA_H100_MODEL))
-        .await
-        .context("creating the DRA node")?;
-    cleanup.add(None, ApiResource::erase::<Node>(&()), &node);
-    let slice_ar = ApiResource::erase::<k8s_openapi::api::resource::v1::ResourceSlice>(&());
-    let slices: Api<DynamicObject> = Api::all_with(client.clone(), &slice_ar);
-    let slice = support::create(&slices, nvidia_slice(&node, DRA_H100_PRODUCT)).await?;
-    cleanup.add(None, slice_ar, &slice.name_any());
+    publish(
+        client,
+        cleanup,
+        &node,
+        DRA_H100_MODEL,
+        nvidia_slice(&node, DRA_H100_PRODUCT),
+    )
+    .await?;
     let rule_ar = ApiResource::erase::<k8s_openapi::api::resource::v1alpha3::DeviceTaintRule>(&());
     let rules = device_taint_rules(client);
     // Someone else's rule on a neighbour: kaccel must never touch it.
@@ -688,12 +682,7 @@ async fn quarantine_flow(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
     .await?;
     cleanup.add(None, rule_ar.clone(), &foreign_name);
     let device_class = format!("{DRA_H100_FLAVOR}.kaccel.io");
-    cleanup.add(
-        None,
-        ApiResource::erase::<k8s_openapi::api::resource::v1::DeviceClass>(&()),
-        &device_class,
-    );
-    cleanup.add(None, kueue("ResourceFlavor"), DRA_H100_FLAVOR);
+    clean_flavor(cleanup, DRA_H100_FLAVOR);
 
     let class_name = format!("dra-{id}");
     let class: AcceleratorClass = serde_json::from_value(json!({
@@ -774,17 +763,7 @@ async fn quarantine_flow(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
         );
 
         // Seven of the node's GPUs through one claim: admitted.
-        let templates: Api<DynamicObject> = Api::namespaced_with(
-            client.clone(),
-            &ns,
-            &ApiResource::erase::<k8s_openapi::api::resource::v1::ResourceClaimTemplate>(&()),
-        );
-        support::create(&templates, claim_template(&ns, "h100-x7", &device_class, 7)).await?;
-        cleanup.add(
-            Some(&ns),
-            ApiResource::erase::<k8s_openapi::api::resource::v1::ResourceClaimTemplate>(&()),
-            "h100-x7",
-        );
+        create_template(client, cleanup, &ns, "h100-x7", &device_class, 7).await?;
         let wls: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &kueue("Workload"));
         support::create(&wls, claim_workload(&ns, "seven", &class_name, "h100-x7", 600)).await?;
         cleanup.add(Some(&ns), kueue("Workload"), "seven");
@@ -853,11 +832,6 @@ async fn unexpressible_flow(client: &Client, cleanup: &mut Cleanup) -> Result<()
     let product = format!("NVIDIA E2E {id}");
     let model = format!("NVIDIA-E2E-{id}");
     let node = format!("dra-{id}");
-    Api::<Node>::all(client.clone())
-        .create(&PostParams::default(), &dra_node(&node, &model))
-        .await
-        .context("creating the DRA node")?;
-    cleanup.add(None, ApiResource::erase::<Node>(&()), &node);
     // A driver build that publishes its version as a plain string: CEL cannot
     // compare it with semver().
     let mut published = nvidia_slice(&node, &product);
@@ -868,10 +842,7 @@ async fn unexpressible_flow(client: &Client, cleanup: &mut Cleanup) -> Result<()
     {
         device["attributes"]["driverVersion"] = json!({"string": "550.54.15"});
     }
-    let slice_ar = ApiResource::erase::<k8s_openapi::api::resource::v1::ResourceSlice>(&());
-    let slices: Api<DynamicObject> = Api::all_with(client.clone(), &slice_ar);
-    let slice = support::create(&slices, published).await?;
-    cleanup.add(None, slice_ar, &slice.name_any());
+    publish(client, cleanup, &node, &model, published).await?;
     let class_name = format!("drabad-{id}");
     let class: AcceleratorClass = serde_json::from_value(json!({
         "apiVersion": "kaccel.io/v1alpha1", "kind": "AcceleratorClass",
@@ -884,14 +855,9 @@ async fn unexpressible_flow(client: &Client, cleanup: &mut Cleanup) -> Result<()
     cleanup.add(None, kueue("Cohort"), &root);
     cleanup.add(None, kueue("Cohort"), &format!("{root}-{team}"));
     let flavor = format!("nvidia-e2e-{}", id.to_lowercase());
-    cleanup.add(None, kueue("ResourceFlavor"), &flavor);
     cleanup.add(None, kueue("ClusterQueue"), &format!("{team}-{class_name}"));
+    clean_flavor(cleanup, &flavor);
     let device_class = format!("{flavor}.kaccel.io");
-    cleanup.add(
-        None,
-        ApiResource::erase::<k8s_openapi::api::resource::v1::DeviceClass>(&()),
-        &device_class,
-    );
     let controller = Controller::start(
         &format!("ctl-{id}"),
         free_port(),
