@@ -156,12 +156,47 @@ impl<'a> Fleet<'a> {
 /// Flavors interned in discovery order, and which flavor owns each member.
 /// Interning lets a class matching a whole signature build its key once, not once
 /// per node (the planner runs on every watch event of a large fleet).
-#[derive(Default)]
 struct Pool {
     interned: HashMap<FlavorKey, usize>,
     keys: Vec<FlavorKey>,
     accs: Vec<FlavorAcc>,
-    owner: HashMap<Member, usize>,
+    owner: Owners,
+}
+
+/// Which flavor owns each member: a slot per node (its CPU) and per device group,
+/// looked up by index (every class asks for every member it matches).
+struct Owners {
+    /// Node index -> its first slot; the CPU's slot, then one per group.
+    first_slot: Vec<usize>,
+    owner: Vec<Option<usize>>,
+}
+
+impl Owners {
+    fn new(nodes: &[&NodeInventory]) -> Self {
+        let mut first_slot = Vec::with_capacity(nodes.len());
+        let mut slots = 0;
+        for node in nodes {
+            first_slot.push(slots);
+            slots += 1 + node.groups.len();
+        }
+        Owners {
+            first_slot,
+            owner: vec![None; slots],
+        }
+    }
+
+    fn slot(&self, (node, group): Member) -> usize {
+        self.first_slot[node] + group.map_or(0, |g| g + 1)
+    }
+
+    fn get(&self, member: Member) -> Option<usize> {
+        self.owner[self.slot(member)]
+    }
+
+    fn set(&mut self, member: Member, flavor: usize) {
+        let slot = self.slot(member);
+        self.owner[slot] = Some(flavor);
+    }
 }
 
 impl Pool {
@@ -203,7 +238,12 @@ pub(super) fn resolve(
     class_reports: &mut BTreeMap<String, ClassReport>,
 ) -> ResolvedFlavors {
     let fleet = Fleet::index(nodes);
-    let mut pool = Pool::default();
+    let mut pool = Pool {
+        interned: HashMap::new(),
+        keys: Vec::new(),
+        accs: Vec::new(),
+        owner: Owners::new(nodes),
+    };
     let mut class_flavor_idx: BTreeMap<String, BTreeSet<usize>> = BTreeMap::new();
     for class in classes {
         let cname = name_of(&class.metadata);
@@ -351,14 +391,14 @@ fn pool_members(
                     })
                 }
             };
-            match pool.owner.get(&member) {
-                Some(&existing) if existing != idx => {
+            match pool.owner.get(member) {
+                Some(existing) if existing != idx => {
                     found.conflicts.insert(existing);
                     continue;
                 }
                 Some(_) => {}
                 None => {
-                    pool.owner.insert(member, idx);
+                    pool.owner.set(member, idx);
                     let acc = &mut pool.accs[idx];
                     acc.members.push(member);
                     if let Some(gi) = member.1 {
