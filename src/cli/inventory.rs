@@ -107,36 +107,7 @@ pub struct InventoryReport {
 }
 
 /// A DeviceTaintRule kaccel wrote to take one DRA device out.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct HeldTaintRule {
-    pub name: String,
-    pub driver: String,
-    pub pool: String,
-    pub device: String,
-    pub effect: String,
-    pub reason: String,
-}
-
-impl HeldTaintRule {
-    /// From a rule as the API server returns it; `None` for one that selects
-    /// more than one device (not kaccel's shape).
-    pub fn from_object(rule: &serde_json::Value) -> Option<Self> {
-        let selector = &rule["spec"]["deviceSelector"];
-        let text = |v: &serde_json::Value| v.as_str().map(str::to_string);
-        Some(HeldTaintRule {
-            name: text(&rule["metadata"]["name"])?,
-            driver: text(&selector["driver"])?,
-            pool: text(&selector["pool"])?,
-            device: text(&selector["device"])?,
-            effect: text(&rule["spec"]["taint"]["effect"]).unwrap_or_default(),
-            reason: text(
-                &rule["metadata"]["annotations"][crate::plan::device_quarantine::REASON_ANNOTATION],
-            )
-            .unwrap_or_default(),
-        })
-    }
-}
+pub use crate::plan::device_quarantine::HeldRule as HeldTaintRule;
 
 /// What `kaccel run` serves at `/devices`.
 #[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
@@ -145,6 +116,9 @@ pub struct DeviceHealth {
     pub observed_at: i64,
     pub sources: Vec<crate::health::policy::SourceState>,
     pub devices: Vec<crate::health::policy::DeviceView>,
+    /// The DeviceTaintRules the controller holds on single DRA devices.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub taint_rules: Vec<HeldTaintRule>,
 }
 
 impl InventoryReport {

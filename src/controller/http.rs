@@ -18,7 +18,12 @@ pub struct HttpState {
     pub ready: Arc<AtomicBool>,
     /// Per-device health, served at /devices (read by `kaccel inventory --health-from`).
     pub tracker: super::health_poller::SharedTracker,
+    /// The DeviceTaintRules of the last reconcile, served at /devices too.
+    pub held_rules: SharedHeldRules,
 }
+
+/// What the last reconcile decided to hold on single DRA devices.
+pub type SharedHeldRules = Arc<std::sync::Mutex<Vec<crate::plan::device_quarantine::HeldRule>>>;
 
 pub async fn serve(
     address: SocketAddr,
@@ -80,7 +85,10 @@ async fn devices(State(state): State<HttpState>) -> impl IntoResponse {
             })
             .collect();
         let devices = tracker.device_views(now);
-        serde_json::json!({ "observedAt": now, "sources": sources, "devices": devices })
+        let rules = state.held_rules.lock().expect("held rules lock").clone();
+        serde_json::json!({
+            "observedAt": now, "sources": sources, "devices": devices, "taintRules": rules,
+        })
     };
     (
         StatusCode::OK,

@@ -42,6 +42,8 @@ pub(super) struct Reconciler {
     /// A planned name is taken by an object kaccel does not own (not watched:
     /// retried every few seconds, so its removal is noticed).
     pub(super) names_taken: AtomicBool,
+    /// The DeviceTaintRules of the last reconcile, for /devices.
+    pub(super) held_rules: super::http::SharedHeldRules,
     /// The credit ledger, when `ledger.enabled`.
     pub(super) ledger: Option<LedgerParts>,
 }
@@ -112,6 +114,11 @@ impl Reconciler {
         // One failed DRA device out by a DeviceTaintRule, not its node.
         let quarantine = self.quarantine(caches, &inventory, &planned);
         planned.device_taint_rules = quarantine.rules.clone();
+        *self.held_rules.lock().expect("held rules lock") = quarantine
+            .rules
+            .iter()
+            .filter_map(device_quarantine::HeldRule::of)
+            .collect();
 
         if let Some(l) = &self.ledger {
             l.shared.set_pricing(pricing_snapshot(&planned, &budgets));

@@ -27,10 +27,12 @@ pub async fn run(config: Config) -> Result<(), Error> {
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
 
     let tracker = health_poller::tracker(&config.health);
+    let held_rules = http::SharedHeldRules::default();
     let http_state = http::HttpState {
         registry: Arc::new(registry),
         ready: ready.clone(),
         tracker: tracker.clone(),
+        held_rules: held_rules.clone(),
     };
     let address = config.http_address;
     let mut http_shutdown = shutdown_rx.clone();
@@ -95,6 +97,7 @@ pub async fn run(config: Config) -> Result<(), Error> {
         requeue_pending: AtomicBool::new(config.health.actions.evict_workloads_on_failed),
         namespaces_missing: AtomicBool::new(false),
         names_taken: AtomicBool::new(false),
+        held_rules,
         ledger,
     };
 

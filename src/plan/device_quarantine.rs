@@ -280,6 +280,38 @@ fn rule(
     }
 }
 
+/// A rule kaccel holds on one device, as `/devices` and `kaccel inventory` show it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HeldRule {
+    pub name: String,
+    pub driver: String,
+    pub pool: String,
+    pub device: String,
+    pub effect: String,
+    pub reason: String,
+}
+
+impl HeldRule {
+    /// `None` for a rule that does not name one device (not kaccel's shape).
+    pub fn of(rule: &DeviceTaintRule) -> Option<Self> {
+        let selector = rule.spec.device_selector.as_ref()?;
+        Some(HeldRule {
+            name: rule.metadata.name.clone()?,
+            driver: selector.driver.clone()?,
+            pool: selector.pool.clone()?,
+            device: selector.device.clone()?,
+            effect: rule.spec.taint.effect.clone(),
+            reason: rule
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(REASON_ANNOTATION).cloned())
+                .unwrap_or_default(),
+        })
+    }
+}
+
 /// A live rule of kaccel's as kaccel writes it: what it set, none of what the
 /// API server added (`timeAdded`, status, the applied-hash annotation), so
 /// keeping it costs no write.

@@ -749,6 +749,32 @@ async fn quarantine_flow(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
             .and_then(|s| s.taints.as_ref())
             .is_some_and(|t| t.iter().any(|t| t.key == "kaccel.io/unhealthy"));
         ensure!(!cordoned && !tainted, "the node was cordoned ({cordoned}) or tainted ({tainted})");
+        // `kaccel inventory` shows the rule on that device, and so does the
+        // controller's /devices (what `--health-from` reads).
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_kaccel"))
+            .args(["inventory", "--health-from", &format!("http://127.0.0.1:{}", controller.port), "-o", "json"])
+            .output()
+            .await?;
+        ensure!(out.status.success(), "kaccel inventory: {}", String::from_utf8_lossy(&out.stderr));
+        let inventory: Value = serde_json::from_slice(&out.stdout)?;
+        let held = inventory["taintRules"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|r| r["pool"] == node.as_str())
+            .map(|r| (r["device"].as_str().unwrap_or_default().to_string(), r["effect"].clone()))
+            .collect::<Vec<_>>();
+        ensure!(
+            held == [("gpu-3".to_string(), json!("NoSchedule"))],
+            "kaccel inventory shows {held:?} on {node}"
+        );
+        ensure!(
+            inventory["deviceHealth"]["taintRules"]
+                .as_array()
+                .is_some_and(|r| r.iter().any(|r| r["pool"] == node.as_str() && r["device"] == "gpu-3")),
+            "/devices does not show the rule: {}",
+            inventory["deviceHealth"]["taintRules"]
+        );
         let rule = rules
             .list(&kube::api::ListParams::default().labels("app.kubernetes.io/managed-by=kaccel"))
             .await?

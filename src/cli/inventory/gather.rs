@@ -40,6 +40,9 @@ impl InventoryReport {
                 .insert((d.node.clone(), d.device.clone()), d.clone());
         }
         let snapshot = tracker.snapshot(&self.inventory, health.observed_at);
+        if self.taint_rules.is_empty() {
+            self.taint_rules = health.taint_rules.clone();
+        }
         for (node, group) in self.inventory.groups() {
             self.health.entry(node.name.clone()).or_default().insert(
                 group.variant.resource_name.clone(),
@@ -126,7 +129,9 @@ pub async fn read_cluster() -> Result<InventoryReport, InventoryError> {
                     .items
                     .iter()
                     .filter_map(|r| {
-                        super::HeldTaintRule::from_object(&serde_json::to_value(r).ok()?)
+                        let rule: k8s_openapi::api::resource::v1alpha3::DeviceTaintRule =
+                            serde_json::from_value(serde_json::to_value(r).ok()?).ok()?;
+                        super::HeldTaintRule::of(&rule)
                     })
                     .collect();
             }

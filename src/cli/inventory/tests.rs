@@ -379,13 +379,13 @@ fn table_lists_each_dra_device_with_its_identity() {
     let mut report = InventoryReport::new("fleet.yaml".into(), inv, Allocation::default());
     // kaccel holds a rule on gpu-0 (as the API server returns it).
     report.taint_rules = vec![
-        HeldTaintRule::from_object(&json!({
+        HeldTaintRule::of(&serde_json::from_value(json!({
             "metadata": {"name": "kaccel-gpu-nvidia-com-dra-a-pool-gpu-0-1234abcd",
                          "annotations": {"kaccel.io/reason": "Failed: XID 79"}},
             "spec": {"deviceSelector": {"driver": "gpu.nvidia.com", "pool": "dra-a-pool", "device": "gpu-0"},
                      "taint": {"key": "kaccel.io/unhealthy", "value": "Failed", "effect": "NoSchedule",
                                "timeAdded": "2026-12-04T00:00:00Z"}},
-        }))
+        })).unwrap())
         .unwrap(),
     ];
     let text = render(&report);
