@@ -28,7 +28,7 @@ impl Reconciler {
         inventory: &Inventory,
         health: &HealthSnapshot,
         planned: &Plan,
-        taken_out_per_device: &std::collections::BTreeMap<(String, String), u32>,
+        taken_out_per_device: &crate::plan::device_quarantine::TakenOutPerDevice,
         first_error: &mut Option<Error>,
     ) -> NodeActions {
         let decided = node_actions(

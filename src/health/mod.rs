@@ -131,18 +131,8 @@ mod tests {
         let name = node.name.clone();
         let group = &mut node.groups[0];
         group.devices.push(crate::inventory::DeviceRecord {
-            name: "gpu-3".into(),
-            driver: "gpu.nvidia.com".into(),
-            pool: name.clone(),
-            uuid: None,
-            serial: None,
-            pci_address: None,
-            memory_mib: None,
-            driver_version: None,
-            attribute_kinds: Default::default(),
-            selector_values: Default::default(),
-            raw_attributes: Default::default(),
             tainted: true,
+            ..crate::testkit::devices::dra_device("gpu-3", "gpu.nvidia.com", &name)
         });
         let node = &inventory.nodes[&name];
         let c = HealthSnapshot::default().counts_for(node, &node.groups[0]);

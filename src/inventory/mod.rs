@@ -119,6 +119,12 @@ pub struct DeviceGroup {
 
 impl DeviceGroup {
     /// A group with counts and nothing else known yet; adapters fill in the rest.
+    /// Published by a DRA driver alone (no device plugin advertises its resource):
+    /// its resource is the driver's DeviceClass.
+    pub fn is_dra_only(&self) -> bool {
+        is_dra_device_class(&self.variant.resource_name)
+    }
+
     pub(crate) fn new(variant: DeviceVariant, capacity: u32, allocatable: u32) -> Self {
         DeviceGroup {
             variant,

@@ -72,7 +72,7 @@ pub(super) fn build(
         BTreeMap::new();
     let mut by_driver: BTreeMap<&str, Vec<&DeviceRecord>> = BTreeMap::new();
     for g in nodes.iter().flat_map(|n| n.groups.iter()) {
-        let dra_only = crate::inventory::is_dra_device_class(&g.variant.resource_name);
+        let dra_only = g.is_dra_only();
         let mut published = g.devices.iter().filter(|d| !d.driver.is_empty());
         let Some(first) = published.next() else {
             continue;

@@ -56,6 +56,10 @@ impl DeviceTaintEffect {
     }
 }
 
+/// Per node and device resource, the devices DeviceTaintRules take out (read by
+/// the node actions for every group, so looked up without building a key).
+pub type TakenOutPerDevice = BTreeMap<String, BTreeMap<String, u32>>;
+
 /// One device's health as the health loop holds it now, matched to DRA devices
 /// by node and UUID or PCI address.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -75,9 +79,9 @@ pub struct DeviceHealth {
 pub struct Quarantine {
     /// The rules kaccel wants, by name.
     pub rules: Vec<DeviceTaintRule>,
-    /// (node, device resource) -> devices of that group a rule takes out: the node
-    /// need not be cordoned for them.
-    pub covered: BTreeMap<(String, String), u32>,
+    /// node -> device resource -> devices of that group a rule takes out: the
+    /// node need not be cordoned for them.
+    pub covered: TakenOutPerDevice,
     /// Devices a rule would take out, held back by the share limit.
     pub held_back: Vec<HeldBack>,
 }
@@ -126,11 +130,15 @@ pub fn decide(
         .iter()
         .filter_map(|h| Some(((h.node.as_str(), pci(h.pci_address.as_deref()?)), h)))
         .collect();
+    let takes_out = |s: DeviceStatus| {
+        s == DeviceStatus::Failed
+            || (policy.device_taint_on_degraded && s == DeviceStatus::Degraded)
+    };
     // (taking out a new device?, flavor, rule, node, resource)
     let mut candidates: Vec<(bool, String, DeviceTaintRule, String, String)> = Vec::new();
     let mut held_out: BTreeMap<String, u32> = BTreeMap::new();
     for node in inventory.nodes.values() {
-        for group in node.groups.iter().filter(|g| dra_only(g)) {
+        for group in node.groups.iter().filter(|g| g.is_dra_only()) {
             let Some(flavor) = flavor_of(flavors, node, group) else {
                 continue;
             };
@@ -145,19 +153,14 @@ pub fn decide(
                         by_pci.get(&(node.name.as_str(), p))
                     })
                     .copied();
-                let takes_out = |s: DeviceStatus| {
-                    s == DeviceStatus::Failed
-                        || (policy.device_taint_on_degraded && s == DeviceStatus::Degraded)
-                };
                 let rule = match reading {
                     Some(h) if takes_out(h.status) => Some((
                         !live.contains_key(&name),
                         rule(device, &name, &node.name, h, policy.device_taint_effect),
                     )),
+                    Some(h) if h.fresh => None,
                     // Nothing fresh speaks for the device: kaccel's rule stays as it is.
-                    Some(h) if !h.fresh => live.get(&name).map(|r| (false, kept(r))),
-                    None => live.get(&name).map(|r| (false, kept(r))),
-                    Some(_) => None,
+                    _ => live.get(&name).map(|r| (false, kept(r))),
                 };
                 if let Some((new, rule)) = rule {
                     if !new {
@@ -184,29 +187,24 @@ pub fn decide(
         if new {
             let held = held_out.entry(flavor.clone()).or_default();
             if *held + 1 > allowed {
+                let (device, reason) = HeldRule::of(&rule)
+                    .map(|r| (r.device, r.reason))
+                    .unwrap_or_default();
                 out.held_back.push(HeldBack {
-                    node: format!(
-                        "{node} (device {})",
-                        rule.spec
-                            .device_selector
-                            .as_ref()
-                            .and_then(|s| s.device.clone())
-                            .unwrap_or_default()
-                    ),
+                    node: format!("{node} (device {device})"),
                     flavor,
                     allowed,
-                    reason: rule
-                        .metadata
-                        .annotations
-                        .as_ref()
-                        .and_then(|a| a.get(REASON_ANNOTATION).cloned())
-                        .unwrap_or_default(),
+                    reason,
                 });
                 continue;
             }
             *held += 1;
         }
-        *out.covered.entry((node, resource)).or_default() += 1;
+        *out.covered
+            .entry(node)
+            .or_default()
+            .entry(resource)
+            .or_default() += 1;
         out.rules.push(rule);
     }
     out.rules
@@ -220,10 +218,6 @@ fn allowed(flavor: &FlavorReport, policy: &NodeActionPolicy) -> u32 {
     (devices * policy.max_share_percent / 100)
         .max(1)
         .min(devices.max(1))
-}
-
-fn dra_only(group: &DeviceGroup) -> bool {
-    crate::inventory::is_dra_device_class(&group.variant.resource_name)
 }
 
 /// The flavor a node's group is planned in.

@@ -40,10 +40,15 @@ pub fn quota_resource(flavor: &str) -> String {
 /// The DeviceClass a kaccel DRA logical resource counts, if `resource` is one:
 /// what finance sees as the resource of a DRA line.
 pub fn device_class_of_resource(resource: &str) -> Option<String> {
-    let flavor = resource
+    flavor_of_resource(resource).map(super::device_classes::device_class_name)
+}
+
+/// The flavor whose logical resource `resource` is ([`quota_resource`]'s inverse).
+fn flavor_of_resource(resource: &str) -> Option<&str> {
+    resource
         .strip_prefix(DRA_RESOURCE_DOMAIN)?
-        .strip_prefix('/')?;
-    (!flavor.is_empty()).then(|| super::device_classes::device_class_name(flavor))
+        .strip_prefix('/')
+        .filter(|flavor| !flavor.is_empty())
 }
 
 /// The mapping Kueue needs for each DeviceClass kaccel writes, in name order.
@@ -109,8 +114,9 @@ pub(super) fn conditions(
     // class -> the mappings of its flavors
     let mut by_class: BTreeMap<&str, Vec<&DeviceClassMapping>> = BTreeMap::new();
     for m in &wanted {
-        let flavor = &m.name[DRA_RESOURCE_DOMAIN.len() + 1..];
-        for class in flavor_reports.get(flavor).iter().flat_map(|f| &f.classes) {
+        let flavor = flavor_of_resource(&m.name);
+        let report = flavor.and_then(|f| flavor_reports.get(f));
+        for class in report.iter().flat_map(|f| &f.classes) {
             by_class.entry(class).or_default().push(m);
         }
     }

@@ -101,7 +101,7 @@ pub fn node_actions(
     health: &HealthSnapshot,
     flavors: &BTreeMap<String, FlavorReport>,
     policy: &NodeActionPolicy,
-    taken_out_per_device: &BTreeMap<(String, String), u32>,
+    taken_out_per_device: &super::device_quarantine::TakenOutPerDevice,
 ) -> NodeActions {
     let mut out = NodeActions::default();
     // Flavors of each node, and how many of each flavor's nodes kaccel holds out.
@@ -141,7 +141,8 @@ pub fn node_actions(
                 all_out = false;
             }
             let per_device = taken_out_per_device
-                .get(&(node.name.clone(), g.variant.resource_name.clone()))
+                .get(&node.name)
+                .and_then(|by_resource| by_resource.get(&g.variant.resource_name))
                 .copied()
                 .unwrap_or(0);
             let failed_here = c.failed.saturating_sub(per_device);

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use crate::api::{SharingMode, Vendor};
-use crate::inventory::{DeviceGroup, DeviceVariant, NodeInventory};
+use crate::inventory::{DeviceGroup, DeviceRecord, DeviceVariant, NodeInventory};
 
 pub const PRODUCT_LABEL: &str = "nvidia.com/gpu.product";
 
@@ -14,6 +14,24 @@ pub fn whole_gpu(model: &str) -> DeviceVariant {
         sharing: SharingMode::Whole,
         partition_profile: None,
         resource_name: "nvidia.com/gpu".into(),
+    }
+}
+
+/// A DRA device `name` of `driver` in `pool`, publishing nothing else, in service.
+pub fn dra_device(name: &str, driver: &str, pool: &str) -> DeviceRecord {
+    DeviceRecord {
+        name: name.into(),
+        driver: driver.into(),
+        pool: pool.into(),
+        uuid: None,
+        serial: None,
+        pci_address: None,
+        memory_mib: None,
+        driver_version: None,
+        attribute_kinds: Default::default(),
+        selector_values: Default::default(),
+        raw_attributes: Default::default(),
+        tainted: false,
     }
 }
 

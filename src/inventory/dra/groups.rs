@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::resource::v1::Device;
 
 use super::device::DraDevice;
-use super::driver::{Driver, TPU_ACCELERATOR_LABEL, TPU_TOPOLOGY_LABEL, is_device_class};
+use super::driver::{Driver, TPU_ACCELERATOR_LABEL, TPU_TOPOLOGY_LABEL};
 use crate::inventory::{
     DeviceGroup, DeviceVariant, MODEL_LABEL, NodeInventory, SharingMode, google, intel,
 };
@@ -82,7 +82,7 @@ pub(super) fn merge_device(
     if group.devices.iter().any(|d| d.name == dev.record.name) {
         return Ok(());
     }
-    if is_dra_only(group) {
+    if group.is_dra_only() {
         group.capacity = group.capacity.saturating_add(1);
         if !dev.record.tainted {
             group.allocatable = group.allocatable.saturating_add(1);
@@ -228,11 +228,7 @@ fn find_group(
     // (the plugin's counts stay authoritative, the record only adds detail). A
     // DRA-only group is counted from its devices, so only a device of its model joins.
     match candidates.as_slice() {
-        [only] if !is_dra_only(&groups[*only]) => Some(*only),
+        [only] if !groups[*only].is_dra_only() => Some(*only),
         _ => None,
     }
-}
-
-fn is_dra_only(g: &DeviceGroup) -> bool {
-    is_device_class(&g.variant.resource_name)
 }

@@ -135,7 +135,10 @@ fn one_failed_gpu_gets_one_rule_for_exactly_it_and_its_node_is_not_cordoned() {
     );
     assert_eq!(
         q.covered,
-        BTreeMap::from([(("a".to_string(), "gpu.nvidia.com".to_string()), 1)])
+        BTreeMap::from([(
+            "a".to_string(),
+            BTreeMap::from([("gpu.nvidia.com".to_string(), 1)])
+        )])
     );
     // The node's failed GPU is counted (quota drops by one) but needs no cordon.
     let mut snapshot = HealthSnapshot::default();
@@ -195,7 +198,10 @@ fn unknown_never_takes_a_device_out_and_silence_never_brings_one_back() {
     for health in [vec![silent.clone()], vec![]] {
         let kept = decide_with(&f, &health, std::slice::from_ref(&live), &policy);
         assert_eq!(kept.rules, taken, "{health:?}");
-        assert_eq!(kept.covered.values().sum::<u32>(), 1);
+        assert_eq!(
+            kept.covered.values().flat_map(|m| m.values()).sum::<u32>(),
+            1
+        );
     }
     // A fresh healthy reading (after the tracker's hold-down) removes it.
     let recovered = decide_with(
@@ -302,20 +308,7 @@ proptest! {
         pool in "[A-Za-z0-9][A-Za-z0-9./_-]{0,300}",
         device in "[a-z0-9][a-z0-9_-]{0,70}",
     ) {
-        let record = DeviceRecord {
-            name: device,
-            driver,
-            pool,
-            uuid: None,
-            serial: None,
-            pci_address: None,
-            memory_mib: None,
-            driver_version: None,
-            attribute_kinds: Default::default(),
-            selector_values: Default::default(),
-            raw_attributes: Default::default(),
-            tainted: false,
-        };
+        let record = crate::testkit::devices::dra_device(&device, &driver, &pool);
         let name = rule_name(&record);
         prop_assert!(crate::k8s::names::valid_dns_subdomain(&name), "{}", name);
         prop_assert!(name.starts_with("kaccel-"), "{}", name);
