@@ -208,7 +208,7 @@ fn gpu_workload(ns: &str, name: &str, queue: &str, count: u32) -> Value {
 
 /// Like `support::wait_until`, but a missing object is "not yet" rather than an error:
 /// the controller creates these.
-async fn wait_obj(
+pub async fn wait_obj(
     api: &Api<DynamicObject>,
     name: &str,
     what: &str,

@@ -12,7 +12,7 @@ use kube::core::ApiResource;
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
-use crate::controller::{Controller, class_with_budget, free_port};
+use crate::controller::{Controller, class_with_budget, free_port, wait_obj};
 use crate::support::{self, Cleanup, kueue};
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -22,29 +22,6 @@ fn device_classes(client: &Client) -> Api<DynamicObject> {
         client.clone(),
         &ApiResource::erase::<k8s_openapi::api::resource::v1::DeviceClass>(&()),
     )
-}
-
-/// Waits until `name` exists and `pred` holds (`support::wait_until` wants the
-/// object there already).
-async fn wait_for(
-    api: &Api<DynamicObject>,
-    name: &str,
-    what: &str,
-    pred: impl Fn(&Value) -> bool,
-) -> Result<Value> {
-    let deadline = std::time::Instant::now() + WAIT;
-    loop {
-        if let Some(obj) = api.get_opt(name).await? {
-            let value = serde_json::to_value(&obj)?;
-            if pred(&value) {
-                return Ok(value);
-            }
-        }
-        if std::time::Instant::now() > deadline {
-            bail!("timed out after {WAIT:?} waiting for {name}: {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 /// A Node published only through DRA (no device plugin): labelled with its
@@ -191,7 +168,7 @@ async fn device_class_flow(client: &Client, cleanup: &mut Cleanup) -> Result<()>
     );
     let result = async {
         let dcs = device_classes(client);
-        let written = wait_for(&dcs, &device_class, "kaccel writes it", |dc| {
+        let written = wait_obj(&dcs, &device_class, "kaccel writes it", |dc| {
             dc["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "kaccel"
         })
         .await?;
@@ -211,7 +188,7 @@ async fn device_class_flow(client: &Client, cleanup: &mut Cleanup) -> Result<()>
         }
         // The flavor Kueue schedules on is there too, counting the 8 devices.
         let flavors: Api<DynamicObject> = Api::all_with(client.clone(), &kueue("ResourceFlavor"));
-        wait_for(&flavors, &flavor, "planned", |_| true).await?;
+        wait_obj(&flavors, &flavor, "planned", |_| true).await?;
 
         // The API server compiles a DeviceClass's CEL when it is written: it
         // refuses one that does not type-check, so the one above passed that.
@@ -375,9 +352,9 @@ async fn claims_counted(env: &mut crate::ledger::Env, store: &str) -> Result<()>
     // Kueue's configuration (as e2e/cluster.sh wrote it) maps it.
     let resource = format!("dra.kaccel.io/{DRA_H100_FLAVOR}");
     let dcs = device_classes(&client);
-    wait_for(&dcs, &device_class, "kaccel writes it", |_| true).await?;
+    wait_obj(&dcs, &device_class, "kaccel writes it", |_| true).await?;
     let classes: Api<DynamicObject> = Api::all_with(client.clone(), &crate::ledger::class_ar());
-    let class_status = wait_for(&classes, &dra_class, "Kueue counts its DeviceClass", |c| {
+    let class_status = wait_obj(&classes, &dra_class, "Kueue counts its DeviceClass", |c| {
         support::condition(c, "KueueCountsDeviceClasses").is_some_and(|c| c["status"] == "True")
     })
     .await;
@@ -390,7 +367,7 @@ async fn claims_counted(env: &mut crate::ledger::Env, store: &str) -> Result<()>
     };
     let cq = format!("{team}-{dra_class}");
     let cqs = env.cqs.clone();
-    wait_for(&cqs, &cq, "quota in the DRA logical resource", |q| {
+    wait_obj(&cqs, &cq, "quota in the DRA logical resource", |q| {
         q["spec"]["resourceGroups"][0]["coveredResources"]
             .as_array()
             .is_some_and(|r| r.iter().any(|r| r == resource.as_str()))
@@ -413,7 +390,7 @@ async fn claims_counted(env: &mut crate::ledger::Env, store: &str) -> Result<()>
         "six: {flavor} {units}"
     );
     let reserving = format!("\"name\":\"{resource}\",\"total\":\"6\"");
-    wait_for(&cqs, &cq, "reserves 6 of the DRA logical resource", |q| {
+    wait_obj(&cqs, &cq, "reserves 6 of the DRA logical resource", |q| {
         q["status"]["flavorsReservation"]
             .to_string()
             .contains(&reserving)
@@ -553,7 +530,7 @@ async fn mixed_fleet(env: &mut crate::ledger::Env, store: &str) -> Result<()> {
     let amd_resource = format!("dra.kaccel.io/{DRA_MI300X_FLAVOR}");
     let cq = format!("{team}-{class}");
     let cqs = env.cqs.clone();
-    let queue = wait_for(&cqs, &cq, "both flavors", |q| {
+    let queue = wait_obj(&cqs, &cq, "both flavors", |q| {
         let flavors = q["spec"]["resourceGroups"][0]["flavors"].to_string();
         flavors.contains(DRA_MI300X_FLAVOR) && flavors.contains("nvidia-h100-80gb-hbm3")
     })
@@ -714,7 +691,7 @@ async fn quarantine_flow(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
     let cqs: Api<DynamicObject> = Api::all_with(client.clone(), &kueue("ClusterQueue"));
     let nodes: Api<Node> = Api::all(client.clone());
     let result = async {
-        wait_for(&cqs, &cq, "8 healthy DRA GPUs in quota", |q| {
+        wait_obj(&cqs, &cq, "8 healthy DRA GPUs in quota", |q| {
             nominal(q, &resource) == Some(8)
         })
         .await?;
@@ -736,7 +713,7 @@ async fn quarantine_flow(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         let taken_out_ms = injected.elapsed().as_millis();
-        let written = wait_for(&cqs, &cq, "quota down by exactly one", |q| {
+        let written = wait_obj(&cqs, &cq, "quota down by exactly one", |q| {
             nominal(q, &resource) == Some(7)
         })
         .await?;
@@ -820,7 +797,7 @@ async fn quarantine_flow(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
             released_ms >= u128::from(hold_down) * 1000,
             "removed after {released_ms} ms, before the {hold_down} s hold-down"
         );
-        wait_for(&cqs, &cq, "quota back to 8", |q| nominal(q, &resource) == Some(8)).await?;
+        wait_obj(&cqs, &cq, "quota back to 8", |q| nominal(q, &resource) == Some(8)).await?;
 
         // Someone else's rule: untouched throughout.
         let now = rules.get(&foreign_name).await?;
@@ -894,7 +871,7 @@ async fn unexpressible_flow(client: &Client, cleanup: &mut Cleanup) -> Result<()
     let result = async {
         let classes: Api<DynamicObject> =
             Api::all_with(client.clone(), &ApiResource::erase::<AcceleratorClass>(&()));
-        let status = wait_for(&classes, &class_name, "DeviceClassesReady=False", |c| {
+        let status = wait_obj(&classes, &class_name, "DeviceClassesReady=False", |c| {
             support::condition(c, "DeviceClassesReady").is_some_and(|c| c["status"] == "False")
         })
         .await?;
@@ -907,7 +884,7 @@ async fn unexpressible_flow(client: &Client, cleanup: &mut Cleanup) -> Result<()
         );
         // The flavor is planned (its quota waits for a DeviceClass); none is written.
         let flavors: Api<DynamicObject> = Api::all_with(client.clone(), &kueue("ResourceFlavor"));
-        wait_for(&flavors, &flavor, "planned", |_| true).await?;
+        wait_obj(&flavors, &flavor, "planned", |_| true).await?;
         ensure!(
             device_classes(client)
                 .get_opt(&device_class)
