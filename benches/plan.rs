@@ -60,6 +60,7 @@ fn classes() -> Vec<AcceleratorClass> {
                     } else {
                         vec![]
                     },
+                    devices_per_pod: vec![],
                     credits: CreditRate {
                         per_device_hour: "2.5".into(),
                         model_overrides: vec![],

@@ -39,6 +39,10 @@ KUEUE_METRICS_CERTS=/etc/kueue/metrics/certs
 # The DRA-only flavors tests/e2e/dra.rs plans (their products are the tests'):
 # Kueue counts claims of their DeviceClasses only if it is started mapping them.
 E2E_DRA_FLAVORS=(nvidia-e2e-dra-h100 amd-e2e-dra-mi300x)
+# The vendor device resources Kueue also counts as kaccel.io/accelerator (one
+# device, one count): those of the example fleet and the tests' fleets, as
+# `kaccel plan -f examples --kueue-config` prints them (tests/manifests.rs checks).
+E2E_CLASS_COUNTED=(amd.com/gpu aws.amazon.com/neuron google.com/tpu habana.ai/gaudi huawei.com/Ascend910 nvidia.com/gpu nvidia.com/mig-1g.10gb)
 COMPONENTS=(etcd kube-apiserver kueue) # start order; stopped in reverse
 
 PKI="$RUN/pki"
@@ -272,6 +276,8 @@ featureGates:
 resources:
   deviceClassMappings:
 $(for f in "${E2E_DRA_FLAVORS[@]}"; do printf '  - name: dra.kaccel.io/%s\n    deviceClassNames: [%s.kaccel.io]\n' "$f" "$f"; done)
+  transformations:
+$(for r in "${E2E_CLASS_COUNTED[@]}"; do printf '  - input: %s\n    strategy: Retain\n    outputs:\n      kaccel.io/accelerator: "1"\n' "$r"; done)
 EOF
 }
 

@@ -523,3 +523,57 @@ spec:
     assert_eq!(row("gaudi-dra-01")[1..4], ["gaudi.intel.com", "(DRA)", "1"]);
     assert!(row("gaudi-dra-01").contains(&"Unknown"), "{section:#?}");
 }
+
+/// `kaccel plan --kueue-config` on the examples asks Kueue to count every vendor
+/// device resource as `kaccel.io/accelerator` too, and the e2e harness starts
+/// Kueue with at least those (e2e/cluster.sh, E2E_CLASS_COUNTED): the snippet
+/// the tests and the demo run under is the one a platform team is told to add.
+#[test]
+fn kueue_config_snippet_transforms_each_vendor_resource_and_the_harness_applies_it() {
+    let out = kaccel(&["plan", "-f", "examples/", "--kueue-config"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let snippet = String::from_utf8(out.stdout).unwrap();
+    let config: serde_yaml::Value = serde_yaml::from_str(&snippet).expect("the snippet is YAML");
+    let transformations = config["resources"]["transformations"]
+        .as_sequence()
+        .expect("transformations");
+    let mut inputs = Vec::new();
+    for t in transformations {
+        assert_eq!(t["strategy"], "Retain", "{t:?}");
+        assert_eq!(t["outputs"]["kaccel.io/accelerator"], "1", "{t:?}");
+        inputs.push(t["input"].as_str().unwrap().to_string());
+    }
+    for vendor in [
+        "nvidia.com/gpu",
+        "amd.com/gpu",
+        "habana.ai/gaudi",
+        "nvidia.com/mig-1g.10gb",
+    ] {
+        assert!(
+            inputs.iter().any(|i| i == vendor),
+            "{vendor} not in {inputs:?}"
+        );
+    }
+    let harness =
+        std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("e2e/cluster.sh"))
+            .unwrap();
+    let line = harness
+        .lines()
+        .find(|l| l.starts_with("E2E_CLASS_COUNTED=("))
+        .expect("E2E_CLASS_COUNTED in e2e/cluster.sh");
+    let listed: Vec<&str> = line
+        .trim_start_matches("E2E_CLASS_COUNTED=(")
+        .trim_end_matches(')')
+        .split_whitespace()
+        .collect();
+    for input in &inputs {
+        assert!(
+            listed.contains(&input.as_str()),
+            "the harness's Kueue does not transform {input}: add it to E2E_CLASS_COUNTED"
+        );
+    }
+}

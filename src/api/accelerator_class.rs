@@ -37,6 +37,9 @@ use super::{SharingMode, Vendor};
     validation = Rule::new("self.sharing == 'Partition' || !has(self.selector) || !has(self.selector.partitionProfile)")
         .message("spec.selector.partitionProfile is only valid with spec.sharing: Partition; remove it or set sharing to Partition")
         .field_path(".sharing"),
+    validation = Rule::new("self.sharing != 'CpuOnly' || !has(self.devicesPerPod) || size(self.devicesPerPod) == 0")
+        .message("a CpuOnly class has no devices to count: remove spec.devicesPerPod")
+        .field_path(".devicesPerPod"),
     validation = Rule::new("self.sharing != 'CpuOnly' || !has(self.selector) || ((!has(self.selector.vendors) || size(self.selector.vendors) == 0) && (!has(self.selector.models) || size(self.selector.models) == 0) && !has(self.selector.minMemoryMiB) && !has(self.selector.minComputeCapability) && !has(self.selector.minCudaVersion))")
         .message("a CpuOnly class selects no accelerators: remove spec.selector.vendors, models, minMemoryMiB, minComputeCapability and minCudaVersion, or choose another spec.sharing")
         .field_path(".sharing"),
@@ -68,6 +71,16 @@ pub struct AcceleratorClassSpec {
     #[schemars(length(max = 16))]
     #[x_kube(validation = Rule::new("self.all(p, size(p) > 0 && size(p) <= 128)").message("spec.preference entries must be non-empty model patterns of at most 128 characters, e.g. '*H100*'"))]
     pub preference: Vec<String>,
+
+    /// How many devices one pod of this class may ask for (e.g. `[8]` for large
+    /// training, `[1]` for inference), counted over every name a device can be
+    /// asked for (`kaccel.io/accelerator`, the vendor's resource). A Workload whose
+    /// pods ask for another count is rejected by kaccel's credit check, naming the
+    /// class and these counts. Empty: any count.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    #[x_kube(validation = Rule::new("self.all(n, n >= 1 && n <= 1024)").message("spec.devicesPerPod entries must be device counts from 1 to 1024, e.g. [8]"))]
+    pub devices_per_pod: Vec<u32>,
 
     /// What a device-hour of this class costs in credits.
     pub credits: CreditRate,

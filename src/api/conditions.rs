@@ -21,6 +21,15 @@ pub const DEVICE_CLASSES_READY: &str = "DeviceClassesReady";
 /// of the class to the logical resource its quota is in (Kueue would not count
 /// the claims).
 pub const KUEUE_COUNTS_DEVICE_CLASSES: &str = "KueueCountsDeviceClasses";
+/// True when Kueue's configuration counts every vendor device resource of the
+/// class's flavors as `kaccel.io/accelerator` too (a `Retain` transformation), so
+/// one device is one count however it is asked for; False names what is missing.
+pub const KUEUE_COUNTS_CLASS_REQUESTS: &str = "KueueCountsClassRequests";
+/// True when ClusterQueues kaccel does not own cover a vendor resource of the
+/// class that Kueue also counts as `kaccel.io/accelerator`, but not that
+/// resource: Kueue admits none of their workloads asking for it. kaccel never
+/// writes to them; the message names each one and the fix.
+pub const FOREIGN_QUEUES_BLOCKED: &str = "ForeignQueuesBlocked";
 
 /// A condition as the planner wants it, without timestamps.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -24,6 +24,12 @@ use serde::{Deserialize, Serialize};
 pub const GROUP: &str = "kaccel.io";
 pub const VERSION: &str = "v1alpha1";
 
+/// The vendor-neutral extended resource a workload asks for devices of its
+/// queue's class with (`kaccel.io/accelerator: 8`). Kueue counts every vendor
+/// device resource as it too (a `Retain` transformation), so one device is one
+/// count however it is asked for.
+pub const CLASS_RESOURCE: &str = "kaccel.io/accelerator";
+
 /// Accelerator vendors kaccel has adapters for.
 #[derive(
     Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,

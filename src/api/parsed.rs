@@ -9,6 +9,9 @@ use super::rates::{ClassRates, RateError};
 use super::{AcceleratorClassSpec, CreditBudgetSpec, Credits, SharingMode, Vendor};
 use crate::k8s::names::{valid_dns_subdomain, valid_label_key, valid_label_value};
 
+/// The most devices one pod may ask for in `spec.devicesPerPod` (the CRD's bound).
+pub const MAX_DEVICES_PER_POD: u32 = 1024;
+
 /// A class's spec parsed: its rates, and every field error it has (the rates'
 /// included). The rates stand on their own: the credit check still answers a
 /// Workload in the queue of a class invalid for another reason with its rates,
@@ -16,6 +19,8 @@ use crate::k8s::names::{valid_dns_subdomain, valid_label_key, valid_label_value}
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ParsedClass {
     pub rates: Result<ClassRates, Vec<RateError>>,
+    /// The device counts one pod may ask for, ascending, no repeats; empty: any.
+    pub devices_per_pod: Vec<u32>,
     pub errors: Vec<FieldError>,
 }
 
@@ -210,6 +215,23 @@ pub fn parse_class(spec: &AcceleratorClassSpec, generation: Option<i64>) -> Pars
             ));
         }
     }
+    for (i, count) in spec.devices_per_pod.iter().enumerate() {
+        if !(1..=MAX_DEVICES_PER_POD).contains(count) {
+            errors.push(err(
+                format!("spec.devicesPerPod[{i}]"),
+                format!("{count} is not a device count from 1 to {MAX_DEVICES_PER_POD}, e.g. 8"),
+            ));
+        }
+    }
+    if spec.sharing == SharingMode::CpuOnly && !spec.devices_per_pod.is_empty() {
+        errors.push(err(
+            "spec.devicesPerPod",
+            "a CpuOnly class has no devices to count: remove spec.devicesPerPod",
+        ));
+    }
+    let mut devices_per_pod = spec.devices_per_pod.clone();
+    devices_per_pod.sort_unstable();
+    devices_per_pod.dedup();
     // The rates the ledger prices with, so a class the planner accepts always prices.
     let rates = ClassRates::parse(&spec.credits, generation);
     if let Err(rate_errors) = &rates {
@@ -225,7 +247,11 @@ pub fn parse_class(spec: &AcceleratorClassSpec, generation: Option<i64>) -> Pars
             ));
         }
     }
-    ParsedClass { rates, errors }
+    ParsedClass {
+        rates,
+        devices_per_pod,
+        errors,
+    }
 }
 
 /// A CreditBudget's spec parsed: every field error it has, or its team, amounts,

@@ -142,10 +142,11 @@ pub fn run_plan(args: &PlanArgs, out: &mut impl Write) -> Result<(), CliError> {
     });
     if args.kueue_config {
         let mappings = crate::plan::kueue_counting::mappings(&plan.device_classes);
+        let transformations = crate::plan::kueue_counting::transformations(&plan.flavors);
         write!(
             out,
             "{}",
-            crate::plan::kueue_counting::configuration_snippet(&mappings)
+            crate::plan::kueue_counting::configuration_snippet(&mappings, &transformations)
         )?;
         return Ok(());
     }

@@ -3,6 +3,7 @@
 use std::fmt::Write;
 
 use crate::inventory::Inventory;
+use crate::ledger::admission::describe_counts;
 use crate::plan::Plan;
 
 pub fn render(plan: &Plan, inventory: &Inventory) -> String {
@@ -20,7 +21,7 @@ pub fn render(plan: &Plan, inventory: &Inventory) -> String {
     let _ = writeln!(s);
     let _ = writeln!(
         s,
-        "{:<22} {:<34} {:>5} {:>7} {:>7} {:>8} {:>6} {:>7} {:>8} {:>7} {:>6}",
+        "{:<22} {:<34} {:>5} {:>7} {:>7} {:>8} {:>6} {:>7} {:>8} {:>7} {:>6}  PER POD",
         "CLASS",
         "FLAVOR (preference order)",
         "NODES",
@@ -51,9 +52,14 @@ pub fn render(plan: &Plan, inventory: &Inventory) -> String {
             } else {
                 f.name.clone()
             };
+            let per_pod = match (i, report.devices_per_pod.as_slice()) {
+                (0, []) => "any".to_string(),
+                (0, counts) => describe_counts(counts),
+                _ => String::new(),
+            };
             let _ = writeln!(
                 s,
-                "{:<22} {:<34} {:>5} {:>7} {:>7} {:>8} {:>6} {:>7} {:>8} {:>7} {:>6}",
+                "{:<22} {:<34} {:>5} {:>7} {:>7} {:>8} {:>6} {:>7} {:>8} {:>7} {:>6}  {}",
                 if i == 0 { class.as_str() } else { "" },
                 label,
                 f.nodes,
@@ -64,7 +70,8 @@ pub fn render(plan: &Plan, inventory: &Inventory) -> String {
                 f.devices.unknown,
                 flavor.healthy_capacity,
                 flavor.granted,
-                flavor.spare
+                flavor.spare,
+                per_pod
             );
         }
     }
@@ -121,5 +128,11 @@ pub fn render(plan: &Plan, inventory: &Inventory) -> String {
             let _ = writeln!(s, "  {p}");
         }
     }
-    s
+    // Columns left empty on a class's later rows leave no trailing blanks.
+    s.lines()
+        .fold(String::with_capacity(s.len()), |mut out, line| {
+            out.push_str(line.trim_end());
+            out.push('\n');
+            out
+        })
 }

@@ -30,6 +30,12 @@ pub struct ClassHealthLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BlockedQueueLabels {
+    pub cluster_queue: String,
+    pub resource: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SourceLabel {
     pub source: String,
 }
@@ -88,6 +94,9 @@ pub struct Metrics {
     pub writes: Family<WriteLabels, Counter>,
     pub managed_objects: Family<KindLabel, Gauge>,
     pub class_devices: Family<ClassHealthLabels, Gauge>,
+    /// 1 per (ClusterQueue kaccel does not own, resource) that Kueue's
+    /// transformation into `kaccel.io/accelerator` keeps from admitting.
+    pub foreign_queues_blocked: Family<BlockedQueueLabels, Gauge>,
     pub leader: Gauge,
     /// Events the API server refused or never got (a missing RBAC verb shows here).
     pub event_write_failures: Family<ReasonLabel, Counter>,
@@ -119,6 +128,7 @@ impl Metrics {
             writes: Family::default(),
             managed_objects: Family::default(),
             class_devices: Family::default(),
+            foreign_queues_blocked: Family::default(),
             leader: Gauge::default(),
             event_write_failures: Family::default(),
         };
@@ -201,6 +211,11 @@ impl Metrics {
             "kaccel_managed_objects",
             "Kueue objects kaccel manages, by kind",
             m.managed_objects.clone(),
+        );
+        registry.register(
+            "kaccel_foreign_cluster_queue_blocked",
+            "1 per ClusterQueue kaccel does not own and resource it covers that Kueue also counts as kaccel.io/accelerator, which the queue does not cover (Kueue admits none of its workloads asking for that resource)",
+            m.foreign_queues_blocked.clone(),
         );
         registry.register(
             "kaccel_class_devices",

@@ -24,6 +24,12 @@ pub(super) fn pricing_snapshot(
             .iter()
             .filter_map(|(name, report)| Some((name.clone(), report.rates.clone()?)))
             .collect(),
+        devices_per_pod: planned
+            .classes
+            .iter()
+            .filter(|(_, report)| !report.devices_per_pod.is_empty())
+            .map(|(name, report)| (name.clone(), report.devices_per_pod.clone()))
+            .collect(),
         budget_amounts: planned
             .budgets
             .iter()

@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use super::apply::Applied;
 use super::diff::{self, Kind, ObjectRef, desired_objects};
-use super::metrics::{ClassHealthLabels, KindLabel, Metrics};
+use super::metrics::{BlockedQueueLabels, ClassHealthLabels, KindLabel, Metrics};
 use super::name_conflicts::name_conflicts;
 use super::pricing_snapshot::pricing_snapshot;
 use super::status_writes::share_limited;
@@ -21,6 +21,7 @@ use super::{Config, Error, credits, health_poller};
 use crate::api::{AcceleratorClass, CreditBudget};
 use crate::health::policy::apply_node_conditions;
 use crate::inventory::Inventory;
+use crate::k8s::labels::{MANAGED_BY, MANAGED_BY_LABEL};
 use crate::kueue::config::{Configuration, ObservedConfiguration};
 use crate::plan::device_quarantine::{self, DeviceHealth, Quarantine};
 use crate::plan::{Plan, PlanInput, plan};
@@ -98,6 +99,13 @@ impl Reconciler {
             .map(|b| (b.name_any(), b.spec.on_exhaustion))
             .collect();
         options.kueue_configuration = self.observe_kueue_configuration(caches);
+        options.foreign_cluster_queues = caches
+            .all_cluster_queues
+            .state()
+            .iter()
+            .filter(|q| q.labels().get(MANAGED_BY_LABEL).map(String::as_str) != Some(MANAGED_BY))
+            .map(|q| (q.name_any(), super::watches::covered_resources(q)))
+            .collect();
         let health = {
             let tracker = self.health.lock().expect("tracker lock");
             tracker.snapshot(&inventory, health_poller::now_seconds())
@@ -217,10 +225,8 @@ impl Reconciler {
         )
     }
 
-    /// Kueue's configuration, from the file or the ConfigMap `kueue` names, while
-    /// DRA devices are read (nothing to check otherwise).
+    /// Kueue's configuration, from the file or the ConfigMap `kueue` names.
     fn observe_kueue_configuration(&self, caches: &Caches) -> Option<ObservedConfiguration> {
-        caches.slices.as_ref()?;
         let settings = &self.config.kueue;
         let gate_on_command_line = settings.dra_gate_on_command_line;
         let (source, read) = if !settings.config_file.is_empty() {
@@ -259,6 +265,19 @@ impl Reconciler {
                     kind: kind.as_str().into(),
                 })
                 .set(n as i64);
+        }
+        // Rebuilt each time: a queue fixed or deleted leaves no stale series.
+        self.metrics.foreign_queues_blocked.clear();
+        for (queue, resources) in &planned.blocked_queues {
+            for resource in resources {
+                self.metrics
+                    .foreign_queues_blocked
+                    .get_or_create(&BlockedQueueLabels {
+                        cluster_queue: queue.clone(),
+                        resource: resource.clone(),
+                    })
+                    .set(1);
+            }
         }
         for (class, report) in &planned.classes {
             let d = report.devices;

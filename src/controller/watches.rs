@@ -24,8 +24,11 @@ pub(super) struct Caches {
     pub(super) classes: Store<AcceleratorClass>,
     pub(super) budgets: Store<CreditBudget>,
     pub(super) kueue: BTreeMap<Kind, Store<DynamicObject>>,
-    /// Kueue's configuration ConfigMap (`kueue.configMap`), while DRA is read.
+    /// Kueue's configuration ConfigMap (`kueue.configMap`).
     pub(super) kueue_config_map: Option<Store<ConfigMap>>,
+    /// Every ClusterQueue, kept as its labels and covered resources only: the
+    /// ones kaccel does not own are checked against Kueue's transformations.
+    pub(super) all_cluster_queues: Store<DynamicObject>,
     /// DeviceTaintRules are served and watched: kaccel may take single DRA devices out.
     pub(super) device_taint_rules: bool,
 }
@@ -76,6 +79,55 @@ fn slim_node(node: &mut Node) {
     }
 }
 
+/// Every ClusterQueue, slimmed to its labels and `spec.resourceGroups[].coveredResources`
+/// (Kueue rewrites a queue's status on every admission: none of it is kept), and
+/// an event only when a queue's covered resources change.
+fn watch_covered_resources(client: &Client) -> (Store<DynamicObject>, Events) {
+    let ar = crate::k8s::resources::kueue(Kind::ClusterQueue.as_str());
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+    let writer = reflector::store::Writer::new(ar);
+    let store = writer.as_reader();
+    let events = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .modify(slim_cluster_queue)
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(
+            |q: &DynamicObject| {
+                use std::hash::{Hash, Hasher};
+                let mut hasher = std::collections::hash_map::DefaultHasher::new();
+                covered_resources(q).hash(&mut hasher);
+                Some(hasher.finish())
+            },
+            Default::default(),
+        )
+        .map(|e| e.map(|_| ()))
+        .boxed();
+    (store, events)
+}
+
+/// Keeps a ClusterQueue's name, labels and covered resources.
+fn slim_cluster_queue(q: &mut DynamicObject) {
+    let covered: Vec<Value> = covered_resources(q).into_iter().map(Value::from).collect();
+    q.metadata.managed_fields = None;
+    q.metadata.annotations = None;
+    q.metadata.owner_references = None;
+    q.data = serde_json::json!({"spec": {"resourceGroups": [{"coveredResources": covered}]}});
+}
+
+/// The resources a ClusterQueue covers, over all its resource groups, sorted.
+pub(super) fn covered_resources(q: &DynamicObject) -> std::collections::BTreeSet<String> {
+    q.data
+        .pointer("/spec/resourceGroups")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|g| g.get("coveredResources").and_then(Value::as_array))
+        .flatten()
+        .filter_map(|r| r.as_str().map(str::to_string))
+        .collect()
+}
+
 pub(super) async fn start_watches(
     client: &Client,
     config: &Config,
@@ -111,10 +163,11 @@ pub(super) async fn start_watches(
         None
     };
 
-    // Kueue's Configuration says whether it counts kaccel's DeviceClasses; only
-    // DRA needs it. Field-selected on the name: the Role grants that one ConfigMap.
-    let kueue_config_map = match (&slices, config.kueue.config_map_ref()) {
-        (Some(_), Some((namespace, name))) => {
+    // Kueue's Configuration says whether it counts kaccel's DeviceClasses and each
+    // vendor resource as the class resource. Field-selected on the name: the Role
+    // grants that one ConfigMap.
+    let kueue_config_map = match config.kueue.config_map_ref() {
+        Some((namespace, name)) => {
             let (store, events) = watch_typed(
                 Api::<ConfigMap>::namespaced(client.clone(), namespace),
                 watcher::Config::default().fields(&format!("metadata.name={name}")),
@@ -124,6 +177,9 @@ pub(super) async fn start_watches(
         }
         _ => None,
     };
+
+    let (all_cluster_queues, cluster_queue_events) = watch_covered_resources(client);
+    streams.push(cluster_queue_events);
 
     let mut kueue = BTreeMap::new();
     let mut device_taint_rules = false;
@@ -180,6 +236,7 @@ pub(super) async fn start_watches(
             budgets,
             kueue,
             kueue_config_map,
+            all_cluster_queues,
             device_taint_rules,
         },
         stream::select_all(streams).boxed(),

@@ -32,6 +32,40 @@ pub struct Configuration {
 pub struct Resources {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub device_class_mappings: Vec<DeviceClassMapping>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub transformations: Vec<ResourceTransformation>,
+}
+
+/// One `resources.transformations[]` entry: Kueue counts each unit of `input` a
+/// pod requests as `outputs` (per unit) too, and with strategy `Retain` (the
+/// default) keeps counting `input` itself. Applied to every Workload of the
+/// cluster, before flavor assignment, and read only when Kueue starts.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceTransformation {
+    pub input: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strategy: Option<String>,
+    /// Output resource -> quantity per unit of input (a Kubernetes quantity).
+    #[serde(default)]
+    pub outputs: BTreeMap<String, serde_json::Value>,
+}
+
+/// Kueue's strategy that keeps counting a transformation's input (its default).
+pub const RETAIN: &str = "Retain";
+
+impl ResourceTransformation {
+    /// Whether Kueue keeps counting the input and counts one `output` per unit of
+    /// it: what makes a quota of `output` bound the devices asked for by either name.
+    pub fn retains_one_per_unit(&self, output: &str) -> bool {
+        let retained = self.strategy.as_deref().unwrap_or(RETAIN) == RETAIN;
+        let one = match self.outputs.get(output) {
+            Some(serde_json::Value::String(q)) => q == "1",
+            Some(serde_json::Value::Number(n)) => n.as_u64() == Some(1),
+            _ => false,
+        };
+        retained && one
+    }
 }
 
 /// One logical quota resource and the DeviceClasses whose claims count as it.
@@ -67,6 +101,16 @@ impl Configuration {
         [DRA_GATE_V017, DRA_GATE_V018]
             .iter()
             .any(|g| self.feature_gates.get(*g) == Some(&true))
+    }
+
+    /// Input resource -> its transformation (Kueue refuses a configuration that
+    /// lists one input twice).
+    pub fn transformations(&self) -> BTreeMap<&str, &ResourceTransformation> {
+        self.resources
+            .iter()
+            .flat_map(|r| &r.transformations)
+            .map(|t| (t.input.as_str(), t))
+            .collect()
     }
 
     /// DeviceClass name -> the logical resource it is counted as.
@@ -147,6 +191,44 @@ resources:
                 .unwrap()
                 .dra_gate_enabled()
         );
+    }
+
+    #[test]
+    fn reads_transformations_and_tells_a_retained_one_per_unit_count_from_others() {
+        // The shape of Kueue v0.17's configuration_types.go (resources.transformations).
+        let yaml = r#"
+resources:
+  transformations:
+  - input: nvidia.com/gpu
+    strategy: Retain
+    outputs:
+      kaccel.io/accelerator: "1"
+  - input: amd.com/gpu
+    outputs:
+      kaccel.io/accelerator: 1
+  - input: habana.ai/gaudi
+    strategy: Replace
+    outputs:
+      kaccel.io/accelerator: "1"
+  - input: google.com/tpu
+    outputs:
+      kaccel.io/accelerator: "4"
+"#;
+        let c = Configuration::parse("t", yaml).unwrap();
+        let t = c.transformations();
+        assert_eq!(t.len(), 4);
+        let counts = |input: &str| t[input].retains_one_per_unit("kaccel.io/accelerator");
+        assert!(counts("nvidia.com/gpu"));
+        assert!(counts("amd.com/gpu"), "Retain is the default strategy");
+        assert!(
+            !counts("habana.ai/gaudi"),
+            "Replace stops counting the vendor resource"
+        );
+        assert!(
+            !counts("google.com/tpu"),
+            "four per unit is not one device, one count"
+        );
+        assert!(!t["nvidia.com/gpu"].retains_one_per_unit("example.com/other"));
     }
 
     #[test]

@@ -70,6 +70,73 @@ pub struct WorkloadSpec {
     pub queue_name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub maximum_execution_time_seconds: Option<Value>,
+    /// Per `spec.podSets[]`, the names of the resources its pods request (keys
+    /// only, no template is kept): what tells a pod asking for one device by two
+    /// names apart. Not serialised back (the cached form has no pod template).
+    #[serde(default, rename = "podSets", skip_serializing)]
+    pub pod_sets: Vec<PodSetResources>,
+}
+
+/// One podSet of a Workload as the cache keeps it: its name and the resource
+/// names its containers (and init containers) request or limit.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodSetResources {
+    pub name: String,
+    pub resources: std::collections::BTreeSet<String>,
+}
+
+impl<'de> Deserialize<'de> for PodSetResources {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::IgnoredAny;
+        // Only the names are read; every value is skipped without being kept.
+        #[derive(Deserialize)]
+        struct Raw {
+            #[serde(default)]
+            name: Option<String>,
+            #[serde(default)]
+            template: Option<Template>,
+        }
+        #[derive(Deserialize)]
+        struct Template {
+            #[serde(default)]
+            spec: Option<PodSpec>,
+        }
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct PodSpec {
+            #[serde(default)]
+            containers: Option<Vec<Container>>,
+            #[serde(default)]
+            init_containers: Option<Vec<Container>>,
+        }
+        #[derive(Deserialize)]
+        struct Container {
+            #[serde(default)]
+            resources: Option<Requirements>,
+        }
+        #[derive(Deserialize)]
+        struct Requirements {
+            #[serde(default)]
+            requests: Option<BTreeMap<String, IgnoredAny>>,
+            #[serde(default)]
+            limits: Option<BTreeMap<String, IgnoredAny>>,
+        }
+        let raw = Raw::deserialize(deserializer)?;
+        let spec = raw.template.and_then(|t| t.spec);
+        let containers = spec
+            .into_iter()
+            .flat_map(|s| s.containers.into_iter().chain(s.init_containers).flatten());
+        let resources = containers
+            .filter_map(|c| c.resources)
+            .flat_map(|r| r.requests.into_iter().chain(r.limits).flatten())
+            .map(|(name, _)| name)
+            .collect();
+        Ok(PodSetResources {
+            // Kueue defaults the name to "main".
+            name: raw.name.unwrap_or_else(|| "main".to_string()),
+            resources,
+        })
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -162,6 +229,9 @@ impl Workload {
             if annotations.is_empty() {
                 meta.annotations = None;
             }
+        }
+        for pod_set in &mut self.spec.pod_sets {
+            pod_set.resources.retain(|r| keep_resource(r));
         }
         if let Some(admission) = self.status.admission.as_mut() {
             for assignment in &mut admission.pod_set_assignments {

@@ -25,8 +25,8 @@ use serde_json::Value;
 use super::charge::{Charge, ChargeOwner};
 use super::entry::{Balances, Entry, format_micros};
 use super::pricing::{PricingError, Rate, cumulative};
-use crate::api::Credits;
 use crate::api::rates::ClassRates;
+use crate::api::{self, Credits};
 use crate::k8s::quantity::parse_count;
 use crate::kueue::workload::Workload;
 
@@ -103,6 +103,54 @@ fn malformed(field: &str, reason: impl Into<String>) -> AdmissionError {
 /// Extended resources are whole units: a fractional or unparsable quantity is an
 /// error naming the podSet and resource.
 pub fn usage_from_workload(workload: &Workload) -> Result<Vec<FlavorUsage>, AdmissionError> {
+    Ok(total_usage(&pod_set_usage(workload)?))
+}
+
+/// The podSets' usage summed per (flavor, resource), sorted.
+pub fn total_usage(pod_sets: &[PodSetUsage]) -> Vec<FlavorUsage> {
+    let mut totals: BTreeMap<(&str, &str), u64> = BTreeMap::new();
+    for u in pod_sets.iter().flat_map(|p| &p.usage) {
+        let slot = totals.entry((&u.flavor, &u.resource)).or_default();
+        *slot = slot.saturating_add(u.device_units);
+    }
+    totals
+        .into_iter()
+        .map(|((flavor, resource), device_units)| FlavorUsage {
+            flavor: flavor.to_string(),
+            resource: resource.to_string(),
+            device_units,
+        })
+        .collect()
+}
+
+/// The devices of one podSet of an admission, each counted once.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodSetUsage {
+    pub name: String,
+    /// Pods in the podSet (`count`, 1 when absent).
+    pub pods: u64,
+    /// Device units per (flavor, resource), sorted; see [`usage_from_workload`].
+    pub usage: Vec<FlavorUsage>,
+}
+
+impl PodSetUsage {
+    /// Devices of the whole podSet, every name together.
+    pub fn devices(&self) -> u64 {
+        self.usage.iter().map(|u| u.device_units).sum()
+    }
+}
+
+/// [`usage_from_workload`] per podSet, in the admission's order.
+///
+/// One device, one count: Kueue counts each vendor device resource also as
+/// [`api::CLASS_RESOURCE`] (the `Retain` transformation kaccel asks Kueue's
+/// configuration for), so on one flavor the class resource's usage already
+/// includes the vendor resources' usage. Each vendor resource is kept as its
+/// own line, and the class resource only for what exceeds them (the devices
+/// asked for by the neutral name): the flavor's devices are the larger of the
+/// two, never their sum. Where Kueue does not transform (its configuration lacks
+/// it, which kaccel reports), a pod asking for one name is still charged right.
+pub fn pod_set_usage(workload: &Workload) -> Result<Vec<PodSetUsage>, AdmissionError> {
     // The containers are typed (the API server enforces Kueue's schema on them);
     // the leaves Kueue does not constrain as tightly are checked here.
     let assignments = &workload
@@ -111,25 +159,23 @@ pub fn usage_from_workload(workload: &Workload) -> Result<Vec<FlavorUsage>, Admi
         .as_ref()
         .ok_or(AdmissionError::NotAdmitted)?
         .pod_set_assignments;
-    let mut totals: BTreeMap<(String, String), u64> = BTreeMap::new();
+    let mut out = Vec::with_capacity(assignments.len());
     for (i, psa) in assignments.iter().enumerate() {
+        let mut totals: BTreeMap<(String, String), u64> = BTreeMap::new();
         let field = format!("status.admission.podSetAssignments[{i}]");
         // Kueue defaults the name to "main".
         let pod_set = psa.name.clone().unwrap_or_else(|| "main".to_string());
-        if let Some(count) = &psa.count
-            && !count.is_null()
-            && count.as_u64().is_none()
-        {
-            return Err(malformed(
-                &format!("{field}.count"),
-                "not a non-negative integer",
-            ));
-        }
+        let pods = match &psa.count {
+            None => 1,
+            Some(count) if count.is_null() => 1,
+            Some(count) => count.as_u64().ok_or_else(|| {
+                malformed(&format!("{field}.count"), "not a non-negative integer")
+            })?,
+        };
         let no_flavors = BTreeMap::new();
         let flavors = psa.flavors.as_ref().unwrap_or(&no_flavors);
-        let Some(usage) = &psa.resource_usage else {
-            continue;
-        };
+        let no_usage = BTreeMap::new();
+        let usage = psa.resource_usage.as_ref().unwrap_or(&no_usage);
         for (resource, quantity) in usage {
             if !is_accelerator_resource(resource) {
                 continue;
@@ -160,15 +206,103 @@ pub fn usage_from_workload(workload: &Workload) -> Result<Vec<FlavorUsage>, Admi
                 .or_default();
             *slot = slot.saturating_add(u64::from(units));
         }
+        out.push(PodSetUsage {
+            name: pod_set,
+            pods,
+            usage: counted_once(totals),
+        });
     }
-    Ok(totals
-        .into_iter()
-        .map(|((flavor, resource), device_units)| FlavorUsage {
-            flavor,
-            resource,
-            device_units,
-        })
-        .collect())
+    Ok(out)
+}
+
+/// Per flavor: each vendor resource's units as they are, and the class
+/// resource's units only beyond their sum (see [`pod_set_usage`]).
+fn counted_once(totals: BTreeMap<(String, String), u64>) -> Vec<FlavorUsage> {
+    let mut vendor_units: BTreeMap<&str, u64> = BTreeMap::new();
+    for ((flavor, resource), units) in &totals {
+        if resource != api::CLASS_RESOURCE {
+            *vendor_units.entry(flavor).or_default() += units;
+        }
+    }
+    let mut out = Vec::with_capacity(totals.len());
+    for ((flavor, resource), units) in &totals {
+        let device_units = if resource == api::CLASS_RESOURCE {
+            units.saturating_sub(vendor_units.get(flavor.as_str()).copied().unwrap_or(0))
+        } else {
+            *units
+        };
+        if device_units > 0 {
+            out.push(FlavorUsage {
+                flavor: flavor.clone(),
+                resource: resource.clone(),
+                device_units,
+            });
+        }
+    }
+    out
+}
+
+/// The first podSet whose pods ask for devices by the class resource and by a
+/// vendor resource together, with that vendor resource. Kueue cannot count such
+/// a pod once: its transformation writes the vendor resource's class-resource
+/// count over or onto the pod's own (Go map order decides, v0.17
+/// `pkg/workload/workload.go`), so the check refuses it rather than admit
+/// devices the quota did not see.
+pub fn asks_by_two_names(workload: &Workload) -> Option<(&str, &str)> {
+    workload.spec.pod_sets.iter().find_map(|p| {
+        if !p.resources.contains(api::CLASS_RESOURCE) {
+            return None;
+        }
+        p.resources
+            .iter()
+            .find(|r| *r != api::CLASS_RESOURCE && is_accelerator_resource(r))
+            .map(|vendor| (p.name.as_str(), vendor.as_str()))
+    })
+}
+
+/// `8`, `1 or 2`, `1, 2 or 4`: allowed device counts in the words a user reads.
+pub fn describe_counts(counts: &[u32]) -> String {
+    match counts {
+        [] => "any number of".to_string(),
+        [one] => one.to_string(),
+        [rest @ .., last] => format!(
+            "{} or {last}",
+            rest.iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+/// The first podSet whose pods ask for a device count `allowed` does not list
+/// (podSets without devices, e.g. a launcher, are not held to it): its name and
+/// the count per pod, or `None` when every podSet fits or `allowed` is empty.
+pub fn disallowed_devices_per_pod(
+    pod_sets: &[PodSetUsage],
+    allowed: &[u32],
+) -> Option<(String, String)> {
+    if allowed.is_empty() {
+        return None;
+    }
+    pod_sets.iter().find_map(|p| {
+        let devices = p.devices();
+        if devices == 0 {
+            return None;
+        }
+        let per_pod = (p.pods > 0 && devices % p.pods == 0).then(|| devices / p.pods);
+        match per_pod {
+            Some(n) if u32::try_from(n).is_ok_and(|n| allowed.contains(&n)) => None,
+            Some(n) => Some((p.name.clone(), n.to_string())),
+            None => Some((
+                p.name.clone(),
+                format!(
+                    "{devices} over {} pod(s), not the same count in each",
+                    p.pods
+                ),
+            )),
+        }
+    })
 }
 
 /// The admission number of a Workload's current admission: 1 + the total of

@@ -15,6 +15,7 @@ use serde_json::Value;
 use super::admission::{is_accelerator_resource, usage_from_workload};
 use super::lifecycle::{check_state, counted_by_kueue, record_of};
 use super::store::OpenReservation;
+use crate::api;
 use crate::k8s::quantity::parse_count;
 use crate::kueue::workload::Workload;
 
@@ -120,15 +121,24 @@ pub fn compare<W: Borrow<Workload>>(
             .into_iter()
             .flatten()
         {
-            let units: u64 = flavor["resources"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter(|r| r["name"].as_str().is_some_and(is_accelerator_resource))
-                .filter_map(|r| r["total"].as_str())
-                .filter_map(|q| parse_count(q).ok())
-                .map(u64::from)
-                .sum();
+            // One device, one count: the class resource already counts the vendor
+            // resources (see `admission::pod_set_usage`), so a flavor's devices are
+            // the larger of the two, not their sum.
+            let (mut class_units, mut vendor_units) = (0u64, 0u64);
+            for r in flavor["resources"].as_array().into_iter().flatten() {
+                let Some(name) = r["name"].as_str().filter(|n| is_accelerator_resource(n)) else {
+                    continue;
+                };
+                let Some(units) = r["total"].as_str().and_then(|q| parse_count(q).ok()) else {
+                    continue;
+                };
+                if name == api::CLASS_RESOURCE {
+                    class_units += u64::from(units);
+                } else {
+                    vendor_units += u64::from(units);
+                }
+            }
+            let units = class_units.max(vendor_units);
             *kueue_units
                 .entry(flavor["name"].as_str().unwrap_or_default().to_string())
                 .or_default() += units;

@@ -97,6 +97,9 @@ pub struct PlanOptions {
     /// Kueue's configuration as the controller read it, to check that Kueue counts
     /// the DeviceClasses (`None`: not read, no check; see [`kueue_counting`]).
     pub kueue_configuration: Option<crate::kueue::config::ObservedConfiguration>,
+    /// ClusterQueues kaccel does not own -> the resources they cover: checked
+    /// against Kueue's transformations (see [`kueue_counting::blocked_queues`]).
+    pub foreign_cluster_queues: BTreeMap<String, BTreeSet<String>>,
 }
 
 impl Default for PlanOptions {
@@ -109,6 +112,7 @@ impl Default for PlanOptions {
             held_budgets: BTreeMap::new(),
             queueing_strategy: "BestEffortFIFO".into(),
             kueue_configuration: None,
+            foreign_cluster_queues: BTreeMap::new(),
         }
     }
 }
@@ -155,6 +159,10 @@ pub struct Plan {
     /// get an answer).
     #[serde(skip)]
     pub priced_queues: BTreeMap<String, (String, String)>,
+    /// ClusterQueues kaccel does not own that Kueue's transformations into the
+    /// class resource block -> the resources (see [`kueue_counting::blocked_queues`]).
+    #[serde(skip)]
+    pub blocked_queues: BTreeMap<String, Vec<String>>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -168,6 +176,9 @@ pub struct ClassReport {
     /// The class's rates as parsed in stage 1 (`None` only in a default report):
     /// what the credit check prices with.
     pub rates: Option<Result<crate::api::rates::ClassRates, Vec<crate::api::rates::RateError>>>,
+    /// The device counts one pod may ask for, as parsed in stage 1 (empty: any):
+    /// what the credit check holds each Workload of the class to.
+    pub devices_per_pod: Vec<u32>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -273,6 +284,17 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
         &device_classes.objects,
         options.kueue_configuration.as_ref(),
     );
+    let blocked_queues = kueue_counting::blocked_queues(
+        &options.foreign_cluster_queues,
+        options.kueue_configuration.as_ref(),
+        &flavor_reports,
+    );
+    kueue_counting::class_request_conditions(
+        &mut class_reports,
+        &flavor_reports,
+        options.kueue_configuration.as_ref(),
+        &blocked_queues,
+    );
     status::invalid_budgets(&mut budgets.reports);
 
     Plan {
@@ -288,6 +310,7 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
         flavors: flavor_reports,
         impure_flavors,
         priced_queues: objects.priced_queues,
+        blocked_queues,
     }
 }
 

@@ -20,7 +20,7 @@ use super::flavors::{FlavorAcc, FlavorKey};
 use super::{
     BUDGET_LABEL, BudgetReport, CLASS_LABEL, CPU, ClassReport, FLAVOR_LABEL, FlavorReport,
     MANAGED_BY, MANAGED_BY_LABEL, MAX_FLAVORS_PER_GROUP, MEMORY, PlanOptions, TEAM_LABEL,
-    cluster_queue_name, name_of, status,
+    cluster_queue_name, kueue_counting, name_of, status,
 };
 use crate::k8s::names;
 
@@ -316,21 +316,26 @@ fn build_root_cohort(options: &PlanOptions, reports: &BTreeMap<String, FlavorRep
     }
 }
 
-/// Device resources of the flavors (sorted), then cpu and memory: Kueue refuses a
-/// workload that requests a resource its ClusterQueue does not cover.
+/// Device resources of the flavors (sorted), the class resource when a flavor is
+/// asked for by it, then cpu and memory: Kueue refuses a workload that requests a
+/// resource its ClusterQueue does not cover.
 fn covered_resources<'a>(flavors: impl Iterator<Item = &'a FlavorReport>) -> Vec<String> {
+    let mut class_resource = false;
     let devices: BTreeSet<String> = flavors
+        .inspect(|r| class_resource |= kueue_counting::counts_as_class_resource(r))
         .map(|r| r.resource_name.clone())
         .filter(|r| r != CPU)
         .collect();
     devices
         .into_iter()
+        .chain(class_resource.then(|| api::CLASS_RESOURCE.to_string()))
         .chain([CPU.to_string(), MEMORY.to_string()])
         .collect()
 }
 
 /// Quotas of one flavor for every covered resource: `amount` units of the flavor's
-/// own resource, the matching share of its CPU and memory, and 0 of the others.
+/// own resource and of the class resource (when the flavor is asked for by it),
+/// the matching share of its CPU and memory, and 0 of the others.
 fn quotas_for(
     covered: &[String],
     flavor: &FlavorReport,
@@ -357,6 +362,10 @@ fn quotas_for(
             } else if r == MEMORY {
                 Quantity(share(flavor.memory_bytes).to_string())
             } else if *r == flavor.resource_name {
+                Quantity(amount.to_string())
+            } else if r == api::CLASS_RESOURCE && kueue_counting::counts_as_class_resource(flavor) {
+                // The same devices again: Kueue counts each vendor unit as the class
+                // resource too, so this quota bounds both names together.
                 Quantity(amount.to_string())
             } else {
                 Quantity("0".into())

@@ -4,7 +4,7 @@
 //! generated Kueue objects and recount capacity from the inventory independently of
 //! the planner's own report) and the strategies for random fleets.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -62,6 +62,7 @@ pub(super) fn class(
             selector,
             pooling: Pooling::default(),
             preference: vec![],
+            devices_per_pod: vec![],
             credits: CreditRate {
                 per_device_hour: "1".into(),
                 model_overrides: vec![],
@@ -186,50 +187,114 @@ fn assert_quota_within_healthy_capacity(
     unknown_counts: bool,
 ) {
     let quota = device_quota(plan);
+    let transformed = kueue_counting::class_counted_resources(&plan.flavors);
     for flavor in &plan.resource_flavors {
         let fname = flavor.metadata.name.clone().unwrap();
-        for ((qf, resource), amount) in &quota {
-            if *qf != fname {
-                continue;
+        let report = &plan.flavors[&fname];
+        // Every name a device of the flavor is asked for by: a DRA-only flavor's
+        // quota is in its logical resource, and the class resource counts the
+        // flavor's devices too; the inventory knows them under the variant's.
+        let resource = &report.device_resource_name;
+        let healthy = healthy_devices(flavor, resource, inventory, health, unknown_counts);
+        let mut by_name: BTreeMap<&str, u64> = BTreeMap::new();
+        for ((qf, name), amount) in &quota {
+            if *qf == fname {
+                assert!(
+                    *amount <= healthy,
+                    "flavor {fname}: quota {amount} of {name} exceeds healthy capacity {healthy} of {resource}"
+                );
+                by_name.insert(name, *amount);
             }
-            // A DRA-only flavor's quota is in its logical resource; its devices
-            // are the inventory's under the driver's class.
-            let report = &plan.flavors[&fname];
-            let resource = if *resource == report.resource_name {
-                &report.device_resource_name
-            } else {
-                resource
-            };
-            let mut healthy = 0u64;
-            for node in inventory.nodes.values() {
-                if !selects(flavor, node) || !open_to(flavor, node) {
-                    continue;
-                }
-                for g in node
-                    .groups
-                    .iter()
-                    .filter(|g| &g.variant.resource_name == resource)
-                {
-                    let c = health.counts_for(node, g);
-                    let usable = c.healthy + c.warning + if unknown_counts { c.unknown } else { 0 };
-                    healthy += u64::from(usable.min(g.allocatable));
-                }
-            }
-            assert!(
-                *amount <= healthy,
-                "flavor {fname}: quota {amount} of {resource} exceeds healthy capacity {healthy}"
-            );
         }
+        // One device, one count: Kueue admitting as many workloads as the quotas
+        // allow, asked for by every name in the worst mix, never admits more
+        // devices than are healthy (the names' quotas together, not each alone).
+        let admitted = kueue_admits_at_most(&by_name, &report.resource_name, &transformed);
+        assert!(
+            admitted <= healthy,
+            "flavor {fname}: Kueue could admit {admitted} devices through {by_name:?} but only {healthy} are healthy"
+        );
     }
 }
 
-/// Total nominal quota per flavor over its device resources.
-fn quota_per_flavor(plan: &Plan) -> BTreeMap<String, u64> {
-    let mut quota: BTreeMap<String, u64> = BTreeMap::new();
-    for ((flavor, _), amount) in device_quota(plan) {
-        *quota.entry(flavor).or_default() += amount;
+/// Usable devices of `resource` on the schedulable nodes `flavor` selects.
+fn healthy_devices(
+    flavor: &ResourceFlavor,
+    resource: &str,
+    inventory: &Inventory,
+    health: &HealthSnapshot,
+    unknown_counts: bool,
+) -> u64 {
+    let mut healthy = 0u64;
+    for node in inventory.nodes.values() {
+        if !selects(flavor, node) || !open_to(flavor, node) {
+            continue;
+        }
+        for g in node
+            .groups
+            .iter()
+            .filter(|g| g.variant.resource_name == resource)
+        {
+            let c = health.counts_for(node, g);
+            let usable = c.healthy + c.warning + if unknown_counts { c.unknown } else { 0 };
+            healthy += u64::from(usable.min(g.allocatable));
+        }
     }
-    quota
+    healthy
+}
+
+/// The most devices Kueue admits on one flavor whose quotas (summed over every
+/// ClusterQueue and Cohort, all lendable) are `quota`, a workload asking for
+/// `vendor` (the flavor's own resource) or the class resource, one device at a
+/// time, in whichever order admits most. Kueue's counting, as its `Retain`
+/// transformation does it: a vendor unit uses one of `vendor` and, when
+/// `transformed` lists it, one class resource too; a class-resource unit uses
+/// one class resource. A name the quotas do not cover cannot be asked for.
+pub(super) fn kueue_admits_at_most(
+    quota: &BTreeMap<&str, u64>,
+    vendor: &str,
+    transformed: &BTreeSet<&str>,
+) -> u64 {
+    let vendor_quota = quota.get(vendor).copied();
+    let class_quota = quota.get(api::CLASS_RESOURCE).copied();
+    let retained = transformed.contains(vendor);
+    // Maximise vendor units x + class units y.
+    match (vendor_quota, class_quota) {
+        (None, None) => 0,
+        // Transformed into a resource no queue covers: every vendor request refused.
+        (Some(_), None) if retained => 0,
+        (Some(v), None) => v,
+        (None, Some(c)) => c,
+        // x <= v and x + y <= c: the class quota bounds every mix.
+        (Some(_), Some(c)) if retained => c,
+        // Not transformed: x <= v and y <= c, two quotas usable in full.
+        (Some(v), Some(c)) => v + c,
+    }
+}
+
+/// Per flavor, the most devices Kueue admits through every name its quotas are
+/// in (see [`kueue_admits_at_most`]).
+fn quota_per_flavor(plan: &Plan) -> BTreeMap<String, u64> {
+    let quota = device_quota(plan);
+    let transformed = kueue_counting::class_counted_resources(&plan.flavors);
+    let mut by_flavor: BTreeMap<&str, BTreeMap<&str, u64>> = BTreeMap::new();
+    for ((flavor, name), amount) in &quota {
+        by_flavor.entry(flavor).or_default().insert(name, *amount);
+    }
+    by_flavor
+        .into_iter()
+        .map(|(flavor, names)| {
+            let own = plan
+                .flavors
+                .get(flavor)
+                .map(|f| f.resource_name.as_str())
+                .unwrap_or_default();
+            (
+                flavor.to_string(),
+                kueue_admits_at_most(&names, own, &transformed),
+            )
+        })
+        .collect()
 }
 
 fn variant_of(report: &FlavorReport) -> Option<DeviceVariant> {

@@ -25,6 +25,7 @@ pub(super) fn classes(
                 valid: parsed.is_valid(),
                 errors: parsed.errors,
                 rates: Some(parsed.rates),
+                devices_per_pod: parsed.devices_per_pod,
                 ..Default::default()
             },
         );

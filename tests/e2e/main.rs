@@ -5,6 +5,7 @@
 //! `KUBECONFIG` set; pointing `KUBECONFIG` at any cluster with Kueue v0.17+
 //! works too. Without a reachable cluster every test panics: nothing is skipped.
 
+mod class_requests;
 mod controller;
 mod dra;
 mod health;

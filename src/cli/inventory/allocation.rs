@@ -53,8 +53,13 @@ pub struct KueueObjects {
 
 /// Whether a resource name is a device (an extended resource such as
 /// `nvidia.com/gpu`), not cpu, memory, pods, ephemeral storage or hugepages.
+/// A resource devices are published under (not the class resource, which names
+/// no device of its own: its usage is the flavor's devices).
 fn is_device_resource(name: &str) -> bool {
-    name.contains('/') && !name.starts_with("kubernetes.io/") && !name.starts_with("hugepages-")
+    name.contains('/')
+        && !name.starts_with("kubernetes.io/")
+        && !name.starts_with("hugepages-")
+        && name != crate::api::CLASS_RESOURCE
 }
 
 fn labels_of(obj: &Value) -> BTreeMap<String, String> {
@@ -160,45 +165,34 @@ pub fn allocation(inventory: &Inventory, kueue: &KueueObjects) -> Allocation {
             wl.metadata.namespace.as_deref().unwrap_or(""),
             wl.metadata.name.as_deref().unwrap_or("")
         );
+        // The ledger's reading of the admission: each device counted once
+        // however it was asked for (see `pod_set_usage`).
+        let usage = match crate::ledger::admission::usage_from_workload(wl) {
+            Ok(usage) => usage,
+            Err(e) => {
+                warnings.push(format!("Workload {name}: {e}"));
+                continue;
+            }
+        };
         let mut counted: BTreeSet<(String, String)> = BTreeSet::new();
-        let assignments = wl
-            .status
-            .admission
-            .iter()
-            .flat_map(|a| &a.pod_set_assignments);
-        for psa in assignments {
-            let usage = psa.resource_usage.iter().flatten();
-            for (resource, quantity) in usage {
-                if !is_device_resource(resource) {
-                    continue;
-                }
-                let Some(flavor) = psa.flavors.as_ref().and_then(|f| f.get(resource)) else {
-                    warnings.push(format!(
-                        "Workload {name}: {resource} has usage but no flavor"
-                    ));
-                    continue;
-                };
-                let amount = match quantity.as_str().map(parse_count) {
-                    Some(Ok(n)) => u64::from(n),
-                    Some(Err(e)) => {
-                        warnings.push(format!("Workload {name}: {resource}: {e}"));
-                        continue;
-                    }
-                    None => {
-                        warnings.push(format!(
-                            "Workload {name}: {resource}: quantity is not a string"
-                        ));
-                        continue;
-                    }
-                };
-                let key = (flavor.to_string(), resource.clone());
-                let row = rows
-                    .entry(key.clone())
-                    .or_insert_with(|| new_row(flavor, resource));
-                row.allocated += amount;
-                if counted.insert(key) {
-                    row.workloads += 1;
-                }
+        for u in usage {
+            // Devices asked for by the class resource are the flavor's own: they go
+            // on the row of the resource its devices are published under.
+            let resource = if u.resource == crate::api::CLASS_RESOURCE {
+                rows.keys()
+                    .find(|(flavor, _)| *flavor == u.flavor)
+                    .map(|(_, r)| r.clone())
+                    .unwrap_or(u.resource)
+            } else {
+                u.resource
+            };
+            let key = (u.flavor.clone(), resource.clone());
+            let row = rows
+                .entry(key.clone())
+                .or_insert_with(|| new_row(&u.flavor, &resource));
+            row.allocated += u.device_units;
+            if counted.insert(key) {
+                row.workloads += 1;
             }
         }
     }

@@ -426,3 +426,67 @@ fn table_lists_each_dra_device_with_its_identity() {
     assert_eq!(devices[0]["pool"], "dra-a-pool");
     assert_eq!(devices[0]["driverVersion"], "550.54.15");
 }
+
+#[test]
+fn devices_asked_for_by_the_class_resource_count_once_on_the_flavors_own_row() {
+    let inv = fleet();
+    let admitted = |name: &str, usage: Value| -> Workload {
+        let flavors: serde_json::Map<String, Value> = usage
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(|r| (r.clone(), json!("h100")))
+            .collect();
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "team"},
+            "status": {
+                "conditions": [{"type": "Admitted", "status": "True"}],
+                "admission": {"clusterQueue": "cq", "podSetAssignments": [
+                    {"name": "main", "flavors": flavors, "resourceUsage": usage}]}
+            }
+        }))
+        .unwrap()
+    };
+    let cq = json!({
+        "metadata": {"name": "cq"},
+        "spec": {"resourceGroups": [{
+            "coveredResources": ["nvidia.com/gpu", "kaccel.io/accelerator"],
+            "flavors": [{"name": "h100", "resources": [
+                {"name": "nvidia.com/gpu", "nominalQuota": "16"},
+                {"name": "kaccel.io/accelerator", "nominalQuota": "16"}
+            ]}]
+        }]}
+    });
+    let a = allocation(
+        &inv,
+        &KueueObjects {
+            flavors: vec![h100_flavor()],
+            cluster_queues: vec![cq],
+            workloads: vec![
+                // Kueue's Retain transformation: 4 vendor units are 4 class units too.
+                admitted(
+                    "vendor",
+                    json!({"nvidia.com/gpu": "4", "kaccel.io/accelerator": "4"}),
+                ),
+                admitted("class", json!({"kaccel.io/accelerator": "8"})),
+            ],
+        },
+    );
+    assert!(a.warnings.is_empty(), "{:?}", a.warnings);
+    assert!(
+        a.flavors
+            .iter()
+            .all(|f| f.resource_name != "kaccel.io/accelerator"),
+        "the class resource is no device of its own: {:?}",
+        a.flavors
+    );
+    let h100 = a
+        .flavors
+        .iter()
+        .find(|f| f.flavor == "h100")
+        .expect("h100 row");
+    assert_eq!(
+        (h100.resource_name.as_str(), h100.allocated, h100.workloads),
+        ("nvidia.com/gpu", 12, 2)
+    );
+}

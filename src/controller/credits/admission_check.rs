@@ -150,10 +150,28 @@ impl LedgerRuntime {
         if let Some(message) = pricing.rate_problem(class_name) {
             return self.reject(v, &message).await;
         }
-        let usage = usage_from_workload(v).map_err(|source| LedgerError::Admission {
+        if let Some((pod_set, vendor)) = asks_by_two_names(v) {
+            let message = format!(
+                "podSet {pod_set:?} asks for devices as both {} and {vendor}: Kueue cannot count one pod's devices under both names once; ask for all of them as {} (any vendor the class admits) or all as {vendor}",
+                crate::api::CLASS_RESOURCE,
+                crate::api::CLASS_RESOURCE
+            );
+            return self.reject(v, &message).await;
+        }
+        let pod_sets = pod_set_usage(v).map_err(|source| LedgerError::Admission {
             workload: shown.to_string(),
             source,
         })?;
+        if let Some(allowed) = pricing.devices_per_pod.get(class_name)
+            && let Some((pod_set, asked)) = disallowed_devices_per_pod(&pod_sets, allowed)
+        {
+            let message = format!(
+                "AcceleratorClass {class_name} allows {} device(s) per pod (spec.devicesPerPod); podSet {pod_set:?} asks for {asked} per pod: ask for one of those counts, or use a queue of a class that allows {asked}",
+                describe_counts(allowed)
+            );
+            return self.reject(v, &message).await;
+        }
+        let usage = total_usage(&pod_sets);
         // A flavor the last plan did not know yet (just created): look again soon.
         if usage
             .iter()
@@ -366,23 +384,31 @@ impl LedgerRuntime {
             })?;
         self.metrics.write("Workload", "stop");
         tracing::warn!(workload = %format!("{namespace}/{name}"), %message, "stopped a Workload its budget cannot cover");
+        self.workload_event(v, "CreditsExhausted", "StopWorkload", message)
+            .await;
+        Ok(())
+    }
+
+    /// A Warning Event on the Workload: what its user reads with `kubectl
+    /// describe` after Kueue has moved on (it resets a rejected check to Pending
+    /// when it deactivates the Workload, and the check's message with it).
+    async fn workload_event(&self, v: &Workload, reason: &str, action: &str, message: &str) {
         let reference = ObjectReference {
             api_version: Some(crate::k8s::resources::kueue_api_version()),
             kind: Some("Workload".into()),
-            namespace: Some(namespace.into()),
-            name: Some(name.into()),
+            namespace: v.metadata.namespace.clone(),
+            name: v.metadata.name.clone(),
             uid: v.metadata.uid.clone(),
             ..Default::default()
         };
         let event = Event {
             type_: EventType::Warning,
-            reason: "CreditsExhausted".into(),
+            reason: reason.into(),
             note: Some(message.chars().take(1000).collect()),
-            action: "StopWorkload".into(),
+            action: action.into(),
             secondary: None,
         };
         crate::controller::publish_event(&self.recorder, &self.metrics, &event, &reference).await;
-        Ok(())
     }
 
     pub(super) async fn reject(
@@ -392,6 +418,8 @@ impl LedgerRuntime {
     ) -> Result<Option<i64>, LedgerError> {
         self.count_decision("reject");
         self.set_check(v, "Rejected", message, None).await?;
+        self.workload_event(v, "CreditCheckRejected", "RejectAdmission", message)
+            .await;
         Ok(None)
     }
 

@@ -53,8 +53,9 @@ use crate::k8s::labels::EVICTED_FOR_ANNOTATION;
 use crate::k8s::time::rfc3339;
 use crate::kueue::workload::Workload;
 use crate::ledger::admission::{
-    AdmissionError, BudgetView, Decision, FlavorUsage, WorkloadView, admission_number, decide,
-    horizon_seconds, rate_info, reservation, usage_from_workload,
+    AdmissionError, BudgetView, Decision, FlavorUsage, WorkloadView, admission_number,
+    asks_by_two_names, decide, describe_counts, disallowed_devices_per_pod, horizon_seconds,
+    pod_set_usage, rate_info, reservation, total_usage,
 };
 use crate::ledger::budget::{
     budget_entries, burn_rate_per_hour, current_period, is_exhausted, projected_exhaustion,
@@ -79,6 +80,9 @@ pub struct PricingSnapshot {
     /// AcceleratorClass name -> its rates as the planner parsed them, or the
     /// errors of the rate fields that cannot price.
     pub classes: BTreeMap<String, Result<ClassRates, Vec<RateError>>>,
+    /// AcceleratorClass name -> the device counts one pod may ask for (classes
+    /// that restrict it only).
+    pub devices_per_pod: BTreeMap<String, Vec<u32>>,
     /// ClusterQueue name -> (budget, class).
     pub queues: BTreeMap<String, (String, String)>,
     /// CreditBudget name -> spec.

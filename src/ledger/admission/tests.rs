@@ -262,3 +262,154 @@ proptest! {
         }
     }
 }
+
+/// A one-podSet admission of `count` pods on flavor `h100` with this usage.
+fn admitted_on_h100(count: u64, usage: Value) -> Workload {
+    let flavors: serde_json::Map<String, Value> = usage
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(|r| (r.clone(), json!("h100")))
+        .collect();
+    typed(&json!({
+        "metadata": {"name": "w", "namespace": "ns", "uid": "u"},
+        "spec": {"queueName": "q", "podSets": [{"name": "main", "count": count}]},
+        "status": {"admission": {"clusterQueue": "cq", "podSetAssignments": [
+            {"name": "main", "count": count, "flavors": flavors, "resourceUsage": usage}
+        ]}}
+    }))
+}
+
+fn units_by_resource(w: &Workload) -> Vec<(String, u64)> {
+    usage_from_workload(w)
+        .unwrap()
+        .into_iter()
+        .map(|u| (u.resource, u.device_units))
+        .collect()
+}
+
+#[test]
+fn a_device_asked_for_by_its_vendor_name_is_counted_once_though_kueue_also_counts_it_as_the_class_resource()
+ {
+    // Kueue's Retain transformation: nvidia.com/gpu 4 is also kaccel.io/accelerator 4.
+    let w = admitted_on_h100(
+        1,
+        json!({"nvidia.com/gpu": "4", "kaccel.io/accelerator": "4"}),
+    );
+    assert_eq!(units_by_resource(&w), [("nvidia.com/gpu".into(), 4)]);
+    // Asked for by the class name only.
+    let w = admitted_on_h100(2, json!({"kaccel.io/accelerator": "16"}));
+    assert_eq!(
+        units_by_resource(&w),
+        [("kaccel.io/accelerator".into(), 16)]
+    );
+    // Both names in one pod, transformed: 4 vendor + 4 neutral = 8 counted as the class.
+    let w = admitted_on_h100(
+        1,
+        json!({"nvidia.com/gpu": "4", "kaccel.io/accelerator": "8"}),
+    );
+    assert_eq!(
+        units_by_resource(&w),
+        [
+            ("kaccel.io/accelerator".into(), 4),
+            ("nvidia.com/gpu".into(), 4)
+        ]
+    );
+    let sets = pod_set_usage(&w).unwrap();
+    assert_eq!((sets[0].pods, sets[0].devices()), (1, 8));
+    // Without the transformation (Kueue misconfigured, which kaccel reports) the
+    // larger of the two is charged: never the sum of one device's two names.
+    let w = admitted_on_h100(
+        1,
+        json!({"nvidia.com/gpu": "4", "kaccel.io/accelerator": "2"}),
+    );
+    assert_eq!(units_by_resource(&w), [("nvidia.com/gpu".into(), 4)]);
+}
+
+#[test]
+fn a_pod_count_the_class_does_not_allow_names_the_pod_set_and_count() {
+    let sets = |count: u64, usage: Value| pod_set_usage(&admitted_on_h100(count, usage)).unwrap();
+    let eight_each = sets(2, json!({"kaccel.io/accelerator": "16"}));
+    assert_eq!(disallowed_devices_per_pod(&eight_each, &[8]), None);
+    assert_eq!(disallowed_devices_per_pod(&eight_each, &[]), None);
+    assert_eq!(
+        disallowed_devices_per_pod(&eight_each, &[1, 4]),
+        Some(("main".into(), "8".into()))
+    );
+    // Three per pod, asked for by the vendor name (Kueue also counts it as the class).
+    let three = sets(
+        1,
+        json!({"nvidia.com/gpu": "3", "kaccel.io/accelerator": "3"}),
+    );
+    assert_eq!(
+        disallowed_devices_per_pod(&three, &[8]),
+        Some(("main".into(), "3".into()))
+    );
+    let uneven = sets(2, json!({"kaccel.io/accelerator": "9"}));
+    let (_, why) = disallowed_devices_per_pod(&uneven, &[8]).unwrap();
+    assert!(why.contains("9 over 2 pod(s)"), "{why}");
+    // A podSet without devices (a launcher) is not held to the count.
+    let launcher = sets(1, json!({"cpu": "2"}));
+    assert_eq!(disallowed_devices_per_pod(&launcher, &[8]), None);
+    assert_eq!(describe_counts(&[8]), "8");
+    assert_eq!(describe_counts(&[1, 2, 4]), "1, 2 or 4");
+}
+
+proptest! {
+    /// However a flavor's devices are asked for (vendor name, class name, both),
+    /// with Kueue's Retain transformation the ledger counts each device once: the
+    /// charged units are exactly the devices the pods use.
+    #[test]
+    fn the_ledger_counts_each_device_once_under_the_retain_transformation(
+        vendor in 0u32..64, neutral in 0u32..64
+    ) {
+        let mut usage = serde_json::Map::new();
+        if vendor > 0 {
+            usage.insert("nvidia.com/gpu".into(), json!(vendor.to_string()));
+        }
+        if vendor + neutral > 0 {
+            usage.insert("kaccel.io/accelerator".into(), json!((vendor + neutral).to_string()));
+        }
+        let w = admitted_on_h100(1, Value::Object(usage));
+        let charged: u64 = usage_from_workload(&w).unwrap().iter().map(|u| u.device_units).sum();
+        prop_assert_eq!(charged, u64::from(vendor + neutral));
+    }
+}
+
+#[test]
+fn a_pod_asking_by_the_class_name_and_a_vendor_name_together_is_found_and_others_are_not() {
+    let with = |containers: Value| {
+        typed(&json!({
+            "spec": {"queueName": "q", "podSets": [
+                {"name": "launcher", "count": 1, "template": {"spec": {"containers": [
+                    {"name": "l", "resources": {"requests": {"cpu": "1"}}}]}}},
+                {"name": "workers", "count": 2, "template": {"spec": containers}}
+            ]}
+        }))
+    };
+    let both_in_one_container = with(json!({"containers": [{"name": "w", "resources": {
+        "requests": {"kaccel.io/accelerator": "4", "nvidia.com/gpu": "4"},
+        "limits": {"kaccel.io/accelerator": "4", "nvidia.com/gpu": "4"}}}]}));
+    assert_eq!(
+        asks_by_two_names(&both_in_one_container),
+        Some(("workers", "nvidia.com/gpu"))
+    );
+    // Two containers of one pod add up: the same collision.
+    let split = with(json!({"containers": [
+        {"name": "a", "resources": {"limits": {"kaccel.io/accelerator": "4"}}},
+        {"name": "b", "resources": {"limits": {"amd.com/gpu": "4"}}}]}));
+    assert_eq!(asks_by_two_names(&split), Some(("workers", "amd.com/gpu")));
+    let class_only = with(json!({"containers": [{"name": "w", "resources": {
+        "limits": {"kaccel.io/accelerator": "8", "cpu": "8", "memory": "64Gi"}}}]}));
+    assert_eq!(asks_by_two_names(&class_only), None);
+    let vendor_only = with(json!({"containers": [{"name": "w", "resources": {
+        "limits": {"nvidia.com/gpu": "8"}}}]}));
+    assert_eq!(asks_by_two_names(&vendor_only), None);
+    // The cache keeps the names through slimming.
+    let mut slim = both_in_one_container.clone();
+    slim.slim("kaccel.io/", is_accelerator_resource);
+    assert_eq!(
+        asks_by_two_names(&slim),
+        Some(("workers", "nvidia.com/gpu"))
+    );
+}

@@ -751,7 +751,7 @@ fn dra_flavors_are_counted_in_their_own_logical_resource() {
         "dra.kaccel.io/nvidia-h200"
     );
     let mappings = crate::plan::kueue_counting::mappings(&plan.device_classes);
-    let snippet = crate::plan::kueue_counting::configuration_snippet(&mappings);
+    let snippet = crate::plan::kueue_counting::configuration_snippet(&mappings, &[]);
     assert!(snippet.contains(
         "  - name: dra.kaccel.io/nvidia-h200\n    deviceClassNames:\n    - nvidia-h200.kaccel.io\n"
     ), "{snippet}");
@@ -766,6 +766,7 @@ fn the_kueue_check_names_what_kueues_configuration_lacks() {
     let bare = plan_observing(None);
     let snippet = crate::plan::kueue_counting::configuration_snippet(
         &crate::plan::kueue_counting::mappings(&bare.device_classes),
+        &crate::plan::kueue_counting::transformations(&bare.flavors),
     );
     let ok = plan_observing(Some(observed(&format!(
         "apiVersion: config.kueue.x-k8s.io/v1beta2\nkind: Configuration\n{snippet}"

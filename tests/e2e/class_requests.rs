@@ -1,0 +1,429 @@
+//! Class-level requests against the real kube-apiserver + Kueue, whose
+//! configuration counts every vendor device resource as `kaccel.io/accelerator`
+//! too (e2e/cluster.sh, `E2E_CLASS_COUNTED`): Workloads that name the class's
+//! neutral resource land on the class's flavors in preference order, one device
+//! is one count however it is asked for, the class's device counts are held,
+//! and a ClusterQueue kaccel does not own that the transformation blocks is
+//! reported (never written to).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use anyhow::{Context, Result, ensure};
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, DynamicObject, PostParams};
+use kube::core::ApiResource;
+use serde_json::{Value, json};
+
+use crate::controller::{metric_sum, wait_for, wait_obj};
+use crate::ledger::{Env, WAIT, admitted, device_workload, export, with_env};
+use crate::support::{self, is_true, kueue};
+
+const CLASS_RESOURCE: &str = "kaccel.io/accelerator";
+
+/// An 8-device node of `vendor` ("nvidia" or "amd") whose product no other test
+/// uses, labelled as the vendor's labeller does.
+fn node(name: &str, vendor: &str, product: &str) -> Node {
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let (labels, resource) = match vendor {
+        "nvidia" => (
+            json!({"kubernetes.io/hostname": name, "nvidia.com/gpu.present": "true",
+                   "nvidia.com/gpu.product": product, "nvidia.com/gpu.memory": "81559",
+                   "nvidia.com/gpu.count": "8", "nvidia.com/gpu.family": "hopper",
+                   "nvidia.com/gpu.compute.major": "9", "nvidia.com/gpu.compute.minor": "0"}),
+            "nvidia.com/gpu",
+        ),
+        _ => (
+            json!({"kubernetes.io/hostname": name, "amd.com/gpu.product-name": product,
+                   "amd.com/gpu.family": "AI", "amd.com/gpu.vram": "192G",
+                   "amd.com/gpu.device-id": "74a1"}),
+            "amd.com/gpu",
+        ),
+    };
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": labels},
+        "status": {
+            "capacity": {"cpu": "192", "memory": "2Ti", "pods": "110", resource: "8"},
+            "allocatable": {"cpu": "192", "memory": "2Ti", "pods": "110", resource: "8"},
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                            "lastHeartbeatTime": now, "lastTransitionTime": now}]
+        }
+    }))
+    .expect("a Node")
+}
+
+/// One pod asking for `units` of each of `resources` (requests = limits).
+fn pod_workload(ns: &str, name: &str, queue: &str, resources: &[(&str, u32)]) -> Value {
+    let mut w = device_workload(ns, name, queue, resources[0].0, resources[0].1, Some(60));
+    for (resource, units) in &resources[1..] {
+        let c = &mut w["spec"]["podSets"][0]["template"]["spec"]["containers"][0]["resources"];
+        c["requests"][resource] = json!(units.to_string());
+        c["limits"][resource] = json!(units.to_string());
+    }
+    w
+}
+
+/// The flavor and units of `resource` in the Workload's admission.
+fn assigned(wl: &Value, resource: &str) -> Option<(String, String)> {
+    let psa = wl.pointer("/status/admission/podSetAssignments/0")?;
+    Some((
+        psa["flavors"][resource].as_str()?.to_string(),
+        psa["resourceUsage"][resource].as_str()?.to_string(),
+    ))
+}
+
+fn class_condition<'a>(class: &'a Value, type_: &str) -> Option<&'a Value> {
+    support::condition(class, type_)
+}
+
+#[tokio::test]
+async fn a_class_request_lands_by_preference_counts_once_and_is_held_to_the_class_counts() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("ledger.db").display());
+    with_env!("kcls", |env| class_requests(&mut env, &store).await);
+}
+
+async fn class_requests(env: &mut Env, store: &str) -> Result<()> {
+    let id = env.id.clone();
+    let client = env.client.clone();
+    let (nv_product, amd_product) = (
+        format!("NVIDIA-E2E-CLASS-{id}"),
+        format!("AMD_Instinct_E2E_CLASS_{id}"),
+    );
+    let nodes: Api<Node> = Api::all(client.clone());
+    for (name, vendor, product) in [
+        (format!("cls-nv-{id}"), "nvidia", &nv_product),
+        (format!("cls-amd-{id}"), "amd", &amd_product),
+    ] {
+        nodes
+            .create(&PostParams::default(), &node(&name, vendor, product))
+            .await
+            .context("creating a test node")?;
+        env.cleanup
+            .add(None, ApiResource::erase::<Node>(&()), &name);
+    }
+    // 1 credit per device-second on the NVIDIA flavor, 2 on the AMD one.
+    let class = format!("any-{id}");
+    env.create_class(json!({
+        "apiVersion": "kaccel.io/v1alpha1", "kind": "AcceleratorClass",
+        "metadata": {"name": class},
+        "spec": {"sharing": "Whole",
+                 "selector": {"models": [nv_product, amd_product]},
+                 "preference": [nv_product, amd_product],
+                 "devicesPerPod": [4, 8],
+                 "credits": {"perDeviceHour": "3600",
+                             "modelOverrides": [{"model": amd_product, "perDeviceHour": "7200"}]}},
+    }))
+    .await?;
+    let (team, ns) = (format!("team-{id}"), format!("ns-{id}"));
+    env.create_budget(json!({
+        "apiVersion": "kaccel.io/v1alpha1", "kind": "CreditBudget",
+        "metadata": {"name": team},
+        "spec": {"team": "e2e", "namespaces": [ns],
+            "classes": [{"name": class, "guaranteedDevices": 16}],
+            "credits": {"perPeriod": "1000000", "period": {"start": "2026-12-01T00:00:00Z", "days": 30}}},
+    }))
+    .await?;
+    let kueue_config = std::path::Path::new(&std::env::var("KUBECONFIG").unwrap_or_default())
+        .with_file_name("kueue-config.yaml")
+        .display()
+        .to_string();
+    env.start_with(store, |config| {
+        config + &format!("kueue:\n  configFile: {kueue_config}\n")
+    });
+
+    // The ClusterQueue covers the class resource beside both vendor resources,
+    // with the same quota as each flavor's own resource.
+    let cq = format!("{team}-{class}");
+    let cqs = env.cqs.clone();
+    let queue = wait_obj(&cqs, &cq, "two flavors", |q| {
+        q["spec"]["resourceGroups"][0]["flavors"]
+            .as_array()
+            .is_some_and(|f| f.len() == 2)
+            && is_true(q, "Active")
+    })
+    .await?;
+    let flavors: Vec<String> = queue["spec"]["resourceGroups"][0]["flavors"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|f| f["name"].as_str().map(str::to_string))
+        .collect();
+    let (nv_flavor, amd_flavor) = (flavors[0].clone(), flavors[1].clone());
+    ensure!(
+        nv_flavor.contains("nvidia") && amd_flavor.contains("amd"),
+        "preference order: {flavors:?}"
+    );
+    let quotas = |flavor: usize| -> BTreeMap<String, String> {
+        queue["spec"]["resourceGroups"][0]["flavors"][flavor]["resources"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|r| r["name"].as_str().is_some_and(|n| n.contains('/')))
+            .map(|r| {
+                (
+                    r["name"].as_str().unwrap_or_default().to_string(),
+                    r["nominalQuota"].as_str().unwrap_or_default().to_string(),
+                )
+            })
+            .collect()
+    };
+    let want = |vendor: &str| {
+        let mut m = BTreeMap::from([
+            ("nvidia.com/gpu".to_string(), "0".to_string()),
+            ("amd.com/gpu".to_string(), "0".to_string()),
+            (CLASS_RESOURCE.to_string(), "8".to_string()),
+        ]);
+        m.insert(vendor.to_string(), "8".to_string());
+        m
+    };
+    ensure!(quotas(0) == want("nvidia.com/gpu"), "{:?}", quotas(0));
+    ensure!(quotas(1) == want("amd.com/gpu"), "{:?}", quotas(1));
+
+    // kaccel read the harness's Kueue configuration: it transforms both.
+    let classes = Api::<DynamicObject>::all_with(client.clone(), &crate::ledger::class_ar());
+    let counted = wait_obj(&classes, &class, "KueueCountsClassRequests", |c| {
+        class_condition(c, "KueueCountsClassRequests").is_some()
+    })
+    .await?;
+    let c = class_condition(&counted, "KueueCountsClassRequests").unwrap();
+    ensure!(c["status"] == "True", "{c}");
+
+    let wls = env.workloads(&ns);
+    // The class's counts: 3 per pod is refused, naming the class and the counts.
+    env.create_workload(pod_workload(&ns, "three", &class, &[(CLASS_RESOURCE, 3)]))
+        .await?;
+    // One pod asking by both names: Kueue could not count it once; refused.
+    env.create_workload(pod_workload(
+        &ns,
+        "both",
+        &class,
+        &[("nvidia.com/gpu", 4), (CLASS_RESOURCE, 4)],
+    ))
+    .await?;
+    for (name, needles) in [
+        (
+            "three",
+            vec![
+                format!("AcceleratorClass {class} allows 4 or 8 device(s) per pod"),
+                "asks for 3 per pod".to_string(),
+            ],
+        ),
+        (
+            "both",
+            vec!["asks for devices as both kaccel.io/accelerator and nvidia.com/gpu".to_string()],
+        ),
+    ] {
+        // Kueue deactivates a Workload whose check is Rejected, and resets the
+        // check (its message with it) to Pending: the user reads kaccel's reason
+        // in a Warning Event on the Workload.
+        let wl = support::wait_until(&wls, name, "deactivated", WAIT, |w| {
+            w["spec"]["active"] == false
+        })
+        .await?;
+        ensure!(
+            wl["status"]["conditions"]
+                .to_string()
+                .contains("kaccel-credits, were rejected"),
+            "{name}: {}",
+            wl["status"]
+        );
+        let message = wait_for(&format!("the rejection Event of {name}"), WAIT, || async {
+            let events: Api<Event> = Api::namespaced(client.clone(), &ns);
+            let found = events
+                .list(&Default::default())
+                .await?
+                .items
+                .into_iter()
+                .find(|e| {
+                    e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+                        && e.reason.as_deref() == Some("CreditCheckRejected")
+                });
+            Ok(found.and_then(|e| e.note))
+        })
+        .await?;
+        for needle in &needles {
+            ensure!(message.contains(needle.as_str()), "{name}: {message}");
+        }
+    }
+    // Their quota goes back (what the job integration does once Kueue evicts a
+    // deactivated Workload) before the next ones.
+    for name in ["three", "both"] {
+        let wl = support::get_json(&wls, name).await?;
+        support::release_quota(&wls, name, &wl).await?;
+        support::wait_until(&wls, name, "no quota held", WAIT, |w| {
+            !is_true(w, "QuotaReserved")
+        })
+        .await?;
+    }
+
+    // 4 by the vendor name and 4 by the class name fill the NVIDIA flavor ...
+    env.create_workload(pod_workload(
+        &ns,
+        "vendor",
+        &class,
+        &[("nvidia.com/gpu", 4)],
+    ))
+    .await?;
+    let vendor = support::wait_until(&wls, "vendor", "admitted", WAIT, admitted).await?;
+    ensure!(
+        assigned(&vendor, "nvidia.com/gpu") == Some((nv_flavor.clone(), "4".into()))
+            && assigned(&vendor, CLASS_RESOURCE) == Some((nv_flavor.clone(), "4".into())),
+        "Kueue counts the vendor request as the class resource too: {}",
+        vendor["status"]["admission"]
+    );
+    env.create_workload(pod_workload(&ns, "class-a", &class, &[(CLASS_RESOURCE, 4)]))
+        .await?;
+    let a = support::wait_until(&wls, "class-a", "admitted", WAIT, admitted).await?;
+    ensure!(
+        assigned(&a, CLASS_RESOURCE) == Some((nv_flavor.clone(), "4".into())),
+        "the first preference while it has room: {}",
+        a["status"]["admission"]
+    );
+    // ... so the next class request goes to the AMD flavor: Kueue saw 8 of 8
+    // NVIDIA devices in use through both names together.
+    env.create_workload(pod_workload(&ns, "class-b", &class, &[(CLASS_RESOURCE, 4)]))
+        .await?;
+    let b = support::wait_until(&wls, "class-b", "admitted", WAIT, admitted).await?;
+    ensure!(
+        assigned(&b, CLASS_RESOURCE) == Some((amd_flavor.clone(), "4".into())),
+        "NVIDIA full (4 by nvidia.com/gpu + 4 by {CLASS_RESOURCE}): {}",
+        b["status"]["admission"]
+    );
+    // One more NVIDIA device by its own name waits, though only 4 of 8 are
+    // counted as nvidia.com/gpu: the class resource bounds both names.
+    env.create_workload(pod_workload(
+        &ns,
+        "vendor-2",
+        &class,
+        &[("nvidia.com/gpu", 4)],
+    ))
+    .await?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let waiting = support::get_json(&wls, "vendor-2").await?;
+    ensure!(
+        !is_true(&waiting, "QuotaReserved"),
+        "a ninth NVIDIA device was admitted: {}",
+        waiting["status"]
+    );
+
+    // The ledger charges each device once, at its own model's rate: 4 + 4 NVIDIA
+    // devices at 1 credit/s and 4 AMD devices at 2 credits/s, for 60 s.
+    let entries = export(store, Some(&team))?;
+    let reserve_of = |wl: &Value| -> (u64, i64) {
+        entries
+            .iter()
+            .filter(|e| e["kind"] == "Reserve" && e["workloadUid"] == wl["metadata"]["uid"])
+            .fold((0, 0), |(units, credits), e| {
+                (
+                    units + e["deviceUnits"].as_u64().unwrap_or(0),
+                    credits + e["credits"].as_i64().unwrap_or(0),
+                )
+            })
+    };
+    let micros = crate::ledger::MICROS;
+    ensure!(
+        reserve_of(&vendor) == (4, 240 * micros),
+        "vendor: {:?}",
+        reserve_of(&vendor)
+    );
+    ensure!(
+        reserve_of(&a) == (4, 240 * micros),
+        "class-a: {:?}",
+        reserve_of(&a)
+    );
+    ensure!(
+        reserve_of(&b) == (4, 480 * micros),
+        "class-b: {:?}",
+        reserve_of(&b)
+    );
+    let nvidia_units: u64 = entries
+        .iter()
+        .filter(|e| e["kind"] == "Reserve" && e["flavor"] == nv_flavor.as_str())
+        .map(|e| e["deviceUnits"].as_u64().unwrap_or(0))
+        .sum();
+    ensure!(nvidia_units == 8, "NVIDIA devices charged: {nvidia_units}");
+    eprintln!(
+        "MEASURE class requests: 4 x nvidia.com/gpu + 4 x {CLASS_RESOURCE} on {nv_flavor} (full at 8), \
+         the next 4 x {CLASS_RESOURCE} on {amd_flavor}; 12 devices charged, a ninth NVIDIA request waits"
+    );
+
+    // A ClusterQueue kaccel does not own, covering nvidia.com/gpu but not the
+    // class resource: Kueue admits none of its NVIDIA work, and kaccel says so.
+    let foreign = format!("foreign-{id}");
+    let foreign_cq = json!({
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
+        "metadata": {"name": foreign},
+        "spec": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
+                 "resourceGroups": [{"coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
+                    "flavors": [{"name": nv_flavor, "resources": [
+                        {"name": "cpu", "nominalQuota": "64"},
+                        {"name": "memory", "nominalQuota": "512Gi"},
+                        {"name": "nvidia.com/gpu", "nominalQuota": "8"}]}]}]}
+    });
+    support::create(&cqs, foreign_cq).await?;
+    env.cleanup.add(None, kueue("ClusterQueue"), &foreign);
+    let lq_api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &ns, &kueue("LocalQueue"));
+    support::create(
+        &lq_api,
+        json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+               "metadata": {"name": foreign, "namespace": ns},
+               "spec": {"clusterQueue": foreign}}),
+    )
+    .await?;
+    env.cleanup.add(Some(&ns), kueue("LocalQueue"), &foreign);
+    env.create_workload(pod_workload(
+        &ns,
+        "legacy",
+        &foreign,
+        &[("nvidia.com/gpu", 1)],
+    ))
+    .await?;
+    let blocked = wait_obj(&classes, &class, "ForeignQueuesBlocked True", |c| {
+        class_condition(c, "ForeignQueuesBlocked").is_some_and(|b| b["status"] == "True")
+    })
+    .await?;
+    let message = class_condition(&blocked, "ForeignQueuesBlocked").unwrap()["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    ensure!(
+        message.contains(&format!("{foreign} (nvidia.com/gpu)")),
+        "{message}"
+    );
+    let metrics = env.controller().metrics().unwrap_or_default();
+    ensure!(
+        metric_sum(&metrics, "kaccel_foreign_cluster_queue_blocked") == 1,
+        "{}",
+        metrics
+            .lines()
+            .filter(|l| l.contains("foreign"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    let legacy = wait_for("Kueue says why the legacy Workload waits", WAIT, || async {
+        let wl = support::get_json(&wls, "legacy").await?;
+        let text = wl["status"]["conditions"].to_string();
+        Ok(text.contains(CLASS_RESOURCE).then_some(wl))
+    })
+    .await?;
+    ensure!(!is_true(&legacy, "QuotaReserved"), "{}", legacy["status"]);
+    // kaccel never wrote to it.
+    let after = support::get_json(&cqs, &foreign).await?;
+    ensure!(
+        after["spec"]["resourceGroups"][0]["coveredResources"]
+            == json!(["cpu", "memory", "nvidia.com/gpu"]),
+        "{}",
+        after["spec"]
+    );
+    eprintln!(
+        "MEASURE foreign queue: {foreign} reported blocked by the transformation; Kueue: {}",
+        support::condition(&legacy, "QuotaReserved")
+            .map(|c| c["message"].to_string())
+            .unwrap_or_default()
+    );
+    Ok(())
+}
