@@ -61,6 +61,7 @@ fn classes() -> Vec<AcceleratorClass> {
                         vec![]
                     },
                     devices_per_pod: vec![],
+                    pod_settings: vec![],
                     credits: CreditRate {
                         per_device_hour: "2.5".into(),
                         model_overrides: vec![],

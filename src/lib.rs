@@ -16,3 +16,4 @@ pub mod ledger;
 pub mod plan;
 #[doc(hidden)]
 pub mod testkit;
+pub mod webhook;

@@ -29,7 +29,13 @@ fn main() -> ExitCode {
             config,
             no_leader_election,
             http_address,
-        } => run_controller(config.as_deref(), *no_leader_election, *http_address),
+            webhook,
+        } => run_controller(
+            config.as_deref(),
+            *no_leader_election,
+            *http_address,
+            *webhook,
+        ),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -61,8 +67,10 @@ fn run_controller(
     path: Option<&std::path::Path>,
     no_leader_election: bool,
     http_address: Option<std::net::SocketAddr>,
+    webhook: bool,
 ) -> Result<(), String> {
     let mut config = Config::load(path).map_err(|e| e.to_string())?;
+    config.webhook.enabled |= webhook;
     if no_leader_election {
         config.leader_election.enabled = false;
     }

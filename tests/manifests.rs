@@ -82,6 +82,7 @@ fn config() -> Config {
 
 #[test]
 fn cluster_role_is_exactly_what_the_controller_calls() {
+    let config = config();
     let role = doc(
         "manifests/clusterrole.yaml",
         "ClusterRole",
@@ -170,13 +171,20 @@ fn cluster_role_is_exactly_what_the_controller_calls() {
             // Events, in the namespace of the object they are about: "default"
             // for cluster-scoped objects, each team's for its Workloads.
             rule(&["events.k8s.io"], &["events"], &[], &["create", "patch"]),
+            // The pod webhook's CA bundle, in its own configuration only.
+            rule(
+                &["admissionregistration.k8s.io"],
+                &["mutatingwebhookconfigurations"],
+                &[config.webhook.configuration_name.as_str()],
+                &["get", "patch"]
+            ),
         ],
         "manifests/clusterrole.yaml changed, or the controller's Kueue kinds did: review both"
     );
 }
 
 #[test]
-fn namespaced_roles_cover_the_lease_and_kueue_config_only() {
+fn namespaced_roles_cover_the_lease_the_webhook_certificate_and_kueue_config_only() {
     let config = config();
     let lease = doc("manifests/role.yaml", "Role", "kaccel-leader-election");
     assert_eq!(
@@ -204,6 +212,17 @@ fn namespaced_roles_cover_the_lease_and_kueue_config_only() {
             .iter()
             .all(|d| d["metadata"]["name"] != "kaccel-events"),
         "Events are in the ClusterRole: kaccel reports on Workloads in every team's namespace"
+    );
+    // The pod webhook's generated certificate: the one Secret webhook.secret names.
+    let certificate = doc("manifests/role.yaml", "Role", "kaccel-webhook-certificate");
+    let (namespace, name) = config.webhook.secret_ref().expect("NAMESPACE/NAME");
+    assert_eq!(certificate["metadata"]["namespace"], namespace);
+    assert_eq!(
+        rules(&certificate),
+        vec![
+            rule(&[""], &["secrets"], &[], &["create"]),
+            rule(&[""], &["secrets"], &[name], &["get"]),
+        ]
     );
     // Kueue's Configuration: the one ConfigMap kueue.configMap names, read only.
     let kueue_config = doc("manifests/role.yaml", "Role", "kaccel-read-kueue-config");
@@ -260,6 +279,7 @@ fn bindings_give_the_roles_to_the_controller_service_account() {
         ("ClusterRole", "kaccel-controller"),
         ("Role", "kaccel-leader-election"),
         ("Role", "kaccel-read-kueue-config"),
+        ("Role", "kaccel-webhook-certificate"),
     ]
     .iter()
     .map(|(k, n)| (k.to_string(), n.to_string()))
@@ -424,8 +444,12 @@ fn deployment_identity_config_and_security_context() {
         "structured logs in the cluster"
     );
     // The config file: from the ConfigMap kustomize generates out of config/kaccel.yaml.
+    // ... and the pod webhook on (manifests/webhook.yaml registers it).
     let args = strings(&c["args"]);
-    assert_eq!(args, ["run", "--config", "/etc/kaccel/kaccel.yaml"]);
+    assert_eq!(
+        args,
+        ["run", "--config", "/etc/kaccel/kaccel.yaml", "--webhook"]
+    );
     let mount = &c["volumeMounts"][0];
     assert_eq!(mount["mountPath"], "/etc/kaccel");
     let volume = &d["spec"]["template"]["spec"]["volumes"][0];
@@ -482,4 +506,58 @@ fn kustomization_lists_every_manifest() {
         .collect();
     assert_eq!(listed, on_disk);
     assert!(!Path::new(&root().join("crds/kustomization.yaml")).exists());
+}
+
+/// The pod webhook as registered: the Service reaches the container's webhook
+/// port, the configuration's name and path are the ones kaccel writes and serves,
+/// it fails closed, and only pods asking for kaccel.io/accelerator are sent.
+#[test]
+fn the_pod_webhook_is_wired_to_what_kaccel_serves() {
+    let config = config();
+    let service = doc("manifests/webhook.yaml", "Service", "kaccel-webhook");
+    let deployment = doc(
+        "manifests/deployment.yaml",
+        "Deployment",
+        "kaccel-controller",
+    );
+    let c = &deployment["spec"]["template"]["spec"]["containers"][0];
+    let port = c["ports"]
+        .as_sequence()
+        .expect("ports")
+        .iter()
+        .find(|p| p["name"] == "webhook")
+        .expect("a webhook port");
+    assert_eq!(
+        port["containerPort"].as_u64(),
+        Some(u64::from(config.webhook.address.port()))
+    );
+    assert_eq!(service["spec"]["ports"][0]["targetPort"], "webhook");
+    assert_eq!(service["spec"]["ports"][0]["port"].as_u64(), Some(443));
+    let host = format!(
+        "{}.{}.svc",
+        service["metadata"]["name"].as_str().unwrap(),
+        service["metadata"]["namespace"].as_str().unwrap()
+    );
+    assert!(
+        config.webhook.hosts.contains(&host),
+        "the generated certificate must name {host}"
+    );
+    let mwc = doc(
+        "manifests/webhook.yaml",
+        "MutatingWebhookConfiguration",
+        &config.webhook.configuration_name,
+    );
+    let hook = &mwc["webhooks"][0];
+    assert_eq!(hook["failurePolicy"], "Fail");
+    assert_eq!(hook["sideEffects"], "None");
+    assert_eq!(
+        hook["clientConfig"]["service"]["name"],
+        service["metadata"]["name"]
+    );
+    assert_eq!(hook["clientConfig"]["service"]["path"], "/mutate-pods");
+    assert_eq!(strings(&hook["rules"][0]["operations"]), ["CREATE"]);
+    assert_eq!(strings(&hook["rules"][0]["resources"]), ["pods"]);
+    let condition = hook["matchConditions"][0]["expression"].as_str().unwrap();
+    assert!(condition.contains("'kaccel.io/accelerator' in c.resources.limits"));
+    assert!(condition.contains("initContainers"));
 }

@@ -82,8 +82,60 @@ pub struct AcceleratorClassSpec {
     #[x_kube(validation = Rule::new("self.all(n, n >= 1 && n <= 1024)").message("spec.devicesPerPod entries must be device counts from 1 to 1024, e.g. [8]"))]
     pub devices_per_pod: Vec<u32>,
 
+    /// Pod settings per vendor or model, applied by kaccel's pod webhook to a pod
+    /// that asks for `kaccel.io/accelerator` once Kueue has placed it on a flavor:
+    /// the first entry whose `vendors` and `models` match the flavor's devices
+    /// wins, so one Job manifest can run a CUDA image on NVIDIA and a ROCm image
+    /// on AMD. Pods that name a vendor resource themselves are left alone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub pod_settings: Vec<VendorPodSettings>,
+
     /// What a device-hour of this class costs in credits.
     pub credits: CreditRate,
+}
+
+/// What a pod placed on matching devices gets, besides its vendor resource.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct VendorPodSettings {
+    /// The vendors this entry is for; empty: any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 6))]
+    pub vendors: Vec<Vendor>,
+    /// Model glob patterns (`*MI300X*`) this entry is for; empty: any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    #[x_kube(validation = Rule::new("self.all(m, size(m) > 0 && size(m) <= 128)").message("spec.podSettings[].models entries must be non-empty patterns of at most 128 characters"))]
+    pub models: Vec<String>,
+    /// Environment variables added to every container that asks for devices
+    /// (a variable the container already sets is left as it is).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub env: Vec<PodEnvVar>,
+    /// Tolerations added to the pod.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub tolerations: Vec<k8s_openapi::api::core::v1::Toleration>,
+    /// The pod's `runtimeClassName` (e.g. `nvidia`), when it sets none itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub runtime_class_name: Option<String>,
+    /// The image of every container that asks for devices (e.g. the ROCm build
+    /// of the same program).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 1024))]
+    pub image: Option<String>,
+}
+
+/// A literal environment variable.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct PodEnvVar {
+    #[schemars(length(min = 1, max = 256))]
+    pub name: String,
+    #[serde(default)]
+    #[schemars(length(max = 4096))]
+    pub value: String,
 }
 
 /// Hard constraints on the hardware a class may use. Empty lists mean "any".

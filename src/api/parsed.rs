@@ -229,6 +229,50 @@ pub fn parse_class(spec: &AcceleratorClassSpec, generation: Option<i64>) -> Pars
             "a CpuOnly class has no devices to count: remove spec.devicesPerPod",
         ));
     }
+    for (i, settings) in spec.pod_settings.iter().enumerate() {
+        let field = format!("spec.podSettings[{i}]");
+        if spec.sharing == SharingMode::CpuOnly {
+            errors.push(err(
+                &field,
+                "a CpuOnly class places no pod on devices: remove spec.podSettings",
+            ));
+        }
+        for (j, env) in settings.env.iter().enumerate() {
+            let valid = !env.name.is_empty()
+                && !env.name.starts_with(|c: char| c.is_ascii_digit())
+                && env
+                    .name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+            if !valid {
+                errors.push(err(
+                    format!("{field}.env[{j}].name"),
+                    format!(
+                        "{:?} is not an environment variable name, e.g. HIP_VISIBLE_DEVICES",
+                        env.name
+                    ),
+                ));
+            }
+        }
+        if let Some(runtime) = &settings.runtime_class_name
+            && !valid_dns_subdomain(runtime)
+        {
+            errors.push(err(
+                format!("{field}.runtimeClassName"),
+                format!("{runtime:?} is not a RuntimeClass name (a DNS subdomain, e.g. nvidia)"),
+            ));
+        }
+        if settings
+            .image
+            .as_deref()
+            .is_some_and(|i| i.trim().is_empty() || i.contains(char::is_whitespace))
+        {
+            errors.push(err(
+                format!("{field}.image"),
+                "must be an image reference without spaces, e.g. rocm/pytorch:latest",
+            ));
+        }
+    }
     let mut devices_per_pod = spec.devices_per_pod.clone();
     devices_per_pod.sort_unstable();
     devices_per_pod.dedup();

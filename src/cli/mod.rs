@@ -39,6 +39,9 @@ pub enum Command {
         /// Override the HTTP address for /healthz, /readyz, /metrics.
         #[arg(long)]
         http_address: Option<std::net::SocketAddr>,
+        /// Serve the pod webhook (`webhook.enabled`), as manifests/deployment.yaml does.
+        #[arg(long)]
+        webhook: bool,
     },
     /// Show the accelerator inventory of the cluster of the current kubeconfig (or of
     /// Node YAML with --nodes): one row per device group per node with vendor, model,

@@ -40,6 +40,54 @@ pub struct Config {
     pub health: Health,
     pub ledger: Ledger,
     pub kueue: KueueSettings,
+    pub webhook: Webhook,
+}
+
+/// The pod webhook: rewrites `kaccel.io/accelerator` into the vendor resource of
+/// the flavor Kueue placed the pod on (manifests/webhook.yaml registers it).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Webhook {
+    /// Serve it (HTTPS) from every replica, leader or not.
+    pub enabled: bool,
+    pub address: SocketAddr,
+    /// A folder with `tls.crt` and `tls.key` (a cert-manager Certificate's Secret,
+    /// mounted): used as they are, and cert-manager injects the CA bundle. Empty:
+    /// kaccel generates a CA and a serving certificate once, keeps them in
+    /// `secret` (shared by every replica) and writes the CA bundle into
+    /// `configurationName`.
+    pub cert_dir: String,
+    /// `NAMESPACE/NAME` of the Secret a generated certificate is kept in.
+    pub secret: String,
+    /// The names (DNS names or IP addresses) a generated certificate is for: the
+    /// webhook Service's DNS names.
+    pub hosts: Vec<String>,
+    /// The MutatingWebhookConfiguration whose `caBundle` kaccel keeps set to
+    /// its generated CA.
+    pub configuration_name: String,
+}
+
+impl Default for Webhook {
+    fn default() -> Self {
+        Webhook {
+            enabled: false,
+            address: "0.0.0.0:9443".parse().expect("valid address"),
+            cert_dir: String::new(),
+            secret: "kaccel-system/kaccel-webhook-tls".into(),
+            hosts: vec![
+                "kaccel-webhook.kaccel-system.svc".into(),
+                "kaccel-webhook.kaccel-system.svc.cluster.local".into(),
+            ],
+            configuration_name: "kaccel-pod-accelerator".into(),
+        }
+    }
+}
+
+impl Webhook {
+    /// The Secret of a generated certificate: (namespace, name).
+    pub fn secret_ref(&self) -> Option<(&str, &str)> {
+        self.secret.split_once('/')
+    }
 }
 
 /// Where kaccel reads Kueue's own manager Configuration, to check that Kueue
@@ -300,6 +348,7 @@ impl Default for Config {
             health: Health::default(),
             ledger: Ledger::default(),
             kueue: KueueSettings::default(),
+            webhook: Webhook::default(),
         }
     }
 }

@@ -36,6 +36,11 @@ pub struct BlockedQueueLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AnswerLabel {
+    pub answer: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SourceLabel {
     pub source: String,
 }
@@ -97,6 +102,10 @@ pub struct Metrics {
     /// 1 per (ClusterQueue kaccel does not own, resource) that Kueue's
     /// transformation into `kaccel.io/accelerator` keeps from admitting.
     pub foreign_queues_blocked: Family<BlockedQueueLabels, Gauge>,
+    /// The pod webhook's answers: allow (no class resource), rewrite, deny.
+    pub webhook_answers: Family<AnswerLabel, Counter>,
+    /// Seconds the pod webhook took per review (its Workload read included).
+    pub webhook_latency: Histogram,
     pub leader: Gauge,
     /// Events the API server refused or never got (a missing RBAC verb shows here).
     pub event_write_failures: Family<ReasonLabel, Counter>,
@@ -129,6 +138,8 @@ impl Metrics {
             managed_objects: Family::default(),
             class_devices: Family::default(),
             foreign_queues_blocked: Family::default(),
+            webhook_answers: Family::default(),
+            webhook_latency: Histogram::new(exponential_buckets(0.0001, 2.0, 16)),
             leader: Gauge::default(),
             event_write_failures: Family::default(),
         };
@@ -216,6 +227,16 @@ impl Metrics {
             "kaccel_foreign_cluster_queue_blocked",
             "1 per ClusterQueue kaccel does not own and resource it covers that Kueue also counts as kaccel.io/accelerator, which the queue does not cover (Kueue admits none of its workloads asking for that resource)",
             m.foreign_queues_blocked.clone(),
+        );
+        registry.register(
+            "kaccel_pod_webhook_answers",
+            "Pod webhook answers: allow (no kaccel.io/accelerator), rewrite, deny",
+            m.webhook_answers.clone(),
+        );
+        registry.register(
+            "kaccel_pod_webhook_seconds",
+            "Seconds the pod webhook took per AdmissionReview",
+            m.webhook_latency.clone(),
         );
         registry.register(
             "kaccel_class_devices",

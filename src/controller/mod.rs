@@ -21,6 +21,7 @@ mod http;
 mod metrics;
 mod name_conflicts;
 mod node_actions;
+mod pod_webhook;
 mod pricing_snapshot;
 mod reconcile;
 mod run;
@@ -55,6 +56,8 @@ pub enum Error {
         address: std::net::SocketAddr,
         source: std::io::Error,
     },
+    #[error("pod webhook: {0}")]
+    Webhook(String),
     #[error(
         "{target} already exists and is not kaccel's ({holder}): kaccel will not change an object it did not create; rename or delete it"
     )]
@@ -69,6 +72,7 @@ impl Error {
             Error::LeaderElection(_) => "leader_election",
             Error::Http { .. } => "http",
             Error::Unmanaged { .. } => "unmanaged_conflict",
+            Error::Webhook(_) => "webhook",
         }
     }
 }

@@ -14,7 +14,7 @@ use super::diff::Kind;
 use super::metrics::{Metrics, ReasonLabel};
 use super::reconcile::{LedgerParts, Reconciler};
 use super::watches::{Caches, Events, start_watches};
-use super::{Config, Error, allocator, credits, health_poller, http};
+use super::{Config, Error, allocator, credits, health_poller, http, pod_webhook};
 
 /// Run the controller until SIGTERM / Ctrl-C.
 pub async fn run(config: Config) -> Result<(), Error> {
@@ -42,6 +42,23 @@ pub async fn run(config: Config) -> Result<(), Error> {
         })
         .await
         .map_err(|source| Error::Http { address, source })
+    });
+
+    // The pod webhook answers on every replica: the API server may call any.
+    let webhook_task = config.webhook.enabled.then(|| {
+        let (client, webhook, metrics) = (client.clone(), config.webhook.clone(), metrics.clone());
+        let mut webhook_shutdown = shutdown_rx.clone();
+        tokio::spawn(async move {
+            // Fails closed: while it cannot serve, the API server refuses the pods
+            // it is registered for; planning and the ledger carry on.
+            if let Err(e) = pod_webhook::serve(client, webhook, metrics, async move {
+                let _ = webhook_shutdown.wait_for(|s| *s).await;
+            })
+            .await
+            {
+                tracing::error!(error = %e, "the pod webhook stopped");
+            }
+        })
     });
 
     tokio::spawn(async move {
@@ -119,6 +136,9 @@ pub async fn run(config: Config) -> Result<(), Error> {
     };
     // Stop the HTTP server too, whatever ended the loop.
     http_task.abort();
+    if let Some(task) = webhook_task {
+        task.abort();
+    }
     result
 }
 

@@ -14,6 +14,13 @@ pub const BUDGET_LABEL: &str = "kaccel.io/budget";
 pub const TEAM_LABEL: &str = "kaccel.io/team";
 /// On a ResourceFlavor kaccel created: its own name, so a selector finds it.
 pub const FLAVOR_LABEL: &str = "kaccel.io/flavor";
+/// On a ResourceFlavor kaccel created: the resource its devices are published
+/// under (`nvidia.com/gpu`), what the pod webhook rewrites `kaccel.io/accelerator`
+/// into on that flavor.
+pub const DEVICE_RESOURCE_ANNOTATION: &str = "kaccel.io/device-resource";
+/// On a ResourceFlavor kaccel created: its devices' vendor (`nvidia`) and model.
+pub const VENDOR_ANNOTATION: &str = "kaccel.io/vendor";
+pub const MODEL_ANNOTATION: &str = "kaccel.io/model";
 /// The node label that pins a CPU-only class without `selector.nodeLabels`:
 /// `kaccel.io/pool=cpu`. Kueue's nodeLabels cannot say "no accelerator", so the
 /// platform team labels its CPU-only nodes; the flavor selects exactly those, and its

@@ -22,6 +22,7 @@ use super::{
     MANAGED_BY, MANAGED_BY_LABEL, MAX_FLAVORS_PER_GROUP, MEMORY, PlanOptions, TEAM_LABEL,
     cluster_queue_name, kueue_counting, name_of, status,
 };
+use crate::k8s::labels::{DEVICE_RESOURCE_ANNOTATION, MODEL_ANNOTATION, VENDOR_ANNOTATION};
 use crate::k8s::names;
 
 /// What the objects are built from: the outputs of the earlier stages.
@@ -271,8 +272,23 @@ fn build_flavor(
             o
         })
         .collect();
+    let mut metadata = meta(name, None, labels, owners);
+    // What the pod webhook needs to place a class-level request on this flavor.
+    if kueue_counting::counts_as_class_resource(report) {
+        let mut annotations = BTreeMap::from([
+            (
+                DEVICE_RESOURCE_ANNOTATION.to_string(),
+                report.resource_name.clone(),
+            ),
+            (MODEL_ANNOTATION.to_string(), report.model.clone()),
+        ]);
+        if let Some(vendor) = report.vendor {
+            annotations.insert(VENDOR_ANNOTATION.to_string(), vendor.as_str().to_string());
+        }
+        metadata.annotations = Some(annotations);
+    }
     ResourceFlavor {
-        metadata: meta(name, None, labels, owners),
+        metadata,
         spec: ResourceFlavorSpec {
             node_labels: key.node_labels(),
             tolerations: report

@@ -63,6 +63,7 @@ pub(super) fn class(
             pooling: Pooling::default(),
             preference: vec![],
             devices_per_pod: vec![],
+            pod_settings: vec![],
             credits: CreditRate {
                 per_device_hour: "1".into(),
                 model_overrides: vec![],

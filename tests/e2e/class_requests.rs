@@ -7,7 +7,7 @@
 //! reported (never written to).
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
 use k8s_openapi::api::core::v1::Node;
@@ -425,5 +425,401 @@ async fn class_requests(env: &mut Env, store: &str) -> Result<()> {
             .map(|c| c["message"].to_string())
             .unwrap_or_default()
     );
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// The pod webhook: the class resource becomes the placed flavor's vendor resource.
+
+fn mwc_ar() -> ApiResource {
+    ApiResource::erase::<k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration>(
+        &(),
+    )
+}
+
+/// manifests/webhook.yaml's MutatingWebhookConfiguration (its rules and
+/// matchConditions as shipped), named `name`, calling kaccel at `url` and only
+/// for pods of namespace `ns` (the cluster is shared with other tests).
+fn test_webhook_configuration(name: &str, url: &str, ns: &str) -> Result<Value> {
+    let text = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/webhook.yaml"),
+    )?;
+    let mut mwc: Value = serde_yaml::Deserializer::from_str(&text)
+        .filter_map(|d| serde::Deserialize::deserialize(d).ok())
+        .map(|v: serde_yaml::Value| serde_json::to_value(v).expect("YAML is JSON"))
+        .find(|v: &Value| v["kind"] == "MutatingWebhookConfiguration")
+        .context("no MutatingWebhookConfiguration in manifests/webhook.yaml")?;
+    mwc["metadata"]["name"] = json!(name);
+    let hook = &mut mwc["webhooks"][0];
+    hook["clientConfig"] = json!({"url": url});
+    hook["namespaceSelector"] = json!({"matchLabels": {"kubernetes.io/metadata.name": ns}});
+    Ok(mwc)
+}
+
+/// A pod as the Job controller creates it from a Job Kueue admitted: Kueue's
+/// podset label and workload annotation, and the flavor's nodeSelector.
+fn job_pod(name: &str, workload: Option<&str>, node_selector: Value, limits: Value) -> Value {
+    let mut pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "labels": {"kueue.x-k8s.io/podset": "main"}},
+        "spec": {"restartPolicy": "Never", "nodeSelector": node_selector,
+                 "automountServiceAccountToken": false,
+                 "containers": [{"name": "train", "image": "ghcr.io/acme/train:cuda",
+                                 "resources": {"limits": limits}}]}
+    });
+    if let Some(w) = workload {
+        pod["metadata"]["annotations"] = json!({"kueue.x-k8s.io/workload": w});
+    }
+    pod
+}
+
+#[tokio::test]
+async fn the_pod_webhook_gives_a_class_pod_its_flavors_vendor_resource_and_settings() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("ledger.db").display());
+    with_env!("kwh", |env| pod_webhook(&mut env, &store).await);
+}
+
+/// What the webhook tests share: a class over one 8-GPU NVIDIA and one 8-GPU AMD
+/// node with settings per vendor, kaccel serving the webhook, the test's copy of
+/// manifests/webhook.yaml registered, and Workloads `first` (on NVIDIA) and
+/// `second` (on AMD) admitted with 8 devices each by the class name.
+struct WebhookFixture {
+    pods: Api<DynamicObject>,
+    nv_flavor: String,
+    amd_flavor: String,
+    nv_labels: Value,
+    amd_labels: Value,
+    webhook_config: String,
+}
+
+async fn webhook_fixture(env: &mut Env, store: &str) -> Result<WebhookFixture> {
+    let id = env.id.clone();
+    let client = env.client.clone();
+    let (nv_product, amd_product) = (
+        format!("NVIDIA-E2E-WEBHOOK-{id}"),
+        format!("AMD_Instinct_E2E_WEBHOOK_{id}"),
+    );
+    let nodes: Api<Node> = Api::all(client.clone());
+    for (name, vendor, product) in [
+        (format!("wh-nv-{id}"), "nvidia", &nv_product),
+        (format!("wh-amd-{id}"), "amd", &amd_product),
+    ] {
+        nodes
+            .create(&PostParams::default(), &node(&name, vendor, product))
+            .await
+            .context("creating a test node")?;
+        env.cleanup
+            .add(None, ApiResource::erase::<Node>(&()), &name);
+    }
+    let class = format!("any-{id}");
+    env.create_class(json!({
+        "apiVersion": "kaccel.io/v1alpha1", "kind": "AcceleratorClass",
+        "metadata": {"name": class},
+        "spec": {"sharing": "Whole",
+                 "selector": {"models": [nv_product, amd_product]},
+                 "preference": [nv_product, amd_product],
+                 "devicesPerPod": [8],
+                 "podSettings": [
+                    {"vendors": ["amd"], "image": "ghcr.io/acme/train:rocm",
+                     "env": [{"name": "HSA_FORCE_FINE_GRAIN_PCIE", "value": "1"}],
+                     "tolerations": [{"key": "amd.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]},
+                    {"vendors": ["nvidia"], "env": [{"name": "NCCL_DEBUG", "value": "WARN"}]}
+                 ],
+                 "credits": {"perDeviceHour": "3600"}},
+    }))
+    .await?;
+    let (team, ns) = (format!("team-{id}"), format!("ns-{id}"));
+    env.create_budget(json!({
+        "apiVersion": "kaccel.io/v1alpha1", "kind": "CreditBudget",
+        "metadata": {"name": team},
+        "spec": {"team": "e2e", "namespaces": [ns],
+            "classes": [{"name": class, "guaranteedDevices": 16}],
+            "credits": {"perPeriod": "1000000", "period": {"start": "2026-12-01T00:00:00Z", "days": 30}}},
+    }))
+    .await?;
+    // The ServiceAccount admission plugin wants the namespace's default account
+    // (no controller-manager creates it here).
+    let sas: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns,
+        &ApiResource::erase::<k8s_openapi::api::core::v1::ServiceAccount>(&()),
+    );
+    support::create(
+        &sas,
+        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": ns}}),
+    )
+    .await?;
+
+    let port = crate::controller::free_port();
+    let mwc_name = format!("kaccel-pod-accelerator-{id}");
+    let mwcs: Api<DynamicObject> = Api::all_with(client.clone(), &mwc_ar());
+    support::create(
+        &mwcs,
+        test_webhook_configuration(
+            &mwc_name,
+            &format!("https://127.0.0.1:{port}/mutate-pods"),
+            &ns,
+        )?,
+    )
+    .await?;
+    env.cleanup.add(None, mwc_ar(), &mwc_name);
+    let webhook_config = format!(
+        "webhook:\n  enabled: true\n  address: 127.0.0.1:{port}\n  secret: {ns}/kaccel-webhook-tls\n  \
+         hosts: [\"127.0.0.1\", localhost]\n  configurationName: {mwc_name}\n"
+    );
+    env.start_with(store, |config| config + &webhook_config);
+    // kaccel writes its generated CA into the configuration.
+    wait_obj(&mwcs, &mwc_name, "caBundle written", |m| {
+        m["webhooks"][0]["clientConfig"]["caBundle"]
+            .as_str()
+            .is_some_and(|b| !b.is_empty())
+    })
+    .await?;
+
+    let cq = format!("{team}-{class}");
+    let queue = wait_obj(&env.cqs.clone(), &cq, "two flavors", |q| {
+        q["spec"]["resourceGroups"][0]["flavors"]
+            .as_array()
+            .is_some_and(|f| f.len() == 2)
+            && is_true(q, "Active")
+    })
+    .await?;
+    let flavor = |i: usize| {
+        queue["spec"]["resourceGroups"][0]["flavors"][i]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    let (nv_flavor, amd_flavor) = (flavor(0), flavor(1));
+    let rfs: Api<DynamicObject> = Api::all_with(client.clone(), &kueue("ResourceFlavor"));
+    let node_labels = |rf: &Value| rf["spec"]["nodeLabels"].clone();
+    let nv_labels = node_labels(&support::get_json(&rfs, &nv_flavor).await?);
+    let amd_labels = node_labels(&support::get_json(&rfs, &amd_flavor).await?);
+
+    // Two Workloads of 8 by the class name: the first on NVIDIA, the second on AMD.
+    let wls = env.workloads(&ns);
+    for name in ["first", "second"] {
+        env.create_workload(pod_workload(&ns, name, &class, &[(CLASS_RESOURCE, 8)]))
+            .await?;
+        support::wait_until(&wls, name, "admitted", WAIT, admitted).await?;
+    }
+    let pods: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns,
+        &ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&()),
+    );
+    Ok(WebhookFixture {
+        pods,
+        nv_flavor,
+        amd_flavor,
+        nv_labels,
+        amd_labels,
+        webhook_config,
+    })
+}
+
+async fn pod_webhook(env: &mut Env, store: &str) -> Result<()> {
+    let WebhookFixture {
+        pods,
+        nv_flavor,
+        amd_flavor,
+        nv_labels,
+        amd_labels,
+        webhook_config,
+        ..
+    } = webhook_fixture(env, store).await?;
+
+    let eight = json!({CLASS_RESOURCE: "8"});
+    let created = support::create(
+        &pods,
+        job_pod("first-pod", Some("first"), nv_labels.clone(), eight.clone()),
+    )
+    .await?;
+    let first = serde_json::to_value(created)?;
+    let train = &first["spec"]["containers"][0];
+    ensure!(
+        train["resources"]["limits"] == json!({"nvidia.com/gpu": "8"})
+            && train["resources"]["requests"] == json!({"nvidia.com/gpu": "8"}),
+        "the NVIDIA pod: {}",
+        train["resources"]
+    );
+    ensure!(
+        train["image"] == "ghcr.io/acme/train:cuda",
+        "{}",
+        train["image"]
+    );
+    ensure!(
+        train["env"] == json!([{"name": "NCCL_DEBUG", "value": "WARN"}]),
+        "{}",
+        train["env"]
+    );
+    ensure!(
+        first["spec"]["nodeSelector"] == nv_labels,
+        "{}",
+        first["spec"]["nodeSelector"]
+    );
+
+    let created = support::create(
+        &pods,
+        job_pod(
+            "second-pod",
+            Some("second"),
+            amd_labels.clone(),
+            eight.clone(),
+        ),
+    )
+    .await?;
+    let second = serde_json::to_value(created)?;
+    let train = &second["spec"]["containers"][0];
+    ensure!(
+        train["resources"]["limits"] == json!({"amd.com/gpu": "8"}),
+        "the AMD pod: {}",
+        train["resources"]
+    );
+    ensure!(
+        train["image"] == "ghcr.io/acme/train:rocm",
+        "{}",
+        train["image"]
+    );
+    ensure!(
+        train["env"] == json!([{"name": "HSA_FORCE_FINE_GRAIN_PCIE", "value": "1"}]),
+        "{}",
+        train["env"]
+    );
+    let tolerations = second["spec"]["tolerations"].to_string();
+    ensure!(tolerations.contains("amd.com/gpu"), "{tolerations}");
+
+    // A pod asking for the class resource that Kueue did not admit: refused,
+    // with the reason, never created with a resource no node has.
+    let refused = pods
+        .create(
+            &PostParams::default(),
+            &support::object(job_pod("stray", None, json!({}), eight.clone())),
+        )
+        .await;
+    let message = match refused {
+        Err(kube::Error::Api(e)) => e.message,
+        other => anyhow::bail!("a pod Kueue never admitted was created: {other:?}"),
+    };
+    ensure!(message.contains("Kueue has not admitted it"), "{message}");
+    // A pod without the class resource never reaches kaccel (matchConditions).
+    let before = metric_sum(
+        &env.controller().metrics().unwrap_or_default(),
+        "kaccel_pod_webhook_answers_total",
+    );
+    let plain = support::create(
+        &pods,
+        job_pod("plain", None, json!({}), json!({"cpu": "1"})),
+    )
+    .await?;
+    ensure!(
+        serde_json::to_value(plain)?["spec"]["containers"][0]["resources"]["limits"]
+            == json!({"cpu": "1"})
+    );
+    let after = metric_sum(
+        &env.controller().metrics().unwrap_or_default(),
+        "kaccel_pod_webhook_answers_total",
+    );
+    ensure!(
+        after == before,
+        "a plain pod was sent to the webhook ({before} -> {after})"
+    );
+    eprintln!(
+        "MEASURE pod webhook: {CLASS_RESOURCE}: 8 -> nvidia.com/gpu: 8 on {nv_flavor}, amd.com/gpu: 8 + ROCm image on {amd_flavor}; {after} reviews answered"
+    );
+
+    // kaccel down: pods asking for the class resource are refused (fail closed),
+    // other pods are created as before.
+    env.controller().kill();
+    let refused = pods
+        .create(
+            &PostParams::default(),
+            &support::object(job_pod("while-down", Some("first"), nv_labels, eight)),
+        )
+        .await;
+    ensure!(
+        matches!(&refused, Err(kube::Error::Api(e)) if e.message.contains("failed calling webhook")),
+        "with the webhook down: {refused:?}"
+    );
+    support::create(
+        &pods,
+        job_pod("plain-while-down", None, json!({}), json!({"cpu": "1"})),
+    )
+    .await?;
+    // Back up, so the teardown's Workloads are settled by kaccel.
+    env.start_with(store, |config| config + &webhook_config);
+    Ok(())
+}
+
+/// The latency the webhook adds to a pod's creation: the same pod created
+/// `KACCEL_BENCH_PODS` times (default 1,000) asking for the class resource (sent
+/// to kaccel, which reads the Workload and rewrites it) and asking for the
+/// vendor resource (not sent), interleaved, create request -> response. A
+/// measurement (e2e/bench-webhook.sh), not a test.
+#[tokio::test]
+#[ignore = "measurement: run through e2e/bench-webhook.sh"]
+async fn webhook_latency_per_pod_creation() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("ledger.db").display());
+    with_env!("kwhb", |env| webhook_latency(&mut env, &store).await);
+}
+
+async fn webhook_latency(env: &mut Env, store: &str) -> Result<()> {
+    let WebhookFixture {
+        pods, nv_labels, ..
+    } = webhook_fixture(env, store).await?;
+    let n: usize = std::env::var("KACCEL_BENCH_PODS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000);
+    let mut with = Vec::with_capacity(n);
+    let mut without = Vec::with_capacity(n);
+    for i in 0..n {
+        for (class_name, samples) in [(true, &mut with), (false, &mut without)] {
+            let limits = if class_name {
+                json!({CLASS_RESOURCE: "8"})
+            } else {
+                json!({"nvidia.com/gpu": "8"})
+            };
+            let pod = job_pod(
+                &format!("{}-{i}", if class_name { "class" } else { "vendor" }),
+                Some("first"),
+                nv_labels.clone(),
+                limits,
+            );
+            let started = Instant::now();
+            let created = pods
+                .create(&PostParams::default(), &support::object(pod))
+                .await?;
+            samples.push(started.elapsed().as_secs_f64() * 1000.0);
+            let limits =
+                &serde_json::to_value(created)?["spec"]["containers"][0]["resources"]["limits"];
+            ensure!(limits == &json!({"nvidia.com/gpu": "8"}), "{limits}");
+        }
+    }
+    let stats = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        let at = |q: f64| v[((v.len() as f64 - 1.0) * q).round() as usize];
+        (at(0.5), at(0.99))
+    };
+    let (with_p50, with_p99) = stats(&mut with);
+    let (without_p50, without_p99) = stats(&mut without);
+    eprintln!("MEASURE with the webhook ({n} pods): p50 {with_p50:.2} ms, p99 {with_p99:.2} ms");
+    eprintln!(
+        "MEASURE without (vendor resource, not sent): p50 {without_p50:.2} ms, p99 {without_p99:.2} ms"
+    );
+    eprintln!(
+        "MEASURE added by the webhook: p50 {:+.2} ms, p99 {:+.2} ms",
+        with_p50 - without_p50,
+        with_p99 - without_p99
+    );
+    let metrics = env.controller().metrics().unwrap_or_default();
+    for line in metrics.lines().filter(|l| {
+        l.starts_with("kaccel_pod_webhook_seconds_sum")
+            || l.starts_with("kaccel_pod_webhook_seconds_count")
+    }) {
+        eprintln!("MEASURE {line}");
+    }
     Ok(())
 }

@@ -797,10 +797,12 @@ async fn side_by_side(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
         &cqs,
         json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
         "metadata": {"name": cq}, "spec": {"namespaceSelector": {}, "resourceGroups": [{
-            "coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
+            // The harness's Kueue also counts nvidia.com/gpu as kaccel.io/accelerator.
+            "coveredResources": ["cpu", "memory", "nvidia.com/gpu", "kaccel.io/accelerator"],
             "flavors": [{"name": flavor, "resources": [
                 {"name": "cpu", "nominalQuota": "1000"}, {"name": "memory", "nominalQuota": "10Ti"},
-                {"name": "nvidia.com/gpu", "nominalQuota": physical.to_string()}]}]}]}}),
+                {"name": "nvidia.com/gpu", "nominalQuota": physical.to_string()},
+                {"name": "kaccel.io/accelerator", "nominalQuota": physical.to_string()}]}]}]}}),
     )
     .await?;
     cleanup.add(None, kueue("ClusterQueue"), &cq);

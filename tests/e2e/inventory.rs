@@ -141,11 +141,14 @@ async fn inventory(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
             "spec": {
                 "namespaceSelector": {},
                 "resourceGroups": [{
-                    "coveredResources": ["cpu", "memory", GPU],
+                    // The harness's Kueue also counts nvidia.com/gpu as
+                    // kaccel.io/accelerator: a queue must cover both (README).
+                    "coveredResources": ["cpu", "memory", GPU, "kaccel.io/accelerator"],
                     "flavors": [{ "name": flavor, "resources": [
                         { "name": "cpu", "nominalQuota": "32" },
                         { "name": "memory", "nominalQuota": "256Gi" },
-                        { "name": GPU, "nominalQuota": "8" }
+                        { "name": GPU, "nominalQuota": "8" },
+                        { "name": "kaccel.io/accelerator", "nominalQuota": "8" }
                     ]}]
                 }]
             }

@@ -87,11 +87,13 @@ async fn bench(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
         json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
                "metadata": {"name": plain},
                "spec": {"namespaceSelector": {}, "resourceGroups": [{
-                   "coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
+                   // The harness's Kueue also counts nvidia.com/gpu as kaccel.io/accelerator.
+                   "coveredResources": ["cpu", "memory", "nvidia.com/gpu", "kaccel.io/accelerator"],
                    "flavors": [{"name": plain, "resources": [
                        {"name": "cpu", "nominalQuota": "1000"},
                        {"name": "memory", "nominalQuota": "1000Gi"},
-                       {"name": "nvidia.com/gpu", "nominalQuota": "1000"}]}]}]}}),
+                       {"name": "nvidia.com/gpu", "nominalQuota": "1000"},
+                       {"name": "kaccel.io/accelerator", "nominalQuota": "1000"}]}]}]}}),
     )
     .await?;
     cleanup.add(None, kueue("ClusterQueue"), &plain);

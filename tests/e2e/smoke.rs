@@ -83,11 +83,14 @@ async fn admit_then_pend(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
             "spec": {
                 "namespaceSelector": {},
                 "resourceGroups": [{
-                    "coveredResources": ["cpu", "memory", GPU],
+                    // The harness's Kueue also counts nvidia.com/gpu as
+                    // kaccel.io/accelerator: a queue must cover both (README).
+                    "coveredResources": ["cpu", "memory", GPU, "kaccel.io/accelerator"],
                     "flavors": [{ "name": flavor, "resources": [
                         { "name": "cpu", "nominalQuota": "64" },
                         { "name": "memory", "nominalQuota": "512Gi" },
-                        { "name": GPU, "nominalQuota": "8" }
+                        { "name": GPU, "nominalQuota": "8" },
+                        { "name": "kaccel.io/accelerator", "nominalQuota": "8" }
                     ]}]
                 }]
             }

@@ -1,0 +1,452 @@
+//! The pod webhook's I/O: HTTPS on `webhook.address`, served by every replica
+//! (leader or not), answering the API server's AdmissionReviews for pods with
+//! [`crate::webhook`]'s rewrite.
+//!
+//! Where the pod was placed comes from Kueue: the pod's `kueue.x-k8s.io/workload`
+//! annotation and `kueue.x-k8s.io/podset` label (Kueue puts both on the pod
+//! template it admits) name the Workload, whose admission says which flavor the
+//! class resource was assigned; kaccel's ResourceFlavor says which vendor
+//! resource that flavor's devices are; the ClusterQueue's class label and the
+//! class give the vendor's pod settings. The Workload is read from the API
+//! server (one GET per pod, so a pod created right after its admission is never
+//! placed from a stale cache); the rest from watch caches.
+//!
+//! Certificates: from `webhook.certDir` (cert-manager), or generated once into a
+//! Secret every replica shares, its CA written into the
+//! MutatingWebhookConfiguration's `caBundle` (and rewritten should it drift).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::State;
+use axum::routing::post;
+use axum::{Json, Router};
+use futures::StreamExt;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+
+use super::config::Webhook;
+use super::metrics::{AnswerLabel, Metrics};
+use super::{Error, api_err};
+use crate::api::{self, AcceleratorClass, Vendor};
+use crate::k8s::labels::{
+    CLASS_LABEL, DEVICE_RESOURCE_ANNOTATION, MANAGED_BY, MANAGED_BY_LABEL, MODEL_ANNOTATION,
+    VENDOR_ANNOTATION,
+};
+use crate::kueue::workload::Workload;
+use crate::kueue::{ClusterQueue, ResourceFlavor};
+use crate::webhook::{
+    Answer, Placement, asks_for_class_resource, review_response, rewrite, settings_for,
+};
+
+/// Kueue's annotation naming a pod's Workload, and label naming its podSet.
+const WORKLOAD_ANNOTATION: &str = "kueue.x-k8s.io/workload";
+const POD_SET_LABEL: &str = "kueue.x-k8s.io/podset";
+const LOCAL_QUEUE_LABEL: &str = "kueue.x-k8s.io/local-queue-name";
+
+/// The PEM a webhook serves with, and the CA that signed it.
+struct TlsMaterial {
+    cert: String,
+    key: String,
+    /// `None` when the certificate comes from `certDir` (cert-manager injects it).
+    ca: Option<String>,
+}
+
+#[derive(Clone)]
+struct WebhookState {
+    client: Client,
+    flavors: Store<ResourceFlavor>,
+    queues: Store<ClusterQueue>,
+    classes: Store<AcceleratorClass>,
+    metrics: Metrics,
+}
+
+/// Serves the webhook until `shutdown`.
+pub(super) async fn serve(
+    client: Client,
+    config: Webhook,
+    metrics: Metrics,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), Error> {
+    let tls = if config.cert_dir.is_empty() {
+        generated_certificate(&client, &config).await?
+    } else {
+        let read = |file: &str| {
+            let path = std::path::Path::new(&config.cert_dir).join(file);
+            std::fs::read_to_string(&path)
+                .map_err(|e| Error::Webhook(format!("cannot read {}: {e}", path.display())))
+        };
+        TlsMaterial {
+            cert: read("tls.crt")?,
+            key: read("tls.key")?,
+            ca: None,
+        }
+    };
+    if let Some(ca) = tls.ca.clone() {
+        tokio::spawn(keep_ca_bundle(
+            client.clone(),
+            config.configuration_name.clone(),
+            ca,
+        ));
+    }
+    let acceptor = tls_acceptor(&tls)?;
+    let managed = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"));
+    let state = WebhookState {
+        flavors: cache(Api::all(client.clone()), managed.clone()),
+        queues: cache(Api::all(client.clone()), managed),
+        classes: cache(Api::all(client.clone()), watcher::Config::default()),
+        client,
+        metrics,
+    };
+    let app = Router::new()
+        .route("/mutate-pods", post(mutate))
+        .with_state(state);
+    let address = config.address;
+    let listener = tokio::net::TcpListener::bind(address)
+        .await
+        .map_err(|source| Error::Http { address, source })?;
+    tracing::info!(%address, "serving the pod webhook (HTTPS /mutate-pods)");
+    axum::serve(TlsListener { listener, acceptor }, app)
+        .with_graceful_shutdown(shutdown)
+        .await
+        .map_err(|source| Error::Http { address, source })
+}
+
+/// A watch cache driven by a task of its own.
+fn cache<K>(api: Api<K>, config: watcher::Config) -> Store<K>
+where
+    K: kube::Resource
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    let writer = reflector::store::Writer::default();
+    let store = writer.as_reader();
+    let stream = watcher(api, config)
+        .default_backoff()
+        .modify(|o: &mut K| o.meta_mut().managed_fields = None)
+        .reflect(writer);
+    tokio::spawn(async move {
+        futures::pin_mut!(stream);
+        while let Some(event) = stream.next().await {
+            if let Err(e) = event {
+                tracing::warn!(error = %e, "pod webhook watch error (retrying)");
+            }
+        }
+    });
+    store
+}
+
+async fn mutate(State(state): State<WebhookState>, Json(review): Json<Value>) -> Json<Value> {
+    let started = Instant::now();
+    let request = &review["request"];
+    let uid = request["uid"].as_str().unwrap_or_default();
+    let namespace = request["namespace"].as_str().unwrap_or_default();
+    let answer = decide(&state, namespace, &request["object"]).await;
+    let label = match &answer {
+        Answer::Allow => "allow",
+        Answer::Patch(ops) if ops.is_empty() => "allow",
+        Answer::Patch(_) => "rewrite",
+        Answer::Deny(message) => {
+            tracing::info!(namespace, %message, "pod webhook refused a pod");
+            "deny"
+        }
+    };
+    state
+        .metrics
+        .webhook_answers
+        .get_or_create(&AnswerLabel {
+            answer: label.into(),
+        })
+        .inc();
+    state
+        .metrics
+        .webhook_latency
+        .observe(started.elapsed().as_secs_f64());
+    Json(review_response(uid, &answer))
+}
+
+/// The answer for one pod: left alone when it asks for no class resource, else
+/// placed where Kueue admitted it, or refused with the reason and the class.
+async fn decide(state: &WebhookState, namespace: &str, pod: &Value) -> Answer {
+    if !asks_for_class_resource(pod) {
+        return Answer::Allow;
+    }
+    let meta = &pod["metadata"];
+    let queue = meta["labels"][LOCAL_QUEUE_LABEL]
+        .as_str()
+        .map(|q| format!(" (LocalQueue {q})"))
+        .unwrap_or_default();
+    let Some(workload) = meta["annotations"][WORKLOAD_ANNOTATION].as_str() else {
+        return Answer::Deny(format!(
+            "the pod asks for {} but Kueue has not admitted it{queue}: {} is only for pods of a Job submitted to the LocalQueue of an AcceleratorClass (label the Job kueue.x-k8s.io/queue-name: <class>), which Kueue places on one of the class's flavors",
+            api::CLASS_RESOURCE,
+            api::CLASS_RESOURCE
+        ));
+    };
+    let pod_set = meta["labels"][POD_SET_LABEL].as_str().unwrap_or("main");
+    let api: Api<Workload> = Api::namespaced(state.client.clone(), namespace);
+    let admitted = match api.get(workload).await {
+        Ok(w) => w,
+        Err(e) => {
+            return Answer::Deny(format!(
+                "cannot read Workload {namespace}/{workload} to place the pod ({e}); the Job controller retries"
+            ));
+        }
+    };
+    let Some(admission) = admitted.status.admission.as_ref() else {
+        return Answer::Deny(format!(
+            "Workload {namespace}/{workload} holds no quota: the pod is not admitted"
+        ));
+    };
+    let class = state
+        .queues
+        .get(&reflector::ObjectRef::new(&admission.cluster_queue))
+        .and_then(|q| q.labels().get(CLASS_LABEL).cloned());
+    let Some(class) = class else {
+        return Answer::Deny(format!(
+            "ClusterQueue {} is not an AcceleratorClass's: {} is only for the queues kaccel writes for a class",
+            admission.cluster_queue,
+            api::CLASS_RESOURCE
+        ));
+    };
+    let flavor = admission
+        .pod_set_assignments
+        .iter()
+        .find(|p| p.name.as_deref().unwrap_or("main") == pod_set)
+        .and_then(|p| p.flavors.as_ref()?.get(api::CLASS_RESOURCE).cloned());
+    let Some(flavor) = flavor else {
+        return Answer::Deny(format!(
+            "{class}: Kueue assigned no flavor to {} for podSet {pod_set:?} of Workload {namespace}/{workload}",
+            api::CLASS_RESOURCE
+        ));
+    };
+    let Some(resource_flavor) = state.flavors.get(&reflector::ObjectRef::new(&flavor)) else {
+        return Answer::Deny(format!(
+            "{class}: flavor {flavor} is not (yet) in kaccel's cache; the Job controller retries"
+        ));
+    };
+    let annotations = resource_flavor.annotations();
+    let Some(vendor_resource) = annotations.get(DEVICE_RESOURCE_ANNOTATION) else {
+        return Answer::Deny(format!(
+            "{class}: flavor {flavor} has no devices asked for by {} (a DRA-only or CPU flavor): ask through a ResourceClaim of its DeviceClass",
+            api::CLASS_RESOURCE
+        ));
+    };
+    let vendor: Option<Vendor> = annotations
+        .get(VENDOR_ANNOTATION)
+        .and_then(|v| serde_json::from_value(json!(v)).ok());
+    let model = annotations
+        .get(MODEL_ANNOTATION)
+        .map(String::as_str)
+        .unwrap_or_default();
+    let class_object = state.classes.get(&reflector::ObjectRef::new(&class));
+    let settings = class_object
+        .as_ref()
+        .and_then(|c| settings_for(&c.spec.pod_settings, vendor, model));
+    let placement = Placement {
+        class: &class,
+        flavor: &flavor,
+        vendor_resource,
+        vendor,
+        model,
+        settings,
+    };
+    match rewrite(pod, &placement) {
+        Ok(ops) => Answer::Patch(ops),
+        Err(refusal) => Answer::Deny(format!("{class}: {refusal}")),
+    }
+}
+
+/// The TLS listener axum serves on: a handshake that fails is logged and
+/// dropped, never the server.
+struct TlsListener {
+    listener: tokio::net::TcpListener,
+    acceptor: tokio_rustls::TlsAcceptor,
+}
+
+impl axum::serve::Listener for TlsListener {
+    type Io = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
+    type Addr = std::net::SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        loop {
+            let (tcp, peer) = match self.listener.accept().await {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    tracing::warn!(error = %e, "pod webhook accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            match self.acceptor.accept(tcp).await {
+                Ok(tls) => return (tls, peer),
+                Err(e) => tracing::debug!(error = %e, %peer, "pod webhook TLS handshake failed"),
+            }
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        self.listener.local_addr()
+    }
+}
+
+fn tls_acceptor(tls: &TlsMaterial) -> Result<tokio_rustls::TlsAcceptor, Error> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(tls.cert.as_bytes())
+        .collect::<Result<_, _>>()
+        .map_err(|e| Error::Webhook(format!("the webhook certificate is not PEM: {e}")))?;
+    let key = PrivateKeyDer::from_pem_slice(tls.key.as_bytes())
+        .map_err(|e| Error::Webhook(format!("the webhook key is not PEM: {e}")))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| Error::Webhook(e.to_string()))?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .map_err(|e| {
+            Error::Webhook(format!("the webhook certificate and key do not match: {e}"))
+        })?;
+    Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
+}
+
+/// The generated certificate every replica serves: read from the Secret, or
+/// generated and stored there by the first replica to start (a replica that
+/// loses the create race reads the winner's).
+async fn generated_certificate(client: &Client, config: &Webhook) -> Result<TlsMaterial, Error> {
+    let (namespace, name) = config.secret_ref().ok_or_else(|| {
+        Error::Webhook(format!(
+            "webhook.secret {:?} is not NAMESPACE/NAME",
+            config.secret
+        ))
+    })?;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    for _ in 0..3 {
+        if let Some(secret) = secrets
+            .get_opt(name)
+            .await
+            .map_err(api_err(format!("reading Secret {namespace}/{name}")))?
+        {
+            return material_of(&secret)
+                .ok_or_else(|| Error::Webhook(format!("Secret {namespace}/{name} lacks tls.crt, tls.key or ca.crt: delete it and kaccel generates a new one")));
+        }
+        let fresh = generate(&config.hosts)?;
+        let secret: Secret = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+            "metadata": {"name": name, "namespace": namespace,
+                         "labels": {MANAGED_BY_LABEL: MANAGED_BY}},
+            "stringData": {"tls.crt": fresh.cert, "tls.key": fresh.key,
+                           "ca.crt": fresh.ca.clone().unwrap_or_default()}
+        }))
+        .expect("a Secret");
+        match secrets.create(&PostParams::default(), &secret).await {
+            Ok(_) => {
+                tracing::info!(secret = %format!("{namespace}/{name}"), hosts = ?config.hosts, "generated the pod webhook's certificate");
+                return Ok(fresh);
+            }
+            Err(kube::Error::Api(e)) if e.code == 409 => continue,
+            Err(e) => return Err(api_err(format!("creating Secret {namespace}/{name}"))(e)),
+        }
+    }
+    Err(Error::Webhook(format!(
+        "Secret {namespace}/{name} keeps changing under kaccel"
+    )))
+}
+
+fn material_of(secret: &Secret) -> Option<TlsMaterial> {
+    let data = secret.data.as_ref()?;
+    let text = |k: &str| -> Option<String> {
+        let ByteString(bytes) = data.get(k)?;
+        String::from_utf8(bytes.clone()).ok()
+    };
+    Some(TlsMaterial {
+        cert: text("tls.crt")?,
+        key: text("tls.key")?,
+        ca: Some(text("ca.crt")?),
+    })
+}
+
+/// A CA and a serving certificate for `hosts` (DNS names or IP addresses), with
+/// rcgen's default validity (to the year 4096): kaccel renews neither; delete the
+/// Secret to replace both.
+fn generate(hosts: &[String]) -> Result<TlsMaterial, Error> {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+    let fail = |e: rcgen::Error| Error::Webhook(format!("generating the webhook certificate: {e}"));
+    let ca_key = KeyPair::generate().map_err(fail)?;
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).map_err(fail)?;
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "kaccel pod webhook CA");
+    let ca_cert = ca_params.self_signed(&ca_key).map_err(fail)?;
+    let leaf_key = KeyPair::generate().map_err(fail)?;
+    let mut leaf = CertificateParams::new(hosts.to_vec()).map_err(fail)?;
+    leaf.distinguished_name.push(
+        DnType::CommonName,
+        hosts
+            .first()
+            .map(String::as_str)
+            .unwrap_or("kaccel-webhook"),
+    );
+    let issuer = Issuer::new(ca_params, ca_key);
+    let cert = leaf.signed_by(&leaf_key, &issuer).map_err(fail)?;
+    Ok(TlsMaterial {
+        cert: cert.pem(),
+        key: leaf_key.serialize_pem(),
+        ca: Some(ca_cert.pem()),
+    })
+}
+
+/// Keeps the `caBundle` of every webhook of `configuration` equal to `ca`:
+/// checked every 30 s, so a configuration applied after kaccel started (or
+/// re-applied without the bundle) is fixed without a restart.
+async fn keep_ca_bundle(client: Client, configuration: String, ca: String) {
+    let api: Api<MutatingWebhookConfiguration> = Api::all(client);
+    let want = ByteString(ca.into_bytes());
+    loop {
+        match api.get_opt(&configuration).await {
+            Ok(Some(current)) => {
+                let stale: Vec<Value> = current
+                    .webhooks
+                    .unwrap_or_default()
+                    .iter()
+                    .filter(|w| w.client_config.ca_bundle.as_ref() != Some(&want))
+                    .map(|w| json!({"name": w.name, "clientConfig": {"caBundle": want}}))
+                    .collect();
+                if !stale.is_empty() {
+                    // Strategic merge: webhooks merge by name, so only caBundle moves.
+                    let patch = Patch::Strategic(json!({"webhooks": stale}));
+                    match api
+                        .patch(&configuration, &PatchParams::default(), &patch)
+                        .await
+                    {
+                        Ok(_) => {
+                            tracing::info!(%configuration, "wrote the pod webhook's CA bundle")
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, %configuration, "cannot write the pod webhook's CA bundle")
+                        }
+                    }
+                }
+            }
+            Ok(None) => {
+                tracing::info!(%configuration, "MutatingWebhookConfiguration not found yet (manifests/webhook.yaml)")
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, %configuration, "cannot read the MutatingWebhookConfiguration")
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(30)).await;
+    }
+}
