@@ -308,16 +308,22 @@ fn controller_calls_only_reviewed_api_methods() {
         (".list(", "list"),
         ("watcher(", "list, watch"),
         (".get_opt(", "get"),
-        ("api.get(", "get (a Node before patching it)"),
+        (
+            "api.get(",
+            "get (a Node before patching it; the pod webhook's Workload)",
+        ),
         (
             ".patch(",
             "patch (and create: server-side apply may create)",
         ),
         (".patch_status(", "patch on the status subresource"),
         (".delete(", "delete"),
+        (
+            ".create(",
+            "create (the pod webhook's certificate Secret, when none exists yet)",
+        ),
     ];
     let watched = [
-        ".create(",
         ".replace(",
         ".replace_status(",
         ".get_status(",
