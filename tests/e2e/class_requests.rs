@@ -292,6 +292,16 @@ async fn class_requests(env: &mut Env, store: &str) -> Result<()> {
         "NVIDIA full (4 by nvidia.com/gpu + 4 by {CLASS_RESOURCE}): {}",
         b["status"]["admission"]
     );
+    // The user reads where it went and why in the check's message.
+    let placed = crate::ledger::check_message(&b);
+    ensure!(
+        placed.contains(&format!(
+            "{class}: on {amd_flavor} ({amd_product}); {nv_flavor} full: "
+        )) && crate::ledger::check_message(&a).contains(&format!(
+            "{class}: on {nv_flavor} ({nv_product}), its first preference"
+        )),
+        "{placed}"
+    );
     // One more NVIDIA device by its own name waits, though only 4 of 8 are
     // counted as nvidia.com/gpu: the class resource bounds both names.
     env.create_workload(pod_workload(

@@ -92,8 +92,8 @@ impl LedgerRuntime {
             match (&record, &recorded) {
                 (Some(rec), Some((charge, _))) if rec.admission == admission => {
                     // Reserved before a crash (or the cache lags the check write).
-                    self.set_check(v, "Ready", &ready_note(rec, charge, v), None)
-                        .await?;
+                    let note = self.with_placement(ready_note(rec, charge, v), v, &pricing);
+                    self.set_check(v, "Ready", &note, None).await?;
                 }
                 _ => {
                     if let Some(after) = self
@@ -249,6 +249,7 @@ impl LedgerRuntime {
                     ),
                     None => "no accelerator devices to charge".to_string(),
                 };
+                let note = self.with_placement(note, v, pricing);
                 self.set_check(v, "Ready", &note, None).await?;
                 self.count_decision("reserve");
                 let latency = (k8s_openapi::jiff::Timestamp::now().as_millisecond() as f64
@@ -409,6 +410,30 @@ impl LedgerRuntime {
             secondary: None,
         };
         crate::controller::publish_event(&self.recorder, &self.metrics, &event, &reference).await;
+    }
+
+    /// `note`, then where Kueue placed the Workload and why ([`placement_note`]).
+    fn with_placement(&self, note: String, v: &Workload, pricing: &PricingSnapshot) -> String {
+        let cluster_queue = v.cluster_queue().unwrap_or_default();
+        let Some((_, class)) = pricing.queues.get(cluster_queue) else {
+            return note;
+        };
+        let usage = usage_from_workload(v).unwrap_or_default();
+        let queue = self.cluster_queues.get().and_then(|cache| {
+            cache.get(&ObjectRef::new_with(
+                cluster_queue,
+                crate::k8s::resources::kueue("ClusterQueue"),
+            ))
+        });
+        match placement_note(
+            class,
+            &usage,
+            &pricing.flavor_models,
+            queue.as_ref().map(|q| &q.data),
+        ) {
+            Some(placed) => format!("{note}; {placed}"),
+            None => note,
+        }
     }
 
     pub(super) async fn reject(
@@ -610,6 +635,83 @@ pub(super) fn ready_note(
         record.budget,
         cards.join(", ")
     )
+}
+
+/// Where Kueue placed the admission and why, in the user's words:
+/// `large-training: on amd-instinct-mi300x-oam (AMD_Instinct_MI300X_OAM); nvidia-h100-80gb-hbm3 full: 8/8 in use`.
+/// The flavors tried first are those before it in the ClusterQueue's resource
+/// group (the class's preference order); their use is Kueue's own
+/// (`status.flavorsReservation`), each device counted once (see
+/// `admission::pod_set_usage`). `None` when the admission uses no device.
+pub(super) fn placement_note(
+    class: &str,
+    usage: &[FlavorUsage],
+    models: &BTreeMap<String, String>,
+    cluster_queue: Option<&Value>,
+) -> Option<String> {
+    let flavor = &usage.first()?.flavor;
+    let model = models
+        .get(flavor)
+        .map(|m| format!(" ({m})"))
+        .unwrap_or_default();
+    let mut note = format!("{class}: on {flavor}{model}");
+    let Some(cq) = cluster_queue else {
+        return Some(note);
+    };
+    let group = cq["spec"]["resourceGroups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|g| g["flavors"].as_array())
+        .find(|flavors| flavors.iter().any(|f| f["name"] == flavor.as_str()));
+    let earlier: Vec<&Value> = group
+        .into_iter()
+        .flatten()
+        .take_while(|f| f["name"] != flavor.as_str())
+        .collect();
+    // Devices of a flavor: the class resource counts every name (Retain).
+    let devices = |resources: &Value, field: &str| -> u64 {
+        let (mut class_units, mut vendor_units) = (0u64, 0u64);
+        for r in resources.as_array().into_iter().flatten() {
+            let name = r["name"].as_str().unwrap_or_default();
+            if !is_accelerator_resource(name) {
+                continue;
+            }
+            let n = r[field]
+                .as_str()
+                .and_then(|q| crate::k8s::quantity::parse_count(q).ok())
+                .map(u64::from)
+                .unwrap_or(0);
+            if name == crate::api::CLASS_RESOURCE {
+                class_units = class_units.max(n);
+            } else {
+                vendor_units += n;
+            }
+        }
+        class_units.max(vendor_units)
+    };
+    let reasons: Vec<String> = earlier
+        .iter()
+        .map(|f| {
+            let name = f["name"].as_str().unwrap_or_default();
+            let nominal = devices(&f["resources"], "nominalQuota");
+            let in_use = cq["status"]["flavorsReservation"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|r| r["name"] == name)
+                .map(|r| devices(&r["resources"], "total"))
+                .unwrap_or(0);
+            format!("{name} full: {in_use}/{nominal} in use")
+        })
+        .collect();
+    if reasons.is_empty() {
+        note.push_str(", its first preference");
+    } else {
+        note.push_str("; ");
+        note.push_str(&reasons.join(", "));
+    }
+    Some(note)
 }
 
 /// A Workload with `spec.maximumExecutionTimeSeconds`: Kueue stops it at its

@@ -55,7 +55,8 @@ use crate::kueue::workload::Workload;
 use crate::ledger::admission::{
     AdmissionError, BudgetView, Decision, FlavorUsage, WorkloadView, admission_number,
     asks_by_two_names, decide, describe_counts, disallowed_devices_per_pod, horizon_seconds,
-    pod_set_usage, rate_info, reservation, total_usage,
+    is_accelerator_resource, pod_set_usage, rate_info, reservation, total_usage,
+    usage_from_workload,
 };
 use crate::ledger::budget::{
     budget_entries, burn_rate_per_hour, current_period, is_exhausted, projected_exhaustion,
@@ -257,6 +258,9 @@ pub struct LedgerRuntime {
     /// only when it persists, so work in flight (a settlement a moment away) is
     /// not mistaken for drift.
     previous_findings: Mutex<BTreeSet<String>>,
+    /// kaccel's ClusterQueues (set when the runtime starts): where the check
+    /// reads the class's preference order and Kueue's use of each flavor.
+    cluster_queues: std::sync::OnceLock<Cache<DynamicObject>>,
 }
 
 impl LedgerRuntime {
@@ -288,6 +292,7 @@ impl LedgerRuntime {
             reserves_appended: Default::default(),
             wake_planner,
             previous_findings: Mutex::new(BTreeSet::new()),
+            cluster_queues: std::sync::OnceLock::new(),
         })
     }
 
@@ -295,6 +300,7 @@ impl LedgerRuntime {
     /// opens the store with retries, then the Workload controller and the budget
     /// loop side by side.
     pub async fn run(self: Arc<Self>, cluster_queues: Cache<DynamicObject>) {
+        let _ = self.cluster_queues.set(cluster_queues.clone());
         let url = self.config.store_url();
         let shown = crate::ledger::store::redact_url(&url);
         let mut delay = Duration::from_millis(500);

@@ -179,3 +179,55 @@ fn release_fails_on_a_real_conflict() {
     gone["metadata"]["finalizers"] = json!(["example.com/audit"]);
     assert!(release_patch(&serde_json::from_value(gone).unwrap()).is_none());
 }
+
+#[test]
+fn the_placement_note_names_the_flavor_model_and_the_fuller_flavors_tried_first() {
+    let cq = json!({
+        "spec": {"resourceGroups": [{"coveredResources": ["nvidia.com/gpu", "amd.com/gpu", "kaccel.io/accelerator", "cpu"],
+            "flavors": [
+                {"name": "nvidia-h100", "resources": [
+                    {"name": "nvidia.com/gpu", "nominalQuota": "16"}, {"name": "amd.com/gpu", "nominalQuota": "0"},
+                    {"name": "kaccel.io/accelerator", "nominalQuota": "16"}, {"name": "cpu", "nominalQuota": "64"}]},
+                {"name": "amd-mi300x", "resources": [
+                    {"name": "nvidia.com/gpu", "nominalQuota": "0"}, {"name": "amd.com/gpu", "nominalQuota": "8"},
+                    {"name": "kaccel.io/accelerator", "nominalQuota": "8"}, {"name": "cpu", "nominalQuota": "64"}]}]}]},
+        "status": {"flavorsReservation": [
+            // 8 by nvidia.com/gpu (also 8 of the class resource) + 8 by the class name.
+            {"name": "nvidia-h100", "resources": [
+                {"name": "nvidia.com/gpu", "total": "8"}, {"name": "kaccel.io/accelerator", "total": "16"},
+                {"name": "cpu", "total": "32"}]}]}
+    });
+    let models = BTreeMap::from([
+        (
+            "nvidia-h100".to_string(),
+            "NVIDIA-H100-80GB-HBM3".to_string(),
+        ),
+        (
+            "amd-mi300x".to_string(),
+            "AMD_Instinct_MI300X_OAM".to_string(),
+        ),
+    ]);
+    let on = |flavor: &str| {
+        vec![FlavorUsage {
+            flavor: flavor.into(),
+            resource: "kaccel.io/accelerator".into(),
+            device_units: 8,
+        }]
+    };
+    assert_eq!(
+        placement_note("large-training", &on("amd-mi300x"), &models, Some(&cq)).unwrap(),
+        "large-training: on amd-mi300x (AMD_Instinct_MI300X_OAM); nvidia-h100 full: 16/16 in use"
+    );
+    assert_eq!(
+        placement_note("large-training", &on("nvidia-h100"), &models, Some(&cq)).unwrap(),
+        "large-training: on nvidia-h100 (NVIDIA-H100-80GB-HBM3), its first preference"
+    );
+    assert_eq!(
+        placement_note("large-training", &on("amd-mi300x"), &models, None).unwrap(),
+        "large-training: on amd-mi300x (AMD_Instinct_MI300X_OAM)"
+    );
+    assert_eq!(
+        placement_note("large-training", &[], &models, Some(&cq)),
+        None
+    );
+}
