@@ -7,14 +7,17 @@
 //! template it admits) name the Workload, whose admission says which flavor the
 //! class resource was assigned; kaccel's ResourceFlavor says which vendor
 //! resource that flavor's devices are; the ClusterQueue's class label and the
-//! class give the vendor's pod settings. The Workload is read from the API
-//! server (one GET per pod, so a pod created right after its admission is never
-//! placed from a stale cache); the rest from watch caches.
+//! class give the vendor's pod settings. Placements come from a watch of the
+//! Workloads, used only when the cached flavor agrees with the nodeSelector Kueue
+//! wrote into the pod; a miss or a disagreement (a pod created before the watch
+//! saw its admission, a re-admission elsewhere) reads the Workload from the API
+//! server, so a pod is never placed from a stale cache.
 //!
 //! Certificates: from `webhook.certDir` (cert-manager), or generated once into a
 //! Secret every replica shares, its CA written into the
 //! MutatingWebhookConfiguration's `caBundle` (and rewritten should it drift).
 
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -58,9 +61,43 @@ struct TlsMaterial {
     ca: Option<String>,
 }
 
+/// Where Kueue placed the class resource of each admitted Workload: (namespace,
+/// name) -> (ClusterQueue, podSet -> flavor). Only Workloads holding the class
+/// resource are kept, so the map is as large as the class-level work admitted.
+type Placements = Arc<std::sync::RwLock<HashMap<(String, String), Placed>>>;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Placed {
+    cluster_queue: String,
+    flavors: BTreeMap<String, String>,
+}
+
+impl Placed {
+    /// The placement of `w`'s class resource, if Kueue assigned it a flavor.
+    fn of(w: &Workload) -> Option<Placed> {
+        let admission = w.status.admission.as_ref()?;
+        let flavors: BTreeMap<String, String> = admission
+            .pod_set_assignments
+            .iter()
+            .filter_map(|p| {
+                let flavor = p.flavors.as_ref()?.get(api::CLASS_RESOURCE)?;
+                Some((
+                    p.name.clone().unwrap_or_else(|| "main".into()),
+                    flavor.clone(),
+                ))
+            })
+            .collect();
+        (!flavors.is_empty()).then(|| Placed {
+            cluster_queue: admission.cluster_queue.clone(),
+            flavors,
+        })
+    }
+}
+
 #[derive(Clone)]
 struct WebhookState {
     client: Client,
+    placements: Placements,
     flavors: Store<ResourceFlavor>,
     queues: Store<ClusterQueue>,
     classes: Store<AcceleratorClass>,
@@ -98,6 +135,7 @@ pub(super) async fn serve(
     let acceptor = tls_acceptor(&tls)?;
     let managed = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"));
     let state = WebhookState {
+        placements: watch_placements(client.clone()),
         flavors: cache(Api::all(client.clone()), managed.clone()),
         queues: cache(Api::all(client.clone()), managed),
         classes: cache(Api::all(client.clone()), watcher::Config::default()),
@@ -145,6 +183,54 @@ where
         }
     });
     store
+}
+
+/// Keeps [`Placements`] from a watch of every Workload (each deserialised into
+/// the slim typed form and dropped at once; only placements are kept).
+fn watch_placements(client: Client) -> Placements {
+    let placements = Placements::default();
+    let map = placements.clone();
+    let api: Api<Workload> = Api::all(client);
+    tokio::spawn(async move {
+        let stream = watcher(api, watcher::Config::default()).default_backoff();
+        futures::pin_mut!(stream);
+        // Filled anew on each (re)list, swapped in when the list is complete.
+        let mut relisted: Option<HashMap<(String, String), Placed>> = None;
+        while let Some(event) = stream.next().await {
+            let event = match event {
+                Ok(event) => event,
+                Err(e) => {
+                    tracing::warn!(error = %e, "pod webhook Workload watch error (retrying)");
+                    continue;
+                }
+            };
+            let key = |w: &Workload| (w.namespace().unwrap_or_default(), w.name_any());
+            match event {
+                watcher::Event::Init => relisted = Some(HashMap::new()),
+                watcher::Event::InitApply(w) => {
+                    if let (Some(fresh), Some(placed)) = (relisted.as_mut(), Placed::of(&w)) {
+                        fresh.insert(key(&w), placed);
+                    }
+                }
+                watcher::Event::InitDone => {
+                    if let Some(fresh) = relisted.take() {
+                        *map.write().expect("placements lock") = fresh;
+                    }
+                }
+                watcher::Event::Apply(w) => {
+                    let mut map = map.write().expect("placements lock");
+                    match Placed::of(&w) {
+                        Some(placed) => map.insert(key(&w), placed),
+                        None => map.remove(&key(&w)),
+                    };
+                }
+                watcher::Event::Delete(w) => {
+                    map.write().expect("placements lock").remove(&key(&w));
+                }
+            }
+        }
+    });
+    placements
 }
 
 async fn mutate(State(state): State<WebhookState>, Json(review): Json<Value>) -> Json<Value> {
@@ -195,42 +281,76 @@ async fn decide(state: &WebhookState, namespace: &str, pod: &Value) -> Answer {
         ));
     };
     let pod_set = meta["labels"][POD_SET_LABEL].as_str().unwrap_or("main");
-    let api: Api<Workload> = Api::namespaced(state.client.clone(), namespace);
-    let admitted = match api.get(workload).await {
-        Ok(w) => w,
-        Err(e) => {
-            return Answer::Deny(format!(
-                "cannot read Workload {namespace}/{workload} to place the pod ({e}); the Job controller retries"
-            ));
-        }
+    let key = (namespace.to_string(), workload.to_string());
+    let cached = state
+        .placements
+        .read()
+        .expect("placements lock")
+        .get(&key)
+        .cloned();
+    // The cache is used only when it agrees with what Kueue wrote into the pod
+    // (the flavor's nodeLabels in its nodeSelector); otherwise, and on a miss, the
+    // Workload is read from the API server.
+    let agrees = |placed: &Placed| {
+        placed
+            .flavors
+            .get(pod_set)
+            .and_then(|f| state.flavors.get(&reflector::ObjectRef::new(f)))
+            .is_some_and(|rf| {
+                rf.spec
+                    .node_labels
+                    .iter()
+                    .all(|(k, v)| node_selector(pod, k) == Some(v.as_str()))
+            })
     };
-    let Some(admission) = admitted.status.admission.as_ref() else {
-        return Answer::Deny(format!(
-            "Workload {namespace}/{workload} holds no quota: the pod is not admitted"
-        ));
+    let placed = match cached.filter(|p| agrees(p)) {
+        Some(placed) => placed,
+        None => {
+            let api: Api<Workload> = Api::namespaced(state.client.clone(), namespace);
+            let admitted = match api.get(workload).await {
+                Ok(w) => w,
+                Err(e) => {
+                    return Answer::Deny(format!(
+                        "cannot read Workload {namespace}/{workload} to place the pod ({e}); the Job controller retries"
+                    ));
+                }
+            };
+            if admitted.status.admission.is_none() {
+                return Answer::Deny(format!(
+                    "Workload {namespace}/{workload} holds no quota: the pod is not admitted"
+                ));
+            }
+            match Placed::of(&admitted) {
+                Some(placed) => placed,
+                None => Placed {
+                    cluster_queue: admitted.cluster_queue().unwrap_or_default().to_string(),
+                    flavors: BTreeMap::new(),
+                },
+            }
+        }
     };
     let class = state
         .queues
-        .get(&reflector::ObjectRef::new(&admission.cluster_queue))
+        .get(&reflector::ObjectRef::new(&placed.cluster_queue))
         .and_then(|q| q.labels().get(CLASS_LABEL).cloned());
     let Some(class) = class else {
         return Answer::Deny(format!(
             "ClusterQueue {} is not an AcceleratorClass's: {} is only for the queues kaccel writes for a class",
-            admission.cluster_queue,
+            placed.cluster_queue,
             api::CLASS_RESOURCE
         ));
     };
-    let flavor = admission
-        .pod_set_assignments
-        .iter()
-        .find(|p| p.name.as_deref().unwrap_or("main") == pod_set)
-        .and_then(|p| p.flavors.as_ref()?.get(api::CLASS_RESOURCE).cloned());
-    let Some(flavor) = flavor else {
+    let Some(flavor) = placed.flavors.get(pod_set).cloned() else {
         return Answer::Deny(format!(
             "{class}: Kueue assigned no flavor to {} for podSet {pod_set:?} of Workload {namespace}/{workload}",
             api::CLASS_RESOURCE
         ));
     };
+    if !agrees(&placed) {
+        return Answer::Deny(format!(
+            "{class}: the pod's nodeSelector does not carry flavor {flavor}'s nodeLabels, where Kueue admitted Workload {namespace}/{workload}: it was not made from Kueue's current admission"
+        ));
+    }
     let Some(resource_flavor) = state.flavors.get(&reflector::ObjectRef::new(&flavor)) else {
         return Answer::Deny(format!(
             "{class}: flavor {flavor} is not (yet) in kaccel's cache; the Job controller retries"
@@ -266,6 +386,11 @@ async fn decide(state: &WebhookState, namespace: &str, pod: &Value) -> Answer {
         Ok(ops) => Answer::Patch(ops),
         Err(refusal) => Answer::Deny(format!("{class}: {refusal}")),
     }
+}
+
+/// The pod's `spec.nodeSelector[key]`.
+fn node_selector<'a>(pod: &'a Value, key: &str) -> Option<&'a str> {
+    pod["spec"]["nodeSelector"][key].as_str()
 }
 
 /// The TLS listener axum serves on: a handshake that fails is logged and

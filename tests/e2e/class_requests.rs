@@ -700,6 +700,27 @@ async fn pod_webhook(env: &mut Env, store: &str) -> Result<()> {
     let tolerations = second["spec"]["tolerations"].to_string();
     ensure!(tolerations.contains("amd.com/gpu"), "{tolerations}");
 
+    // A pod whose nodeSelector is not its Workload's flavor (not made from
+    // Kueue's current admission): refused, never given the wrong vendor resource.
+    let refused = pods
+        .create(
+            &PostParams::default(),
+            &support::object(job_pod(
+                "mismatched",
+                Some("first"),
+                amd_labels.clone(),
+                eight.clone(),
+            )),
+        )
+        .await;
+    let message = match refused {
+        Err(kube::Error::Api(e)) => e.message,
+        other => anyhow::bail!("a pod placed against its admission was created: {other:?}"),
+    };
+    ensure!(
+        message.contains(&format!("does not carry flavor {nv_flavor}'s nodeLabels")),
+        "{message}"
+    );
     // A pod asking for the class resource that Kueue did not admit: refused,
     // with the reason, never created with a resource no node has.
     let refused = pods
