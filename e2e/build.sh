@@ -3,7 +3,7 @@
 # work tree:
 #
 #   ${KACCEL_E2E_CACHE:-$HOME/.cache/kaccel-e2e}/bin-<hash>/
-#       etcd kube-apiserver kubectl kueue   (binaries)
+#       etcd kube-apiserver kube-controller-manager kubectl kueue   (binaries)
 #       kueue-crds/*.yaml                    (Kueue's CRDs, from the module)
 #       kueue-webhooks.yaml                  (Kueue's webhook manifests)
 #       VERSIONS                             (what was built, and how)
@@ -17,7 +17,7 @@ E2E_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source-path=SCRIPTDIR source=versions.env
 source "$E2E_DIR/versions.env"
 
-RECIPE=3 # bump when the build steps below change in a way that matters
+RECIPE=4 # bump when the build steps below change in a way that matters
 CACHE="${KACCEL_E2E_CACHE:-$HOME/.cache/kaccel-e2e}"
 HASH="$( { grep -E '^(KUBERNETES|ETCD|KUEUE)_' "$E2E_DIR/versions.env"; echo "recipe=$RECIPE"; } | sha256sum | cut -c1-12)"
 OUT="$CACHE/bin-$HASH"
@@ -124,10 +124,13 @@ build_k8s_go() {
     ld+=" -X $p.gitTreeState=clean -X $p.gitCommit=0000000000000000000000000000000000000000"
     ld+=" -X $p.buildDate=1970-01-01T00:00:00Z"
   done
-  (cd "$d" && go get "k8s.io/kubernetes/cmd/kube-apiserver@${KUBERNETES_VERSION}" "k8s.io/kubernetes/cmd/kubectl@${KUBERNETES_VERSION}") >&2
+  (cd "$d" && go get "k8s.io/kubernetes/cmd/kube-apiserver@${KUBERNETES_VERSION}" "k8s.io/kubernetes/cmd/kubectl@${KUBERNETES_VERSION}" \
+    "k8s.io/kubernetes/cmd/kube-controller-manager@${KUBERNETES_VERSION}") >&2
   timed kube-apiserver bash -c "cd '$d' && go build -ldflags='$ld' -o '$OUT/kube-apiserver' k8s.io/kubernetes/cmd/kube-apiserver"
   timed kubectl bash -c "cd '$d' && go build -ldflags='$ld' -o '$OUT/kubectl' k8s.io/kubernetes/cmd/kubectl"
-  note "kube-apiserver, kubectl: k8s.io/kubernetes@${KUBERNETES_VERSION}, staging @${KUBERNETES_STAGING_VERSION}"
+  # Only its Job and ServiceAccount controllers run (e2e/cluster.sh): Jobs create pods.
+  timed kube-controller-manager bash -c "cd '$d' && go build -ldflags='$ld' -o '$OUT/kube-controller-manager' k8s.io/kubernetes/cmd/kube-controller-manager"
+  note "kube-apiserver, kube-controller-manager, kubectl: k8s.io/kubernetes@${KUBERNETES_VERSION}, staging @${KUBERNETES_STAGING_VERSION}"
 }
 
 # ---------------------------------------------------------------- kueue
@@ -150,12 +153,12 @@ build_kueue() {
 
 log "building into $OUT (work dir $WORK)"
 [[ -x "$OUT/etcd" ]] || build_etcd
-[[ -x "$OUT/kube-apiserver" && -x "$OUT/kubectl" ]] || build_k8s_go || die "Kubernetes ${KUBERNETES_VERSION} build failed"
+[[ -x "$OUT/kube-apiserver" && -x "$OUT/kubectl" && -x "$OUT/kube-controller-manager" ]] || build_k8s_go || die "Kubernetes ${KUBERNETES_VERSION} build failed"
 [[ -x "$OUT/kueue" && -d "$OUT/kueue-crds" ]] || build_kueue || die "Kueue ${KUEUE_VERSION} build failed"
 
 "$OUT/kube-apiserver" --version >&2
 "$OUT/kubectl" version --client >&2
-"$OUT/etcd" --version | head -1 >&2
+"$OUT/etcd" --version | sed -n 1p >&2 # sed reads it all: head would SIGPIPE etcd under pipefail
 cat "$OUT/VERSIONS.tmp" >>"$OUT/VERSIONS"
 rm -f "$OUT/VERSIONS.tmp"
 touch "$OUT/.complete"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A real, local control plane for kaccel's end-to-end tests:
-# etcd + kube-apiserver + the Kueue manager, all built by e2e/build.sh.
-# No kubelet, no kube-controller-manager: Nodes are API objects (see nodes.sh).
+# etcd + kube-apiserver + kube-controller-manager (Job and ServiceAccount
+# controllers only) + the Kueue manager, all built by e2e/build.sh.
+# No kubelet, no scheduler: Nodes are API objects (see nodes.sh), pods stay Pending.
 #
 #   e2e/cluster.sh up       start (idempotent: says so when already up)
 #   e2e/cluster.sh down     stop (SIGTERM, wait, SIGKILL); logs are kept
@@ -43,7 +44,7 @@ E2E_DRA_FLAVORS=(nvidia-e2e-dra-h100 amd-e2e-dra-mi300x)
 # device, one count): those of the example fleet and the tests' fleets, as
 # `kaccel plan -f examples --kueue-config` prints them (tests/manifests.rs checks).
 E2E_CLASS_COUNTED=(amd.com/gpu aws.amazon.com/neuron google.com/tpu habana.ai/gaudi huawei.com/Ascend910 nvidia.com/gpu nvidia.com/mig-1g.10gb)
-COMPONENTS=(etcd kube-apiserver kueue) # start order; stopped in reverse
+COMPONENTS=(etcd kube-apiserver kube-controller-manager kueue) # start order; stopped in reverse
 
 PKI="$RUN/pki"
 KUBECONFIG_FILE="$RUN/kubeconfig"
@@ -359,6 +360,15 @@ cmd_up() {
     --profiling=false --v=1
   wait_for "kube-apiserver https://127.0.0.1:${API_PORT}/readyz" kube-apiserver curl_api /readyz
   log "API server version: $(curl_api /version | sed -n 's/.*"gitVersion": "\([^"]*\)".*/\1/p')"
+
+  # Jobs create their pods (the Job controller), and every namespace gets the
+  # "default" ServiceAccount those pods run as (the ServiceAccount admission
+  # plugin refuses pods without it). No scheduler, no kubelet: pods stay Pending.
+  start kube-controller-manager "$BIN/kube-controller-manager" \
+    --kubeconfig "$KUBECONFIG_FILE" --controllers job-controller,serviceaccount-controller \
+    --leader-elect=false --secure-port 0 --use-service-account-credentials=false --v=1
+  wait_for "kube-controller-manager (the default ServiceAccount exists)" kube-controller-manager \
+    kc -n default get serviceaccount default
 
   kc apply --server-side -f - >/dev/null <<'EOF'
 apiVersion: v1

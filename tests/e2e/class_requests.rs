@@ -492,9 +492,10 @@ async fn the_pod_webhook_gives_a_class_pod_its_flavors_vendor_resource_and_setti
 
 /// What the webhook tests share: a class over one 8-GPU NVIDIA and one 8-GPU AMD
 /// node with settings per vendor, kaccel serving the webhook, the test's copy of
-/// manifests/webhook.yaml registered, and Workloads `first` (on NVIDIA) and
-/// `second` (on AMD) admitted with 8 devices each by the class name.
+/// manifests/webhook.yaml registered.
 struct WebhookFixture {
+    ns: String,
+    class: String,
     pods: Api<DynamicObject>,
     nv_flavor: String,
     amd_flavor: String,
@@ -536,7 +537,8 @@ async fn webhook_fixture(env: &mut Env, store: &str) -> Result<WebhookFixture> {
                      "tolerations": [{"key": "amd.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]},
                     {"vendors": ["nvidia"], "env": [{"name": "NCCL_DEBUG", "value": "WARN"}]}
                  ],
-                 "credits": {"perDeviceHour": "3600"}},
+                 "credits": {"perDeviceHour": "3600",
+                             "modelOverrides": [{"model": amd_product, "perDeviceHour": "7200"}]}},
     }))
     .await?;
     let (team, ns) = (format!("team-{id}"), format!("ns-{id}"));
@@ -548,18 +550,14 @@ async fn webhook_fixture(env: &mut Env, store: &str) -> Result<WebhookFixture> {
             "credits": {"perPeriod": "1000000", "period": {"start": "2026-12-01T00:00:00Z", "days": 30}}},
     }))
     .await?;
-    // The ServiceAccount admission plugin wants the namespace's default account
-    // (no controller-manager creates it here).
+    // The ServiceAccount admission plugin wants the namespace's default account,
+    // which kube-controller-manager's ServiceAccount controller creates.
     let sas: Api<DynamicObject> = Api::namespaced_with(
         client.clone(),
         &ns,
         &ApiResource::erase::<k8s_openapi::api::core::v1::ServiceAccount>(&()),
     );
-    support::create(
-        &sas,
-        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": ns}}),
-    )
-    .await?;
+    wait_obj(&sas, "default", "the default ServiceAccount", |_| true).await?;
 
     let port = crate::controller::free_port();
     let mwc_name = format!("kaccel-pod-accelerator-{id}");
@@ -607,19 +605,14 @@ async fn webhook_fixture(env: &mut Env, store: &str) -> Result<WebhookFixture> {
     let nv_labels = node_labels(&support::get_json(&rfs, &nv_flavor).await?);
     let amd_labels = node_labels(&support::get_json(&rfs, &amd_flavor).await?);
 
-    // Two Workloads of 8 by the class name: the first on NVIDIA, the second on AMD.
-    let wls = env.workloads(&ns);
-    for name in ["first", "second"] {
-        env.create_workload(pod_workload(&ns, name, &class, &[(CLASS_RESOURCE, 8)]))
-            .await?;
-        support::wait_until(&wls, name, "admitted", WAIT, admitted).await?;
-    }
     let pods: Api<DynamicObject> = Api::namespaced_with(
         client.clone(),
         &ns,
         &ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&()),
     );
     Ok(WebhookFixture {
+        ns,
+        class,
         pods,
         nv_flavor,
         amd_flavor,
@@ -629,8 +622,22 @@ async fn webhook_fixture(env: &mut Env, store: &str) -> Result<WebhookFixture> {
     })
 }
 
+/// Workloads `first` (on NVIDIA) and `second` (on AMD), 8 devices each by the
+/// class name, admitted.
+async fn first_and_second(env: &mut Env, ns: &str, class: &str) -> Result<()> {
+    let wls = env.workloads(ns);
+    for name in ["first", "second"] {
+        env.create_workload(pod_workload(ns, name, class, &[(CLASS_RESOURCE, 8)]))
+            .await?;
+        support::wait_until(&wls, name, "admitted", WAIT, admitted).await?;
+    }
+    Ok(())
+}
+
 async fn pod_webhook(env: &mut Env, store: &str) -> Result<()> {
     let WebhookFixture {
+        ns,
+        class,
         pods,
         nv_flavor,
         amd_flavor,
@@ -639,6 +646,7 @@ async fn pod_webhook(env: &mut Env, store: &str) -> Result<()> {
         webhook_config,
         ..
     } = webhook_fixture(env, store).await?;
+    first_and_second(env, &ns, &class).await?;
 
     let eight = json!({CLASS_RESOURCE: "8"});
     let created = support::create(
@@ -798,8 +806,13 @@ async fn webhook_latency_per_pod_creation() {
 
 async fn webhook_latency(env: &mut Env, store: &str) -> Result<()> {
     let WebhookFixture {
-        pods, nv_labels, ..
+        ns,
+        class,
+        pods,
+        nv_labels,
+        ..
     } = webhook_fixture(env, store).await?;
+    first_and_second(env, &ns, &class).await?;
     let n: usize = std::env::var("KACCEL_BENCH_PODS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -852,5 +865,135 @@ async fn webhook_latency(env: &mut Env, store: &str) -> Result<()> {
     }) {
         eprintln!("MEASURE {line}");
     }
+    Ok(())
+}
+
+/// One Job manifest, `kaccel.io/accelerator: 8` in the class's queue, submitted
+/// twice: Kueue suspends, admits (H100 first, then MI300X) and resumes each; the
+/// Job controller creates the pods, and the webhook gives each its flavor's
+/// vendor resource and the class's settings for that vendor.
+#[tokio::test]
+async fn one_job_manifest_runs_on_whichever_vendor_the_class_admits() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("ledger.db").display());
+    with_env!("kjob", |env| one_job_manifest(&mut env, &store).await);
+}
+
+fn job_ar() -> ApiResource {
+    ApiResource::erase::<k8s_openapi::api::batch::v1::Job>(&())
+}
+
+async fn one_job_manifest(env: &mut Env, store: &str) -> Result<()> {
+    let WebhookFixture {
+        ns,
+        class,
+        pods,
+        nv_flavor,
+        amd_flavor,
+        nv_labels,
+        amd_labels,
+        ..
+    } = webhook_fixture(env, store).await?;
+    let client = env.client.clone();
+    let jobs: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &job_ar());
+    let workloads = env.workloads(&ns);
+    let manifest = |name: &str| {
+        json!({
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": name, "namespace": ns,
+                         "labels": {"kueue.x-k8s.io/queue-name": class}},
+            "spec": {"parallelism": 1, "completions": 1, "suspend": true,
+                "template": {"spec": {"restartPolicy": "Never", "containers": [{
+                    "name": "train", "image": "ghcr.io/acme/train:cuda",
+                    "resources": {"requests": {"cpu": "1", "memory": "1Gi", CLASS_RESOURCE: "8"},
+                                  "limits": {CLASS_RESOURCE: "8"}}}]}}}
+        })
+    };
+    let mut placed = Vec::new();
+    for (name, flavor, labels, resource) in [
+        ("train-1", &nv_flavor, &nv_labels, "nvidia.com/gpu"),
+        ("train-2", &amd_flavor, &amd_labels, "amd.com/gpu"),
+    ] {
+        support::create(&jobs, manifest(name)).await?;
+        env.cleanup.add(Some(&ns), job_ar(), name);
+        // Kueue's Workload for the Job, settled by the teardown.
+        let workload = wait_for(&format!("Kueue's Workload of Job {name}"), WAIT, || async {
+            let list = workloads.list(&Default::default()).await?;
+            Ok(list.items.into_iter().find(|w| {
+                w.metadata
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .any(|o| o.kind == "Job" && o.name == name)
+            }))
+        })
+        .await?;
+        let workload_name = workload.metadata.name.clone().unwrap_or_default();
+        env.track_workload(&ns, &workload_name);
+        let admitted_wl =
+            support::wait_until(&workloads, &workload_name, "admitted", WAIT, admitted).await?;
+        // The Job controller's pod, as the webhook left it.
+        let pod = wait_for(&format!("the pod of Job {name}"), WAIT, || async {
+            let list = pods
+                .list(
+                    &kube::api::ListParams::default()
+                        .labels(&format!("batch.kubernetes.io/job-name={name}")),
+                )
+                .await?;
+            Ok(list.items.into_iter().next())
+        })
+        .await?;
+        let pod = serde_json::to_value(pod)?;
+        let train = &pod["spec"]["containers"][0];
+        ensure!(
+            train["resources"]["limits"] == json!({resource: "8"})
+                && train["resources"]["requests"][resource] == "8"
+                && train["resources"]["requests"].get(CLASS_RESOURCE).is_none(),
+            "Job {name}'s pod: {}",
+            train["resources"]
+        );
+        ensure!(
+            pod["spec"]["nodeSelector"] == *labels,
+            "{}",
+            pod["spec"]["nodeSelector"]
+        );
+        ensure!(
+            assigned(&admitted_wl, CLASS_RESOURCE).map(|(f, _)| f) == Some(flavor.clone()),
+            "{}",
+            admitted_wl["status"]["admission"]
+        );
+        placed.push((name, pod, admitted_wl));
+    }
+    let amd_pod = &placed[1].1;
+    ensure!(
+        amd_pod["spec"]["containers"][0]["image"] == "ghcr.io/acme/train:rocm",
+        "the class's ROCm build on AMD: {}",
+        amd_pod["spec"]["containers"][0]["image"]
+    );
+    ensure!(placed[0].1["spec"]["containers"][0]["image"] == "ghcr.io/acme/train:cuda");
+    // The ledger prices each at its own model's rate: 8 devices for the default
+    // one-hour horizon at 1 credit/s (NVIDIA) and 2 credits/s (AMD).
+    let entries = export(store, None)?;
+    let reserved = |wl: &Value| -> i64 {
+        entries
+            .iter()
+            .filter(|e| e["kind"] == "Reserve" && e["workloadUid"] == wl["metadata"]["uid"])
+            .map(|e| e["credits"].as_i64().unwrap_or(0))
+            .sum()
+    };
+    let micros = crate::ledger::MICROS;
+    ensure!(
+        reserved(&placed[0].2) == 8 * 3600 * micros,
+        "{}",
+        reserved(&placed[0].2)
+    );
+    ensure!(
+        reserved(&placed[1].2) == 2 * 8 * 3600 * micros,
+        "{}",
+        reserved(&placed[1].2)
+    );
+    eprintln!(
+        "MEASURE one Job manifest: train-1 -> {nv_flavor} with nvidia.com/gpu: 8, train-2 -> {amd_flavor} with amd.com/gpu: 8 and the ROCm image"
+    );
     Ok(())
 }

@@ -746,6 +746,12 @@ impl Env {
         self.create_workload(workload(ns, name, queue, secs)).await
     }
 
+    /// A Workload someone else created (Kueue, for a Job), deleted (and settled)
+    /// by the teardown like the test's own.
+    pub fn track_workload(&mut self, ns: &str, name: &str) {
+        self.workloads.push((ns.to_string(), name.to_string()));
+    }
+
     /// Any Workload (JSON), deleted (and settled) by the teardown.
     pub async fn create_workload(&mut self, wl: Value) -> Result<Value> {
         let ns = wl["metadata"]["namespace"]
