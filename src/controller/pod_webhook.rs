@@ -346,16 +346,16 @@ async fn decide(state: &WebhookState, namespace: &str, pod: &Value) -> Answer {
             api::CLASS_RESOURCE
         ));
     };
-    if !agrees(&placed) {
-        return Answer::Deny(format!(
-            "{class}: the pod's nodeSelector does not carry flavor {flavor}'s nodeLabels, where Kueue admitted Workload {namespace}/{workload}: it was not made from Kueue's current admission"
-        ));
-    }
     let Some(resource_flavor) = state.flavors.get(&reflector::ObjectRef::new(&flavor)) else {
         return Answer::Deny(format!(
             "{class}: flavor {flavor} is not (yet) in kaccel's cache; the Job controller retries"
         ));
     };
+    if !agrees(&placed) {
+        return Answer::Deny(format!(
+            "{class}: the pod's nodeSelector does not carry flavor {flavor}'s nodeLabels, where Kueue admitted Workload {namespace}/{workload}: it was not made from Kueue's current admission"
+        ));
+    }
     let annotations = resource_flavor.annotations();
     let Some(vendor_resource) = annotations.get(DEVICE_RESOURCE_ANNOTATION) else {
         return Answer::Deny(format!(
