@@ -5,13 +5,13 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use k8s_openapi::api::core::v1::Node;
 use kaccel::api::AcceleratorClass;
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::core::ApiResource;
 use kube::{Client, ResourceExt};
-use serde_json::json;
+use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::controller::{
@@ -932,15 +932,22 @@ async fn evict_requeue(client: &Client, s: &Setup, cleanup: &mut Cleanup) -> Res
     // Deleted before its Workload (cleanup runs in reverse), or Kueue would make a
     // new Workload for it; there is no garbage collector here.
     cleanup.add(Some(&ns), ApiResource::erase::<Job>(&()), "trainer");
-    // Its pod, as the Job controller would create it, bound to node 0 (no kubelet).
+    // Its pod, created by the Job controller, bound to node 0 as a scheduler would
+    // (a Binding; there is no scheduler or kubelet here).
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    pods.create(&PostParams::default(), &serde_json::from_value(json!({
-        "metadata": {"name": "trainer-0", "ownerReferences": [{
-            "apiVersion": "batch/v1", "kind": "Job", "name": "trainer", "uid": job_uid, "controller": true}]},
-        "spec": {"nodeName": n0, "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}]}
-    }))?)
+    let pod = wait_for("the Job controller's pod", wait, || async {
+        let list = pods
+            .list(&kube::api::ListParams::default().labels("batch.kubernetes.io/job-name=trainer"))
+            .await?;
+        Ok(list.items.into_iter().next().map(|p| p.name_any()))
+    })
     .await?;
-    cleanup.add(Some(&ns), ApiResource::erase::<Pod>(&()), "trainer-0");
+    cleanup.add(Some(&ns), ApiResource::erase::<Pod>(&()), &pod);
+    let binding = json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": pod},
+                         "target": {"apiVersion": "v1", "kind": "Node", "name": n0}});
+    pods.create_subresource::<Value, Value>("binding", &pod, &PostParams::default(), &binding)
+        .await
+        .context("binding the Job's pod to its node")?;
 
     let gpus0 = h100_nodes()[0].1;
     let injected = Instant::now();
