@@ -884,6 +884,25 @@ fn job_ar() -> ApiResource {
 }
 
 async fn one_job_manifest(env: &mut Env, store: &str) -> Result<()> {
+    let result = jobs_through_the_webhook(env, store).await;
+    // The Jobs go before the teardown deletes their Workloads: while a Job
+    // exists, Kueue makes it a new Workload, which would hold quota (and a
+    // ClusterQueue) after this test.
+    let jobs: Api<DynamicObject> =
+        Api::namespaced_with(env.client.clone(), &format!("ns-{}", env.id), &job_ar());
+    for name in ["train-1", "train-2"] {
+        let _ = jobs
+            .delete(name, &kube::api::DeleteParams::background())
+            .await;
+        wait_for(&format!("Job {name} deleted"), WAIT, || async {
+            Ok(jobs.get_opt(name).await?.is_none().then_some(()))
+        })
+        .await?;
+    }
+    result
+}
+
+async fn jobs_through_the_webhook(env: &mut Env, store: &str) -> Result<()> {
     let WebhookFixture {
         ns,
         class,
@@ -915,7 +934,6 @@ async fn one_job_manifest(env: &mut Env, store: &str) -> Result<()> {
         ("train-2", &amd_flavor, &amd_labels, "amd.com/gpu"),
     ] {
         support::create(&jobs, manifest(name)).await?;
-        env.cleanup.add(Some(&ns), job_ar(), name);
         // Kueue's Workload for the Job, settled by the teardown.
         let workload = wait_for(&format!("Kueue's Workload of Job {name}"), WAIT, || async {
             let list = workloads.list(&Default::default()).await?;
@@ -994,6 +1012,86 @@ async fn one_job_manifest(env: &mut Env, store: &str) -> Result<()> {
     );
     eprintln!(
         "MEASURE one Job manifest: train-1 -> {nv_flavor} with nvidia.com/gpu: 8, train-2 -> {amd_flavor} with amd.com/gpu: 8 and the ROCm image"
+    );
+    Ok(())
+}
+
+/// One device, one count on a class of exactly one 8-GPU flavor: 4 by
+/// `nvidia.com/gpu`, then 4 and 4 by `kaccel.io/accelerator` in the same queue:
+/// exactly two are admitted, the third waits, and the ledger charges 8 devices.
+#[tokio::test]
+async fn on_one_flavor_of_eight_a_third_request_of_four_waits_however_it_is_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("ledger.db").display());
+    with_env!("kone", |env| one_count(&mut env, &store).await);
+}
+
+async fn one_count(env: &mut Env, store: &str) -> Result<()> {
+    let id = env.id.clone();
+    let product = format!("NVIDIA-E2E-ONE-{id}");
+    let node_name = format!("one-nv-{id}");
+    Api::<Node>::all(env.client.clone())
+        .create(
+            &PostParams::default(),
+            &node(&node_name, "nvidia", &product),
+        )
+        .await
+        .context("creating the test node")?;
+    env.cleanup
+        .add(None, ApiResource::erase::<Node>(&()), &node_name);
+    let class = format!("one-{id}");
+    env.create_class(json!({
+        "apiVersion": "kaccel.io/v1alpha1", "kind": "AcceleratorClass",
+        "metadata": {"name": class},
+        "spec": {"sharing": "Whole", "selector": {"models": [product]},
+                 "credits": {"perDeviceHour": "3600"}},
+    }))
+    .await?;
+    let (team, ns) = (format!("team-{id}"), format!("ns-{id}"));
+    env.create_budget(json!({
+        "apiVersion": "kaccel.io/v1alpha1", "kind": "CreditBudget",
+        "metadata": {"name": team},
+        "spec": {"team": "e2e", "namespaces": [ns],
+            "classes": [{"name": class, "guaranteedDevices": 8}],
+            "credits": {"perPeriod": "1000000", "period": {"start": "2026-12-01T00:00:00Z", "days": 30}}},
+    }))
+    .await?;
+    env.start(store);
+    let cq = format!("{team}-{class}");
+    wait_obj(&env.cqs.clone(), &cq, "Active", |q| is_true(q, "Active")).await?;
+    let wls = env.workloads(&ns);
+    let mut admitted_uids = Vec::new();
+    for (name, resource) in [
+        ("by-vendor", "nvidia.com/gpu"),
+        ("by-class", CLASS_RESOURCE),
+    ] {
+        env.create_workload(pod_workload(&ns, name, &class, &[(resource, 4)]))
+            .await?;
+        let wl = support::wait_until(&wls, name, "admitted", WAIT, admitted).await?;
+        admitted_uids.push(wl["metadata"]["uid"].clone());
+    }
+    env.create_workload(pod_workload(&ns, "third", &class, &[(CLASS_RESOURCE, 4)]))
+        .await?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let third = support::get_json(&wls, "third").await?;
+    ensure!(
+        !is_true(&third, "QuotaReserved"),
+        "a ninth to twelfth device was admitted on an 8-device flavor: {}",
+        third["status"]
+    );
+    let entries = export(store, Some(&team))?;
+    let charged: u64 = entries
+        .iter()
+        .filter(|e| e["kind"] == "Reserve")
+        .map(|e| e["deviceUnits"].as_u64().unwrap_or(0))
+        .sum();
+    ensure!(charged == 8, "devices charged: {charged} ({entries:?})");
+    ensure!(
+        entries
+            .iter()
+            .filter(|e| e["kind"] == "Reserve")
+            .all(|e| admitted_uids.contains(&e["workloadUid"])),
+        "the waiting Workload reserved credits"
     );
     Ok(())
 }
