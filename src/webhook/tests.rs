@@ -207,3 +207,26 @@ fn review_responses_carry_the_uid_a_base64_json_patch_or_a_403() {
     assert_eq!(deny["response"]["status"]["code"], 403);
     assert_eq!(deny["response"]["status"]["message"], "no");
 }
+
+#[test]
+fn the_runtime_class_is_set_only_where_the_pod_names_none() {
+    let pod = pod();
+    let nvidia = VendorPodSettings {
+        vendors: vec![Vendor::Nvidia],
+        runtime_class_name: Some("nvidia".into()),
+        ..Default::default()
+    };
+    let placed = Placement {
+        vendor_resource: "nvidia.com/gpu",
+        vendor: Some(Vendor::Nvidia),
+        model: "NVIDIA-H100-80GB-HBM3",
+        flavor: "nvidia-h100-80gb-hbm3",
+        ..placement(Some(&nvidia))
+    };
+    let out = applied(&pod, &rewrite(&pod, &placed).unwrap());
+    assert_eq!(out["spec"]["runtimeClassName"], "nvidia");
+    let mut own = pod.clone();
+    own["spec"]["runtimeClassName"] = json!("kata");
+    let out = applied(&own, &rewrite(&own, &placed).unwrap());
+    assert_eq!(out["spec"]["runtimeClassName"], "kata");
+}
