@@ -242,6 +242,30 @@ fn counted_once(totals: BTreeMap<(String, String), u64>) -> Vec<FlavorUsage> {
     out
 }
 
+/// The devices of one flavor in a Kueue resource list (`[{name, <field>: quantity}]`,
+/// as in a ClusterQueue's `resources` or `flavorsReservation`), each counted once:
+/// the class resource already counts the vendor resources (Kueue's `Retain`
+/// transformation, see [`pod_set_usage`]), so the larger of the class resource
+/// and the vendor resources' sum, never their sum. Non-accelerator resources and
+/// quantities that are not whole counts are left out.
+pub fn flavor_devices(resources: &Value, field: &str) -> u64 {
+    let (mut class_units, mut vendor_units) = (0u64, 0u64);
+    for r in resources.as_array().into_iter().flatten() {
+        let Some(name) = r["name"].as_str().filter(|n| is_accelerator_resource(n)) else {
+            continue;
+        };
+        let Some(units) = r[field].as_str().and_then(|q| parse_count(q).ok()) else {
+            continue;
+        };
+        if name == api::CLASS_RESOURCE {
+            class_units += u64::from(units);
+        } else {
+            vendor_units += u64::from(units);
+        }
+    }
+    class_units.max(vendor_units)
+}
+
 /// The first podSet whose pods ask for devices by the class resource and by a
 /// vendor resource together, with that vendor resource. Kueue cannot count such
 /// a pod once: its transformation writes the vendor resource's class-resource

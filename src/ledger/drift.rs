@@ -12,11 +12,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 
-use super::admission::{is_accelerator_resource, usage_from_workload};
+use super::admission::{flavor_devices, usage_from_workload};
 use super::lifecycle::{check_state, counted_by_kueue, record_of};
 use super::store::OpenReservation;
-use crate::api;
-use crate::k8s::quantity::parse_count;
 use crate::kueue::workload::Workload;
 
 /// One disagreement between the ledger and Kueue.
@@ -121,24 +119,8 @@ pub fn compare<W: Borrow<Workload>>(
             .into_iter()
             .flatten()
         {
-            // One device, one count: the class resource already counts the vendor
-            // resources (see `admission::pod_set_usage`), so a flavor's devices are
-            // the larger of the two, not their sum.
-            let (mut class_units, mut vendor_units) = (0u64, 0u64);
-            for r in flavor["resources"].as_array().into_iter().flatten() {
-                let Some(name) = r["name"].as_str().filter(|n| is_accelerator_resource(n)) else {
-                    continue;
-                };
-                let Some(units) = r["total"].as_str().and_then(|q| parse_count(q).ok()) else {
-                    continue;
-                };
-                if name == api::CLASS_RESOURCE {
-                    class_units += u64::from(units);
-                } else {
-                    vendor_units += u64::from(units);
-                }
-            }
-            let units = class_units.max(vendor_units);
+            // One device, one count (the class resource counts the vendor names too).
+            let units = flavor_devices(&flavor["resources"], "total");
             *kueue_units
                 .entry(flavor["name"].as_str().unwrap_or_default().to_string())
                 .or_default() += units;

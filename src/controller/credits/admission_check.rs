@@ -669,38 +669,17 @@ pub(super) fn placement_note(
         .flatten()
         .take_while(|f| f["name"] != flavor.as_str())
         .collect();
-    // Devices of a flavor: the class resource counts every name (Retain).
-    let devices = |resources: &Value, field: &str| -> u64 {
-        let (mut class_units, mut vendor_units) = (0u64, 0u64);
-        for r in resources.as_array().into_iter().flatten() {
-            let name = r["name"].as_str().unwrap_or_default();
-            if !is_accelerator_resource(name) {
-                continue;
-            }
-            let n = r[field]
-                .as_str()
-                .and_then(|q| crate::k8s::quantity::parse_count(q).ok())
-                .map(u64::from)
-                .unwrap_or(0);
-            if name == crate::api::CLASS_RESOURCE {
-                class_units = class_units.max(n);
-            } else {
-                vendor_units += n;
-            }
-        }
-        class_units.max(vendor_units)
-    };
     let reasons: Vec<String> = earlier
         .iter()
         .map(|f| {
             let name = f["name"].as_str().unwrap_or_default();
-            let nominal = devices(&f["resources"], "nominalQuota");
+            let nominal = flavor_devices(&f["resources"], "nominalQuota");
             let in_use = cq["status"]["flavorsReservation"]
                 .as_array()
                 .into_iter()
                 .flatten()
                 .find(|r| r["name"] == name)
-                .map(|r| devices(&r["resources"], "total"))
+                .map(|r| flavor_devices(&r["resources"], "total"))
                 .unwrap_or(0);
             format!("{name} full: {in_use}/{nominal} in use")
         })

@@ -54,9 +54,8 @@ use crate::k8s::time::rfc3339;
 use crate::kueue::workload::Workload;
 use crate::ledger::admission::{
     AdmissionError, BudgetView, Decision, FlavorUsage, WorkloadView, admission_number,
-    asks_by_two_names, decide, describe_counts, disallowed_devices_per_pod, horizon_seconds,
-    is_accelerator_resource, pod_set_usage, rate_info, reservation, total_usage,
-    usage_from_workload,
+    asks_by_two_names, decide, describe_counts, disallowed_devices_per_pod, flavor_devices,
+    horizon_seconds, pod_set_usage, rate_info, reservation, total_usage, usage_from_workload,
 };
 use crate::ledger::budget::{
     budget_entries, burn_rate_per_hour, current_period, is_exhausted, projected_exhaustion,
