@@ -78,6 +78,93 @@ fn class_condition<'a>(class: &'a Value, type_: &str) -> Option<&'a Value> {
     support::condition(class, type_)
 }
 
+/// A test's own fleet, class and team: one 8-GPU node per vendor of `vendors`
+/// ("nvidia", "amd"), each of a product no other test uses; a class over those
+/// products in that order of preference, 1 credit per device-second (2 on AMD),
+/// with `extra` merged into its spec; and a budget guaranteeing all their devices.
+struct TestClass {
+    class: String,
+    team: String,
+    ns: String,
+    products: Vec<String>,
+}
+
+async fn test_class(env: &mut Env, tag: &str, vendors: &[&str], extra: Value) -> Result<TestClass> {
+    let id = env.id.clone();
+    let nodes: Api<Node> = Api::all(env.client.clone());
+    let mut products = Vec::new();
+    for vendor in vendors {
+        let product = match *vendor {
+            "nvidia" => format!("NVIDIA-E2E-{}-{id}", tag.to_uppercase()),
+            _ => format!("AMD_Instinct_E2E_{}_{id}", tag.to_uppercase()),
+        };
+        let name = format!("{tag}-{vendor}-{id}");
+        nodes
+            .create(&PostParams::default(), &node(&name, vendor, &product))
+            .await
+            .context("creating a test node")?;
+        env.cleanup
+            .add(None, ApiResource::erase::<Node>(&()), &name);
+        products.push(product);
+    }
+    let overrides: Vec<Value> = products
+        .iter()
+        .filter(|p| p.starts_with("AMD"))
+        .map(|p| json!({"model": p, "perDeviceHour": "7200"}))
+        .collect();
+    let class = format!("{tag}-{id}");
+    let mut spec = json!({"sharing": "Whole",
+                          "selector": {"models": products},
+                          "credits": {"perDeviceHour": "3600", "modelOverrides": overrides}});
+    if products.len() > 1 {
+        spec["preference"] = json!(products);
+    }
+    if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra.as_object()) {
+        spec.extend(extra.clone());
+    }
+    env.create_class(json!({
+        "apiVersion": "kaccel.io/v1alpha1", "kind": "AcceleratorClass",
+        "metadata": {"name": class}, "spec": spec,
+    }))
+    .await?;
+    let (team, ns) = (format!("team-{id}"), format!("ns-{id}"));
+    env.create_budget(json!({
+        "apiVersion": "kaccel.io/v1alpha1", "kind": "CreditBudget",
+        "metadata": {"name": team},
+        "spec": {"team": "e2e", "namespaces": [ns],
+            "classes": [{"name": class, "guaranteedDevices": 8 * vendors.len()}],
+            "credits": {"perPeriod": "1000000", "period": {"start": "2026-12-01T00:00:00Z", "days": 30}}},
+    }))
+    .await?;
+    Ok(TestClass {
+        class,
+        team,
+        ns,
+        products,
+    })
+}
+
+/// The class's ClusterQueue once Active with both flavors, and their names in
+/// preference order (NVIDIA, then AMD).
+async fn two_flavor_queue(env: &Env, t: &TestClass) -> Result<(Value, String, String)> {
+    let cq = format!("{}-{}", t.team, t.class);
+    let queue = wait_obj(&env.cqs.clone(), &cq, "two flavors", |q| {
+        q["spec"]["resourceGroups"][0]["flavors"]
+            .as_array()
+            .is_some_and(|f| f.len() == 2)
+            && is_true(q, "Active")
+    })
+    .await?;
+    let flavor = |i: usize| {
+        queue["spec"]["resourceGroups"][0]["flavors"][i]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    let (nv_flavor, amd_flavor) = (flavor(0), flavor(1));
+    Ok((queue, nv_flavor, amd_flavor))
+}
+
 #[tokio::test]
 async fn a_class_request_lands_by_preference_counts_once_and_is_held_to_the_class_counts() {
     let dir = tempfile::tempdir().unwrap();
@@ -88,73 +175,27 @@ async fn a_class_request_lands_by_preference_counts_once_and_is_held_to_the_clas
 async fn class_requests(env: &mut Env, store: &str) -> Result<()> {
     let id = env.id.clone();
     let client = env.client.clone();
-    let (nv_product, amd_product) = (
-        format!("NVIDIA-E2E-CLASS-{id}"),
-        format!("AMD_Instinct_E2E_CLASS_{id}"),
-    );
-    let nodes: Api<Node> = Api::all(client.clone());
-    for (name, vendor, product) in [
-        (format!("cls-nv-{id}"), "nvidia", &nv_product),
-        (format!("cls-amd-{id}"), "amd", &amd_product),
-    ] {
-        nodes
-            .create(&PostParams::default(), &node(&name, vendor, product))
-            .await
-            .context("creating a test node")?;
-        env.cleanup
-            .add(None, ApiResource::erase::<Node>(&()), &name);
-    }
-    // 1 credit per device-second on the NVIDIA flavor, 2 on the AMD one.
-    let class = format!("any-{id}");
-    env.create_class(json!({
-        "apiVersion": "kaccel.io/v1alpha1", "kind": "AcceleratorClass",
-        "metadata": {"name": class},
-        "spec": {"sharing": "Whole",
-                 "selector": {"models": [nv_product, amd_product]},
-                 "preference": [nv_product, amd_product],
-                 "devicesPerPod": [4, 8],
-                 "credits": {"perDeviceHour": "3600",
-                             "modelOverrides": [{"model": amd_product, "perDeviceHour": "7200"}]}},
-    }))
+    let t = test_class(
+        env,
+        "cls",
+        &["nvidia", "amd"],
+        json!({"devicesPerPod": [4, 8]}),
+    )
     .await?;
-    let (team, ns) = (format!("team-{id}"), format!("ns-{id}"));
-    env.create_budget(json!({
-        "apiVersion": "kaccel.io/v1alpha1", "kind": "CreditBudget",
-        "metadata": {"name": team},
-        "spec": {"team": "e2e", "namespaces": [ns],
-            "classes": [{"name": class, "guaranteedDevices": 16}],
-            "credits": {"perPeriod": "1000000", "period": {"start": "2026-12-01T00:00:00Z", "days": 30}}},
-    }))
-    .await?;
-    let kueue_config = std::path::Path::new(&std::env::var("KUBECONFIG").unwrap_or_default())
-        .with_file_name("kueue-config.yaml")
-        .display()
-        .to_string();
+    let (class, team, ns) = (t.class.clone(), t.team.clone(), t.ns.clone());
+    let (nv_product, amd_product) = (t.products[0].clone(), t.products[1].clone());
+    let kueue_config = crate::dra::kueue_config_file();
     env.start_with(store, |config| {
         config + &format!("kueue:\n  configFile: {kueue_config}\n")
     });
 
     // The ClusterQueue covers the class resource beside both vendor resources,
     // with the same quota as each flavor's own resource.
-    let cq = format!("{team}-{class}");
     let cqs = env.cqs.clone();
-    let queue = wait_obj(&cqs, &cq, "two flavors", |q| {
-        q["spec"]["resourceGroups"][0]["flavors"]
-            .as_array()
-            .is_some_and(|f| f.len() == 2)
-            && is_true(q, "Active")
-    })
-    .await?;
-    let flavors: Vec<String> = queue["spec"]["resourceGroups"][0]["flavors"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|f| f["name"].as_str().map(str::to_string))
-        .collect();
-    let (nv_flavor, amd_flavor) = (flavors[0].clone(), flavors[1].clone());
+    let (queue, nv_flavor, amd_flavor) = two_flavor_queue(env, &t).await?;
     ensure!(
         nv_flavor.contains("nvidia") && amd_flavor.contains("amd"),
-        "preference order: {flavors:?}"
+        "preference order: {nv_flavor}, {amd_flavor}"
     );
     let quotas = |flavor: usize| -> BTreeMap<String, String> {
         queue["spec"]["resourceGroups"][0]["flavors"][flavor]["resources"]
@@ -507,49 +548,19 @@ struct WebhookFixture {
 async fn webhook_fixture(env: &mut Env, store: &str) -> Result<WebhookFixture> {
     let id = env.id.clone();
     let client = env.client.clone();
-    let (nv_product, amd_product) = (
-        format!("NVIDIA-E2E-WEBHOOK-{id}"),
-        format!("AMD_Instinct_E2E_WEBHOOK_{id}"),
-    );
-    let nodes: Api<Node> = Api::all(client.clone());
-    for (name, vendor, product) in [
-        (format!("wh-nv-{id}"), "nvidia", &nv_product),
-        (format!("wh-amd-{id}"), "amd", &amd_product),
-    ] {
-        nodes
-            .create(&PostParams::default(), &node(&name, vendor, product))
-            .await
-            .context("creating a test node")?;
-        env.cleanup
-            .add(None, ApiResource::erase::<Node>(&()), &name);
-    }
-    let class = format!("any-{id}");
-    env.create_class(json!({
-        "apiVersion": "kaccel.io/v1alpha1", "kind": "AcceleratorClass",
-        "metadata": {"name": class},
-        "spec": {"sharing": "Whole",
-                 "selector": {"models": [nv_product, amd_product]},
-                 "preference": [nv_product, amd_product],
-                 "devicesPerPod": [8],
-                 "podSettings": [
-                    {"vendors": ["amd"], "image": "ghcr.io/acme/train:rocm",
-                     "env": [{"name": "HSA_FORCE_FINE_GRAIN_PCIE", "value": "1"}],
-                     "tolerations": [{"key": "amd.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]},
-                    {"vendors": ["nvidia"], "env": [{"name": "NCCL_DEBUG", "value": "WARN"}]}
-                 ],
-                 "credits": {"perDeviceHour": "3600",
-                             "modelOverrides": [{"model": amd_product, "perDeviceHour": "7200"}]}},
-    }))
+    let t = test_class(
+        env,
+        "wh",
+        &["nvidia", "amd"],
+        json!({"devicesPerPod": [8], "podSettings": [
+            {"vendors": ["amd"], "image": "ghcr.io/acme/train:rocm",
+             "env": [{"name": "HSA_FORCE_FINE_GRAIN_PCIE", "value": "1"}],
+             "tolerations": [{"key": "amd.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]},
+            {"vendors": ["nvidia"], "env": [{"name": "NCCL_DEBUG", "value": "WARN"}]}
+        ]}),
+    )
     .await?;
-    let (team, ns) = (format!("team-{id}"), format!("ns-{id}"));
-    env.create_budget(json!({
-        "apiVersion": "kaccel.io/v1alpha1", "kind": "CreditBudget",
-        "metadata": {"name": team},
-        "spec": {"team": "e2e", "namespaces": [ns],
-            "classes": [{"name": class, "guaranteedDevices": 16}],
-            "credits": {"perPeriod": "1000000", "period": {"start": "2026-12-01T00:00:00Z", "days": 30}}},
-    }))
-    .await?;
+    let ns = t.ns.clone();
     // The ServiceAccount admission plugin wants the namespace's default account,
     // which kube-controller-manager's ServiceAccount controller creates.
     let sas: Api<DynamicObject> = Api::namespaced_with(
@@ -585,21 +596,7 @@ async fn webhook_fixture(env: &mut Env, store: &str) -> Result<WebhookFixture> {
     })
     .await?;
 
-    let cq = format!("{team}-{class}");
-    let queue = wait_obj(&env.cqs.clone(), &cq, "two flavors", |q| {
-        q["spec"]["resourceGroups"][0]["flavors"]
-            .as_array()
-            .is_some_and(|f| f.len() == 2)
-            && is_true(q, "Active")
-    })
-    .await?;
-    let flavor = |i: usize| {
-        queue["spec"]["resourceGroups"][0]["flavors"][i]["name"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string()
-    };
-    let (nv_flavor, amd_flavor) = (flavor(0), flavor(1));
+    let (_, nv_flavor, amd_flavor) = two_flavor_queue(env, &t).await?;
     let rfs: Api<DynamicObject> = Api::all_with(client.clone(), &kueue("ResourceFlavor"));
     let node_labels = |rf: &Value| rf["spec"]["nodeLabels"].clone();
     let nv_labels = node_labels(&support::get_json(&rfs, &nv_flavor).await?);
@@ -612,7 +609,7 @@ async fn webhook_fixture(env: &mut Env, store: &str) -> Result<WebhookFixture> {
     );
     Ok(WebhookFixture {
         ns,
-        class,
+        class: t.class,
         pods,
         nv_flavor,
         amd_flavor,
@@ -1027,35 +1024,9 @@ async fn on_one_flavor_of_eight_a_third_request_of_four_waits_however_it_is_aske
 }
 
 async fn one_count(env: &mut Env, store: &str) -> Result<()> {
-    let id = env.id.clone();
-    let product = format!("NVIDIA-E2E-ONE-{id}");
-    let node_name = format!("one-nv-{id}");
-    Api::<Node>::all(env.client.clone())
-        .create(
-            &PostParams::default(),
-            &node(&node_name, "nvidia", &product),
-        )
-        .await
-        .context("creating the test node")?;
-    env.cleanup
-        .add(None, ApiResource::erase::<Node>(&()), &node_name);
-    let class = format!("one-{id}");
-    env.create_class(json!({
-        "apiVersion": "kaccel.io/v1alpha1", "kind": "AcceleratorClass",
-        "metadata": {"name": class},
-        "spec": {"sharing": "Whole", "selector": {"models": [product]},
-                 "credits": {"perDeviceHour": "3600"}},
-    }))
-    .await?;
-    let (team, ns) = (format!("team-{id}"), format!("ns-{id}"));
-    env.create_budget(json!({
-        "apiVersion": "kaccel.io/v1alpha1", "kind": "CreditBudget",
-        "metadata": {"name": team},
-        "spec": {"team": "e2e", "namespaces": [ns],
-            "classes": [{"name": class, "guaranteedDevices": 8}],
-            "credits": {"perPeriod": "1000000", "period": {"start": "2026-12-01T00:00:00Z", "days": 30}}},
-    }))
-    .await?;
+    let TestClass {
+        class, team, ns, ..
+    } = test_class(env, "one", &["nvidia"], json!({})).await?;
     env.start(store);
     let cq = format!("{team}-{class}");
     wait_obj(&env.cqs.clone(), &cq, "Active", |q| is_true(q, "Active")).await?;

@@ -238,7 +238,7 @@ const DRA_H100_MODEL: &str = "NVIDIA-E2E-DRA-H100";
 const DRA_H100_PRODUCT: &str = "NVIDIA E2E DRA H100";
 
 /// The Kueue configuration e2e/cluster.sh starts Kueue with, beside the kubeconfig.
-fn kueue_config_file() -> String {
+pub(crate) fn kueue_config_file() -> String {
     let kubeconfig = std::env::var("KUBECONFIG").unwrap_or_default();
     std::path::Path::new(&kubeconfig)
         .with_file_name("kueue-config.yaml")
