@@ -58,3 +58,32 @@ pub fn example_plan() -> crate::plan::Plan {
         options: &Default::default(),
     })
 }
+
+/// A Workload `name` (namespace `team`) Kueue admitted with one podSet of
+/// `count` pods on `flavor`: every resource of `usage` (resource -> quantity,
+/// the podSet's total) assigned to that flavor, `Admitted` and `QuotaReserved` True.
+pub fn admitted_on(
+    name: &str,
+    flavor: &str,
+    count: u64,
+    usage: serde_json::Value,
+) -> crate::kueue::workload::Workload {
+    let flavors: serde_json::Map<String, serde_json::Value> = usage
+        .as_object()
+        .expect("usage is a resource -> quantity map")
+        .keys()
+        .map(|r| (r.clone(), serde_json::json!(flavor)))
+        .collect();
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "namespace": "team", "uid": format!("uid-{name}")},
+        "spec": {"queueName": "q", "podSets": [{"name": "main", "count": count}]},
+        "status": {
+            "conditions": [{"type": "QuotaReserved", "status": "True"},
+                           {"type": "Admitted", "status": "True"}],
+            "admission": {"clusterQueue": "cq", "podSetAssignments": [
+                {"name": "main", "count": count, "flavors": flavors, "resourceUsage": usage}
+            ]}
+        }
+    }))
+    .expect("an admitted Workload")
+}

@@ -430,23 +430,7 @@ fn table_lists_each_dra_device_with_its_identity() {
 #[test]
 fn devices_asked_for_by_the_class_resource_count_once_on_the_flavors_own_row() {
     let inv = fleet();
-    let admitted = |name: &str, usage: Value| -> Workload {
-        let flavors: serde_json::Map<String, Value> = usage
-            .as_object()
-            .unwrap()
-            .keys()
-            .map(|r| (r.clone(), json!("h100")))
-            .collect();
-        serde_json::from_value(json!({
-            "metadata": {"name": name, "namespace": "team"},
-            "status": {
-                "conditions": [{"type": "Admitted", "status": "True"}],
-                "admission": {"clusterQueue": "cq", "podSetAssignments": [
-                    {"name": "main", "flavors": flavors, "resourceUsage": usage}]}
-            }
-        }))
-        .unwrap()
-    };
+    let admitted = |name: &str, usage: Value| crate::testkit::admitted_on(name, "h100", 1, usage);
     let cq = json!({
         "metadata": {"name": "cq"},
         "spec": {"resourceGroups": [{

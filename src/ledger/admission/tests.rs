@@ -265,19 +265,7 @@ proptest! {
 
 /// A one-podSet admission of `count` pods on flavor `h100` with this usage.
 fn admitted_on_h100(count: u64, usage: Value) -> Workload {
-    let flavors: serde_json::Map<String, Value> = usage
-        .as_object()
-        .unwrap()
-        .keys()
-        .map(|r| (r.clone(), json!("h100")))
-        .collect();
-    typed(&json!({
-        "metadata": {"name": "w", "namespace": "ns", "uid": "u"},
-        "spec": {"queueName": "q", "podSets": [{"name": "main", "count": count}]},
-        "status": {"admission": {"clusterQueue": "cq", "podSetAssignments": [
-            {"name": "main", "count": count, "flavors": flavors, "resourceUsage": usage}
-        ]}}
-    }))
+    crate::testkit::admitted_on("w", "h100", count, usage)
 }
 
 fn units_by_resource(w: &Workload) -> Vec<(String, u64)> {
