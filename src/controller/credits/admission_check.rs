@@ -92,7 +92,8 @@ impl LedgerRuntime {
             match (&record, &recorded) {
                 (Some(rec), Some((charge, _))) if rec.admission == admission => {
                     // Reserved before a crash (or the cache lags the check write).
-                    let note = self.with_placement(ready_note(rec, charge, v), v, &pricing);
+                    let usage = usage_from_workload(v).unwrap_or_default();
+                    let note = self.with_placement(ready_note(rec, charge, v), v, &usage, &pricing);
                     self.set_check(v, "Ready", &note, None).await?;
                 }
                 _ => {
@@ -249,7 +250,7 @@ impl LedgerRuntime {
                     ),
                     None => "no accelerator devices to charge".to_string(),
                 };
-                let note = self.with_placement(note, v, pricing);
+                let note = self.with_placement(note, v, &usage, pricing);
                 self.set_check(v, "Ready", &note, None).await?;
                 self.count_decision("reserve");
                 let latency = (k8s_openapi::jiff::Timestamp::now().as_millisecond() as f64
@@ -412,13 +413,19 @@ impl LedgerRuntime {
         crate::controller::publish_event(&self.recorder, &self.metrics, &event, &reference).await;
     }
 
-    /// `note`, then where Kueue placed the Workload and why ([`placement_note`]).
-    fn with_placement(&self, note: String, v: &Workload, pricing: &PricingSnapshot) -> String {
+    /// `note`, then where Kueue placed the Workload (its device `usage`) and why
+    /// ([`placement_note`]).
+    fn with_placement(
+        &self,
+        note: String,
+        v: &Workload,
+        usage: &[FlavorUsage],
+        pricing: &PricingSnapshot,
+    ) -> String {
         let cluster_queue = v.cluster_queue().unwrap_or_default();
         let Some((_, class)) = pricing.queues.get(cluster_queue) else {
             return note;
         };
-        let usage = usage_from_workload(v).unwrap_or_default();
         let queue = self.cluster_queues.get().and_then(|cache| {
             cache.get(&ObjectRef::new_with(
                 cluster_queue,
@@ -427,7 +434,7 @@ impl LedgerRuntime {
         });
         match placement_note(
             class,
-            &usage,
+            usage,
             &pricing.flavor_models,
             queue.as_ref().map(|q| &q.data),
         ) {
