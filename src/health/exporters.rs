@@ -93,11 +93,47 @@ pub struct DeviceReading {
     pub vendor_healthy: Option<bool>,
     /// Vendor fault/error codes (Ascend npu_chip_info_error_code != 0, ...), as strings.
     pub error_codes: Vec<String>,
+    /// Correctable (single-bit) ECC errors, a counter (trend rules read its rise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ecc_correctable: Option<f64>,
+    /// Memory rows wait for a reset to be remapped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub row_remap_pending: Option<bool>,
+    /// The recovery the driver asks for (NVIDIA's `nvmlDeviceGpuRecoveryAction_t`:
+    /// 0 none, 1 GPU reset, 2 node reboot, 3 drain P2P, 4 drain and reset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovery_action: Option<u64>,
+    /// Clocks held down by the hardware (thermal / power slowdown, power brake) now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock_throttle_active: Option<bool>,
+    /// Occurrences per XID where the exporter counts them (dcgm-exporter's
+    /// `DCGM_EXP_XID_ERRORS_COUNT{xid}`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub xid_counts: BTreeMap<u64, f64>,
     pub driver_version: Option<String>,
     pub firmware_version: Option<String>,
+    /// The pod holding the device, as the exporter attributes it (dcgm-exporter's
+    /// `pod`/`namespace`/`container`, AMD's, Ascend's `pod_name`, ...). None: no
+    /// pod holds it, or the exporter does not say; never guessed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<PodRef>,
+    /// Trend signal name (`eccCorrectable`) -> the vendor metric(s) it was read
+    /// from, comma-separated: verdicts name the vendor's own fields.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub signal_fields: BTreeMap<String, String>,
     /// Every original sample for this device: metric name -> value, and the label set of the first sample, kept for the engineer who needs the raw field.
     pub raw_values: BTreeMap<String, f64>,
     pub raw_labels: BTreeMap<String, String>,
+}
+
+/// A pod as an exporter names it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodRef {
+    pub namespace: String,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<String>,
 }
 
 /// Group samples into devices. Samples that belong to no device (process metrics, go_* etc.) are ignored. `default_node` is used when the exporter has no hostname label.
@@ -186,12 +222,25 @@ impl Builder {
         fill_label(&mut r.pci_bus_id, first_label(s, p.pci));
         fill_label(&mut r.driver_version, first_label(s, p.driver));
         fill_label(&mut r.firmware_version, first_label(s, p.firmware));
+        if r.pod.is_none()
+            && let (Some(name), Some(namespace)) =
+                (first_label(s, p.pod), first_label(s, p.pod_namespace))
+        {
+            r.pod = Some(PodRef {
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+                container: first_label(s, p.container).map(str::to_string),
+            });
+        }
         fill_label(
             &mut self.fallback_ident,
             first_label(s, p.serial).or(first_label(s, p.index)),
         );
         merge_max(&mut r.raw_values, &s.name, s.value);
         merge_max(&mut self.values, normalised, s.value);
+        if let Some(keyed) = p.keyed {
+            keyed(r, normalised, s);
+        }
     }
 
     fn finish(mut self, p: &Profile) -> DeviceReading {

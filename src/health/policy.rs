@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use super::DeviceStatus;
 use super::exporters::DeviceReading;
+use super::trend::{TrendRule, default_rules};
 
 pub use node_conditions::{NodeConditionRule, apply_node_conditions, default_node_condition_rules};
 pub use tracker::{DeviceView, Silence, SourceState, TrackedDevice, Tracker, keeps_out};
@@ -39,9 +40,15 @@ pub struct Policy {
     pub ignored_xids: Vec<u64>,
     /// XIDs that mean the device failed (double-bit ECC, fallen off the bus, ...).
     pub failed_xids: Vec<u64>,
+    /// XIDs that mean the device was reset or recovered (fallen off the bus,
+    /// contained and uncontained ECC errors): counted by `resets` trend rules.
+    pub reset_xids: Vec<u64>,
     /// A device must read healthy this long (seconds) before it counts again; after
     /// a silence, counted from the first fresh reading.
     pub hold_down_seconds: i64,
+    /// Rules over a window of samples (rising ECC counts, repeated resets, sustained
+    /// heat, throttling, recurring XIDs): the list replaces the defaults whole.
+    pub trend_rules: Vec<TrendRule>,
 }
 
 impl Default for Policy {
@@ -52,7 +59,9 @@ impl Default for Policy {
             memory_warning_temperature_c: 95.0,
             ignored_xids: vec![13, 31, 43, 45, 68, 109],
             failed_xids: vec![48, 63, 64, 74, 79, 92, 94, 95, 119, 120],
+            reset_xids: vec![79, 94, 95],
             hold_down_seconds: 120,
+            trend_rules: default_rules(),
         }
     }
 }
@@ -65,6 +74,11 @@ fn severity(s: DeviceStatus) -> u8 {
         DeviceStatus::Degraded => 3,
         DeviceStatus::Failed => 4,
     }
+}
+
+/// The worse of two statuses.
+pub fn worse(a: DeviceStatus, b: DeviceStatus) -> DeviceStatus {
+    if severity(b) > severity(a) { b } else { a }
 }
 
 /// The status one reading calls for, with every reason that applies.
@@ -91,6 +105,25 @@ pub fn classify(reading: &DeviceReading, policy: &Policy) -> (DeviceStatus, Vec<
             raise(DeviceStatus::Failed, format!("critical XID {xid}"));
         } else if !policy.ignored_xids.contains(&xid) {
             raise(DeviceStatus::Warning, format!("XID {xid}"));
+        }
+    }
+    match reading.recovery_action {
+        None | Some(0) => {}
+        Some(3) => raise(
+            DeviceStatus::Warning,
+            "the driver asks to drain peer-to-peer work (recovery action 3)".into(),
+        ),
+        Some(action) => {
+            let what = match action {
+                1 => "a GPU reset",
+                2 => "a node reboot",
+                4 => "a drain and reset",
+                _ => "a recovery",
+            };
+            raise(
+                DeviceStatus::Degraded,
+                format!("the driver asks for {what} (recovery action {action})"),
+            )
         }
     }
     if reading.vendor_healthy == Some(false) {

@@ -162,6 +162,26 @@ impl Config {
                 message: format!("source {:?}: {message}", source.name),
             })?;
         }
+        let mut rule_names = std::collections::BTreeSet::new();
+        for rule in &self.health.policy.trend_rules {
+            if !rule_names.insert(rule.name.as_str()) {
+                return Err(invalid(
+                    "health.policy.trendRules[].name",
+                    &format!("rule names must be unique; {:?} is used twice", rule.name),
+                ));
+            }
+            if let Some((field, message)) = rule.problem() {
+                let field = match field {
+                    "name" => "health.policy.trendRules[].name",
+                    "function" => "health.policy.trendRules[].function",
+                    "above" => "health.policy.trendRules[].above",
+                    "windowSeconds" => "health.policy.trendRules[].windowSeconds",
+                    "threshold" => "health.policy.trendRules[].threshold",
+                    _ => "health.policy.trendRules[].status",
+                };
+                return Err(invalid(field, &message));
+            }
+        }
         if self.health.actions.max_share_percent > 100 {
             return Err(invalid("health.actions.maxSharePercent", "must be 0..100"));
         }
@@ -347,6 +367,21 @@ mod tests {
                 "health:\n  actions:\n    maxSharePercent: 101\n",
                 "health.actions.maxSharePercent",
                 "0..100",
+            ),
+            (
+                "health:\n  policy:\n    trendRules:\n      - {name: hot, signal: temperature, function: durationAbove, windowSeconds: 600, threshold: 300, status: Degraded}\n",
+                "health.policy.trendRules[].above",
+                "needs `above`",
+            ),
+            (
+                "health:\n  policy:\n    trendRules:\n      - {name: ecc, signal: eccCorrectable, function: count, windowSeconds: 600, threshold: 3, status: Degraded}\n",
+                "health.policy.trendRules[].function",
+                "use one of increase, rate, latest",
+            ),
+            (
+                "health:\n  policy:\n    trendRules:\n      - {name: a, signal: xid, function: count, windowSeconds: 60, threshold: 3, status: Failed}\n      - {name: a, signal: xid, function: count, windowSeconds: 60, threshold: 3, status: Failed}\n",
+                "health.policy.trendRules[].name",
+                "used twice",
             ),
             (
                 "planner:\n  demoteWarningPercent: 101\n",

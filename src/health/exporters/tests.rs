@@ -8,6 +8,7 @@ const DCGM_FIXTURE: &str = include_str!("../testdata/dcgm.prom");
 const AMD_FIXTURE: &str = include_str!("../testdata/amd.prom");
 const ASCEND_FIXTURE: &str = include_str!("../testdata/ascend.prom");
 const GAUDI_FIXTURE: &str = include_str!("../testdata/gaudi.prom");
+const DCGM_TRENDS_FIXTURE: &str = include_str!("../testdata/dcgm-trends.prom");
 const GARBAGE: &str = include_str!("../testdata/garbage.txt");
 
 fn read(kind: ExporterKind, body: &str, node: Option<&str>) -> Vec<DeviceReading> {
@@ -196,6 +197,100 @@ fn gaudi_fixture() {
         hot.raw_values.get("habanalabs_nic_port_status"),
         Some(&1.0),
         "several ports per device: the largest value is kept"
+    );
+}
+
+#[test]
+fn dcgm_trend_fields_and_the_vendor_names_they_came_from() {
+    let r = read(ExporterKind::DcgmExporter, DCGM_TRENDS_FIXTURE, None);
+    assert_eq!(r.len(), 2);
+    let (quiet, busy) = (&r[0], &r[1]);
+    assert_eq!(quiet.ecc_correctable, Some(0.0));
+    assert_eq!(quiet.row_remap_pending, Some(false));
+    assert_eq!(
+        quiet.clock_throttle_active,
+        Some(false),
+        "idle (0x1) is no throttle"
+    );
+    assert_eq!(quiet.recovery_action, Some(0));
+    assert!(
+        quiet.xid_counts.is_empty(),
+        "the zero series has no xid label"
+    );
+    assert_eq!(quiet.pod, None, "empty pod labels: nobody holds it");
+    assert_eq!(busy.ecc_correctable, Some(1412.0));
+    assert_eq!(busy.row_remap_pending, Some(true));
+    assert_eq!(
+        busy.clock_throttle_active,
+        Some(true),
+        "HW thermal (0x40) + power cap"
+    );
+    assert_eq!(busy.recovery_action, Some(1));
+    assert_eq!(busy.last_xid, Some(48));
+    assert_eq!(busy.xid_counts, [(13, 5.0), (48, 2.0)].into());
+    assert_eq!(
+        busy.pod,
+        Some(PodRef {
+            namespace: "team-b".into(),
+            name: "finetune-7".into(),
+            container: Some("worker".into()),
+        })
+    );
+    let field = |s: &str| busy.signal_fields.get(s).map(String::as_str);
+    assert_eq!(
+        field("eccCorrectable"),
+        Some("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL")
+    );
+    assert_eq!(
+        field("clockThrottle"),
+        Some("DCGM_FI_DEV_CLOCKS_EVENT_REASONS")
+    );
+    assert_eq!(field("resets"), Some("DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION"));
+    assert_eq!(field("xid"), Some("DCGM_EXP_XID_ERRORS_COUNT"));
+    assert_eq!(field("temperature"), Some("DCGM_FI_DEV_GPU_TEMP"));
+}
+
+#[test]
+fn the_pod_holding_each_device_as_each_exporter_says() {
+    let holder = |kind, body| -> Vec<Option<(String, String)>> {
+        read(kind, body, Some("n"))
+            .into_iter()
+            .map(|d| d.pod.map(|p| (p.namespace, p.name)))
+            .collect()
+    };
+    let dcgm = holder(ExporterKind::DcgmExporter, DCGM_FIXTURE);
+    assert_eq!(dcgm[0], None);
+    assert_eq!(dcgm[1], Some(("team-a".into(), "llm-pretrain-0".into())));
+    let ascend = holder(ExporterKind::AscendNpuExporter, ASCEND_FIXTURE);
+    assert!(ascend.contains(&Some(("team-b".into(), "mindspore-job-1".into()))));
+    assert!(ascend.contains(&None));
+    let gaudi = holder(ExporterKind::GaudiExporter, GAUDI_FIXTURE);
+    assert!(gaudi.iter().flatten().count() > 0, "{gaudi:?}");
+    assert!(
+        gaudi
+            .iter()
+            .flatten()
+            .all(|(_, pod)| pod == "optimum-habana-0"),
+        "the exporter's own pod (habanalabs_kube_info) holds no device: {gaudi:?}"
+    );
+}
+
+#[test]
+fn correctable_ecc_from_amd_and_ascend_and_never_a_failed_read() {
+    let amd = read(ExporterKind::AmdDeviceMetrics, AMD_FIXTURE, None);
+    assert_eq!(amd[1].ecc_correctable, Some(17.0));
+    assert_eq!(
+        amd[1]
+            .signal_fields
+            .get("eccCorrectable")
+            .map(String::as_str),
+        Some("gpu_ecc_correct_total")
+    );
+    let body = "npu_chip_info_hbm_ecc_single_bit_error_cnt{id=\"0\",model_name=\"910B\"} -1\n";
+    let ascend = read(ExporterKind::AscendNpuExporter, body, Some("n"));
+    assert_eq!(
+        ascend[0].ecc_correctable, None,
+        "-1: the exporter could not read it"
     );
 }
 

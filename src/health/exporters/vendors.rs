@@ -35,6 +35,7 @@
 use std::collections::BTreeMap;
 
 use super::DeviceReading;
+use crate::health::prom::Sample;
 
 /// How one exporter names things. Label lists are in order of preference.
 pub(super) struct Profile {
@@ -49,8 +50,16 @@ pub(super) struct Profile {
     pub(super) pci: &'static [&'static str],
     pub(super) driver: &'static [&'static str],
     pub(super) firmware: &'static [&'static str],
+    /// The pod holding the device, where the exporter attributes it (empty values:
+    /// no pod holds it).
+    pub(super) pod: &'static [&'static str],
+    pub(super) pod_namespace: &'static [&'static str],
+    pub(super) container: &'static [&'static str],
     /// Fill the normalised fields from the per-device values (normalised names).
     pub(super) fill: fn(&mut DeviceReading, &BTreeMap<String, f64>),
+    /// Series whose labels carry a value (dcgm-exporter's per-XID counts), read
+    /// sample by sample: (reading, normalised name, sample).
+    pub(super) keyed: Option<fn(&mut DeviceReading, &str, &Sample)>,
 }
 
 pub(super) static DCGM: Profile = Profile {
@@ -64,7 +73,12 @@ pub(super) static DCGM: Profile = Profile {
     driver: &["DCGM_FI_DRIVER_VERSION"],
     // Only present when the counters file exports the VBIOS field as a label.
     firmware: &["DCGM_FI_DEV_VBIOS_VERSION"],
+    // Kubernetes mode (`-k`); `--use-old-namespace` spells them `pod_name`, ...
+    pod: &["pod", "pod_name"],
+    pod_namespace: &["namespace", "pod_namespace"],
+    container: &["container", "container_name"],
     fill: fill_dcgm,
+    keyed: Some(dcgm_xid_count),
 };
 
 pub(super) static AMD: Profile = Profile {
@@ -79,7 +93,12 @@ pub(super) static AMD: Profile = Profile {
     pci: &[],
     driver: &["driver_version"],
     firmware: &["vbios_version"],
+    // Always present, filled on Kubernetes from the kubelet's pod resources.
+    pod: &["pod"],
+    pod_namespace: &["namespace"],
+    container: &["container"],
     fill: fill_amd,
+    keyed: None,
 };
 
 pub(super) static ASCEND: Profile = Profile {
@@ -92,7 +111,12 @@ pub(super) static ASCEND: Profile = Profile {
     pci: &["pcie_bus_info"],
     driver: &[],
     firmware: &[],
+    // From the container runtime's io.kubernetes.* labels.
+    pod: &["pod_name"],
+    pod_namespace: &["namespace"],
+    container: &["container_name"],
     fill: fill_ascend,
+    keyed: None,
 };
 
 pub(super) static GAUDI: Profile = Profile {
@@ -105,7 +129,12 @@ pub(super) static GAUDI: Profile = Profile {
     pci: &[],
     driver: &["driver"],
     firmware: &["spi", "fit"],
+    // Not confirmed from Habana's own page (see above); no container label.
+    pod: &["pod_name"],
+    pod_namespace: &["pod_namespace"],
+    container: &[],
     fill: fill_gaudi,
+    keyed: None,
 };
 
 /// AMD names, with an optional configured prefix (`amd_gpu_edge_temperature`)
@@ -135,13 +164,51 @@ fn to_u64(v: f64) -> Option<u64> {
     (v >= 0.0 && v.fract() == 0.0 && v < u64::MAX as f64).then_some(v as u64)
 }
 
+/// The first of `names` present, recorded as where trend signal `signal` came from.
+fn traced(
+    r: &mut DeviceReading,
+    signal: &str,
+    v: &BTreeMap<String, f64>,
+    names: &[&str],
+) -> Option<f64> {
+    let (name, value) = names.iter().find_map(|n| num(v, n).map(|x| (*n, x)))?;
+    r.signal_fields.insert(signal.to_string(), name.to_string());
+    Some(value)
+}
+
+/// dcgm-exporter's XID collector: `DCGM_EXP_XID_ERRORS_COUNT{xid="79"}`, one series
+/// per XID seen.
+fn dcgm_xid_count(r: &mut DeviceReading, name: &str, s: &Sample) {
+    if name != "DCGM_EXP_XID_ERRORS_COUNT" || !s.value.is_finite() {
+        return;
+    }
+    if let Some(xid) = s
+        .labels
+        .get("xid")
+        .and_then(|x| x.trim().parse::<u64>().ok())
+    {
+        let count = r.xid_counts.entry(xid).or_insert(s.value);
+        *count = count.max(s.value);
+        r.signal_fields
+            .insert("xid".into(), "DCGM_EXP_XID_ERRORS_COUNT".into());
+    }
+}
+
+/// NVML clock event (throttle) reasons that mean the hardware is holding clocks
+/// down: HW slowdown 0x8, SW thermal 0x20, HW thermal 0x40, HW power brake 0x80.
+/// Idle 0x1, application clocks 0x2, SW power cap 0x4, sync boost 0x10 and display
+/// clocks 0x100 are how a healthy card runs.
+pub(super) const DEGRADING_CLOCK_REASONS: u64 = 0x8 | 0x20 | 0x40 | 0x80;
+
 fn fill_dcgm(r: &mut DeviceReading, v: &BTreeMap<String, f64>) {
     r.temperature_c = num(v, "DCGM_FI_DEV_GPU_TEMP");
     r.memory_temperature_c = num(v, "DCGM_FI_DEV_MEMORY_TEMP");
     r.power_w = num(v, "DCGM_FI_DEV_POWER_USAGE");
     r.memory_used_mib = num(v, "DCGM_FI_DEV_FB_USED");
     r.utilization_percent = num(v, "DCGM_FI_DEV_GPU_UTIL");
-    r.last_xid = num(v, "DCGM_FI_DEV_XID_ERRORS").and_then(to_u64);
+    // DCGM 4.6 renamed some fields and keeps the old names; exporters use either.
+    r.last_xid =
+        first_num(v, &["DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_XID_ERROR"]).and_then(to_u64);
     // Volatile (since the driver loaded) first; the aggregate (lifetime) count when
     // only that is exported.
     r.ecc_uncorrectable = first_num(
@@ -151,8 +218,74 @@ fn fill_dcgm(r: &mut DeviceReading, v: &BTreeMap<String, f64>) {
             "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
         ],
     );
-    r.remapped_rows_uncorrectable = num(v, "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS");
-    r.row_remap_failure = num(v, "DCGM_FI_DEV_ROW_REMAP_FAILURE").map(|f| f != 0.0);
+    r.remapped_rows_uncorrectable = first_num(
+        v,
+        &[
+            "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+            "DCGM_FI_DEV_ROW_REMAP_UNCORRECTABLE_TOTAL",
+        ],
+    );
+    r.row_remap_failure = first_num(
+        v,
+        &[
+            "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+            "DCGM_FI_DEV_ROW_REMAP_FAILED",
+        ],
+    )
+    .map(|f| f != 0.0);
+    // DCGM >= 4.5 (nvmlDeviceGpuRecoveryAction_t); not in the exporter's default CSV.
+    r.recovery_action = traced(
+        r,
+        "resets",
+        v,
+        &[
+            "DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION",
+            "DCGM_FI_DEV_GPU_RECOVERY_ACTION",
+        ],
+    )
+    .and_then(to_u64);
+    r.ecc_correctable = traced(
+        r,
+        "eccCorrectable",
+        v,
+        &[
+            "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
+            "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL",
+        ],
+    );
+    traced(
+        r,
+        "eccUncorrectable",
+        v,
+        &[
+            "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+            "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
+        ],
+    );
+    r.row_remap_pending =
+        traced(r, "rowRemapPending", v, &["DCGM_FI_DEV_ROW_REMAP_PENDING"]).map(|p| p != 0.0);
+    // Renamed from THROTTLE to CLOCKS_EVENT in DCGM 3.2; exporters publish either.
+    r.clock_throttle_active = traced(
+        r,
+        "clockThrottle",
+        v,
+        &[
+            "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
+            "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
+        ],
+    )
+    .and_then(to_u64)
+    .map(|reasons| reasons & DEGRADING_CLOCK_REASONS != 0);
+    traced(r, "temperature", v, &["DCGM_FI_DEV_GPU_TEMP"]);
+    traced(r, "memoryTemperature", v, &["DCGM_FI_DEV_MEMORY_TEMP"]);
+    if r.xid_counts.is_empty() {
+        traced(
+            r,
+            "xid",
+            v,
+            &["DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_XID_ERROR"],
+        );
+    }
 }
 
 fn fill_amd(r: &mut DeviceReading, v: &BTreeMap<String, f64>) {
@@ -179,6 +312,27 @@ fn fill_amd(r: &mut DeviceReading, v: &BTreeMap<String, f64>) {
         (!blocks.is_empty()).then(|| blocks.iter().sum())
     });
     r.vendor_healthy = num(v, "gpu_health").map(|h| h == 1.0);
+    // A gauge holding a count (every AMD metric is a gauge): trend rules read its rise.
+    r.ecc_correctable = traced(r, "eccCorrectable", v, &["gpu_ecc_correct_total"]).or_else(|| {
+        let blocks: Vec<(&String, f64)> = v
+            .iter()
+            .filter(|(k, _)| k.starts_with("gpu_ecc_correct_"))
+            .filter_map(|(k, x)| x.is_finite().then_some((k, *x)))
+            .collect();
+        if blocks.is_empty() {
+            return None;
+        }
+        let names: Vec<&str> = blocks.iter().map(|(k, _)| k.as_str()).collect();
+        r.signal_fields
+            .insert("eccCorrectable".into(), names.join(","));
+        Some(blocks.iter().map(|(_, x)| x).sum())
+    });
+    traced(
+        r,
+        "temperature",
+        v,
+        &["gpu_junction_temperature", "gpu_edge_temperature"],
+    );
 }
 
 fn fill_ascend(r: &mut DeviceReading, v: &BTreeMap<String, f64>) {
@@ -198,6 +352,19 @@ fn fill_ascend(r: &mut DeviceReading, v: &BTreeMap<String, f64>) {
             "npu_chip_info_hbm_ecc_total_double_bit_error_cnt",
         ],
     );
+    // -1 when the exporter failed to collect it: not a count.
+    r.ecc_correctable = traced(
+        r,
+        "eccCorrectable",
+        v,
+        &[
+            "npu_chip_info_hbm_ecc_single_bit_error_cnt",
+            "npu_chip_info_hbm_ecc_total_single_bit_error_cnt",
+        ],
+    )
+    .filter(|n| *n >= 0.0);
+    traced(r, "temperature", v, &["npu_chip_info_temperature"]);
+    traced(r, "faultCode", v, &["npu_chip_info_error_code"]);
     r.vendor_healthy = num(v, "npu_chip_info_health_status").map(|h| h == 1.0);
     let mut codes: Vec<String> = v
         .iter()

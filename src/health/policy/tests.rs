@@ -317,3 +317,44 @@ mod last_known_bad {
         }
     }
 }
+
+#[test]
+fn a_trend_verdict_takes_the_device_out_and_says_why() {
+    use crate::health::policy::testing::{NODE, SOURCE, counts, fleet, gpus, watched};
+    let policy = Policy::default();
+    let mut t = watched();
+    // GPU 3's correctable ECC count climbs 30 per 15 s poll; the others stay flat.
+    for poll in 0..5 {
+        let now = 1000 + poll * 15;
+        let mut readings = gpus(&[0, 1, 2, 3, 4, 5, 6, 7], &[], &[]);
+        for r in &mut readings {
+            let rising = r.device == "3";
+            r.ecc_correctable = Some(if rising { 30.0 * poll as f64 } else { 9000.0 });
+            r.signal_fields.insert(
+                "eccCorrectable".into(),
+                "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL".into(),
+            );
+        }
+        t.observe(SOURCE, readings, now, &policy);
+    }
+    let now = 1000 + 4 * 15;
+    let gpu3 = &t.devices[&(NODE.to_string(), "3".to_string())];
+    assert_eq!(gpu3.status, DeviceStatus::Degraded);
+    assert_eq!(gpu3.verdicts[0].rule, "correctable-ecc-rising");
+    assert_eq!(gpu3.verdicts[0].value, 120.0);
+    assert!(
+        gpu3.reasons[0].contains("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"),
+        "{:?}",
+        gpu3.reasons
+    );
+    let flat = &t.devices[&(NODE.to_string(), "0".to_string())];
+    assert_eq!(flat.status, DeviceStatus::Healthy, "9000 but flat");
+    let c = counts(&t, fleet(), now);
+    assert_eq!((c.healthy, c.degraded), (7, 1));
+    // The history goes with the device when its source goes.
+    t.remove_source(SOURCE, now);
+    assert!(
+        t.history.keys().all(|k| t.devices.contains_key(k)),
+        "no history without its device"
+    );
+}

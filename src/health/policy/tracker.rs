@@ -7,8 +7,12 @@ use serde::{Deserialize, Serialize};
 use super::{Policy, classify};
 use crate::api::{HealthCounts, SharingMode, Vendor};
 use crate::health::exporters::DeviceReading;
+use crate::health::trend::{DeviceHistory, TrendVerdict};
 use crate::health::{DeviceStatus, HealthSnapshot};
 use crate::inventory::Inventory;
+
+/// A source with no state (tests, `kaccel inventory`) trusts gaps up to this long.
+const DEFAULT_MAX_GAP_SECONDS: i64 = 60;
 
 /// One device's tracked health.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -19,6 +23,10 @@ pub struct TrackedDevice {
     pub device: String,
     pub status: DeviceStatus,
     pub reasons: Vec<String>,
+    /// The trend rules that hold for it ([`crate::health::trend`]), with what they
+    /// measured and the vendor fields they read.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub verdicts: Vec<TrendVerdict>,
     /// Unix seconds of the reading.
     pub observed_at: i64,
     /// Unix seconds of the last reading that was not healthy.
@@ -176,6 +184,8 @@ pub struct Tracker {
     /// (node, device) -> tracked device.
     pub devices: BTreeMap<(String, String), TrackedDevice>,
     pub sources: BTreeMap<String, SourceState>,
+    /// What the trend rules remember per tracked device (same keys as `devices`).
+    pub history: BTreeMap<(String, String), DeviceHistory>,
 }
 
 impl Tracker {
@@ -189,6 +199,11 @@ impl Tracker {
     ) {
         // Silent until this answer: what it held out restarts its hold-down here.
         let after_silence = self.sources.get(source).is_some_and(|s| !s.usable(now));
+        // A gap in samples longer than this is no observation (trend rules).
+        let max_gap = self
+            .sources
+            .get(source)
+            .map_or(DEFAULT_MAX_GAP_SECONDS, |s| s.stale_after_seconds.max(1));
         if let Some(state) = self.sources.get_mut(source) {
             state.last_success_at = Some(now);
             state.last_error = None;
@@ -200,7 +215,16 @@ impl Tracker {
                 continue;
             };
             let key = (node.clone(), reading.device.clone());
-            let (raw, mut reasons) = classify(&reading, policy);
+            let (mut raw, mut reasons) = classify(&reading, policy);
+            let verdicts = self
+                .history
+                .entry(key.clone())
+                .or_default()
+                .observe(&reading, now, policy, max_gap);
+            for verdict in &verdicts {
+                raw = super::worse(raw, verdict.status);
+                reasons.push(verdict.reason());
+            }
             let previous = self.devices.get(&key);
             let held_before = previous
                 .filter(|p| p.status != DeviceStatus::Healthy && p.status != DeviceStatus::Unknown);
@@ -237,6 +261,7 @@ impl Tracker {
                     device: reading.device.clone(),
                     status,
                     reasons,
+                    verdicts,
                     observed_at: now,
                     last_unhealthy_at,
                     hold_down_from,
@@ -269,8 +294,14 @@ impl Tracker {
                 held_nodes.insert(d.node.clone());
             }
         }
-        self.devices
-            .retain(|k, d| d.source != source || keep(k) || held_nodes.contains(&d.node));
+        let history = &mut self.history;
+        self.devices.retain(|k, d| {
+            let stays = d.source != source || keep(k) || held_nodes.contains(&d.node);
+            if !stays {
+                history.remove(k);
+            }
+            stays
+        });
         for (k, d) in &mut self.devices {
             if d.source == source && !keep(k) {
                 d.unreported_since.get_or_insert(now);

@@ -227,6 +227,18 @@ fn query_selects_everything_the_mapping_reads() {
 }
 
 #[test]
+fn query_selects_every_trend_field() {
+    let all = prom::parse(include_str!("../testdata/dcgm-trends.prom")).unwrap();
+    for s in &all {
+        assert!(
+            selects(ExporterKind::DcgmExporter, &s.name),
+            "{} is read by the trend rules",
+            s.name
+        );
+    }
+}
+
+#[test]
 fn splits_by_node_and_drops_stale_samples() {
     let fresh = (NOW_MS - 5_000) as f64 / 1000.0;
     let old = (NOW_MS - 300_000) as f64 / 1000.0;
