@@ -12,7 +12,7 @@ pub mod promql;
 pub mod scrape;
 pub mod trend;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -41,6 +41,10 @@ pub enum DeviceStatus {
 pub struct HealthSnapshot {
     /// node name -> resource name -> counts.
     pub groups: BTreeMap<String, BTreeMap<String, HealthCounts>>,
+    /// node name -> resource name -> the trend rules holding for devices there that
+    /// are out or demoted (Warning, Degraded, Failed): the class status names them.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub trend_rules: BTreeMap<String, BTreeMap<String, BTreeSet<String>>>,
 }
 
 impl HealthSnapshot {
@@ -49,6 +53,19 @@ impl HealthSnapshot {
             .entry(node.to_string())
             .or_default()
             .insert(resource.to_string(), counts);
+    }
+
+    /// The trend rules holding for a group's devices.
+    pub fn trend_rules_for<'a>(
+        &'a self,
+        node: &str,
+        resource: &str,
+    ) -> impl Iterator<Item = &'a String> + 'a {
+        self.trend_rules
+            .get(node)
+            .and_then(|groups| groups.get(resource))
+            .into_iter()
+            .flatten()
     }
 
     fn get(&self, node: &str, resource: &str) -> Option<&HealthCounts> {

@@ -83,6 +83,9 @@ fn flavor_report(
                 let group = &node.groups[gi];
                 let counts = health.counts_for(node, group);
                 report.devices.add(&counts);
+                for rule in health.trend_rules_for(&node.name, &group.variant.resource_name) {
+                    *report.trend_rules.entry(rule.clone()).or_default() += 1;
+                }
                 if schedulable {
                     let usable = counts.healthy
                         + counts.warning

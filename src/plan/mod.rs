@@ -223,6 +223,9 @@ pub struct FlavorReport {
     pub spare: u64,
     pub classes: BTreeSet<String>,
     pub demoted: bool,
+    /// Health trend rules holding for its devices: rule name -> nodes it holds on.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub trend_rules: BTreeMap<String, u32>,
 }
 
 pub fn plan(input: &PlanInput<'_>) -> Plan {

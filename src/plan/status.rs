@@ -38,7 +38,13 @@ pub(super) fn classes(
             report.flavors.push(resolved_flavor(fname, flavor));
         }
         report.devices = devices;
-        let degraded = degraded_condition(&devices, &report.flavors);
+        let mut trend_rules: BTreeMap<&str, u32> = BTreeMap::new();
+        for fname in order {
+            for (rule, nodes) in &flavor_reports[fname].trend_rules {
+                *trend_rules.entry(rule).or_default() += nodes;
+            }
+        }
+        let degraded = degraded_condition(&devices, &report.flavors, &trend_rules);
         report.conditions.push(degraded);
         // Unknown is not unhealthy, but it must be visible (invariant 6).
         report.conditions.push(health_unknown_condition(&devices));
@@ -91,7 +97,11 @@ fn resolved_flavor(name: &str, r: &FlavorReport) -> ResolvedFlavor {
 }
 
 /// `Degraded`: devices out of quota for health, and flavors demoted for warnings.
-fn degraded_condition(devices: &HealthCounts, flavors: &[ResolvedFlavor]) -> DesiredCondition {
+fn degraded_condition(
+    devices: &HealthCounts,
+    flavors: &[ResolvedFlavor],
+    trend_rules: &BTreeMap<&str, u32>,
+) -> DesiredCondition {
     let out = devices.degraded + devices.failed;
     let demoted: Vec<&str> = flavors
         .iter()
@@ -109,6 +119,17 @@ fn degraded_condition(devices: &HealthCounts, flavors: &[ResolvedFlavor]) -> Des
                 "; flavors moved later for health warnings: {}",
                 demoted.join(", ")
             ));
+        }
+        if !trend_rules.is_empty() {
+            // Rule names and node counts only: stable while the rule holds, so the
+            // status is not rewritten on every poll.
+            let holding: Vec<String> = trend_rules
+                .iter()
+                .map(|(rule, nodes)| {
+                    format!("{rule} ({nodes} node{})", if *nodes == 1 { "" } else { "s" })
+                })
+                .collect();
+            msg.push_str(&format!("; health trend rules holding: {}", holding.join(", ")));
         }
         DesiredCondition::new(api::DEGRADED, true, "UnhealthyDevices", msg)
     } else {
@@ -366,6 +387,9 @@ mod tests {
                 ),
             ),
         ]);
+        let mut flavor_reports = flavor_reports;
+        flavor_reports.get_mut("warm").unwrap().trend_rules =
+            BTreeMap::from([("repeated-resets".to_string(), 2)]);
         let valid = || ClassReport {
             valid: true,
             ..Default::default()
@@ -401,6 +425,13 @@ mod tests {
             ]
         );
         assert!(both.conditions[1].message.contains("health warnings: warm"));
+        assert!(
+            both.conditions[1]
+                .message
+                .ends_with("; health trend rules holding: repeated-resets (2 nodes)"),
+            "{}",
+            both.conditions[1].message
+        );
         assert_eq!(
             both.conditions[0].message,
             "2 flavor(s), 3 healthy device(s) schedulable"

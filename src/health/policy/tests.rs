@@ -358,3 +358,20 @@ fn a_trend_verdict_takes_the_device_out_and_says_why() {
         "no history without its device"
     );
 }
+
+#[test]
+fn the_snapshot_names_the_trend_rules_holding_per_group() {
+    use crate::health::policy::testing::{NODE, SOURCE, fleet, gpus, watched};
+    let policy = Policy::default();
+    let mut t = watched();
+    for poll in 0..40 {
+        let mut readings = gpus(&[0, 1, 2, 3, 4, 5, 6, 7], &[], &[]);
+        // GPU 5 is at 90 °C for ten minutes: Warning per sample, Degraded by the rule.
+        readings[5].temperature_c = Some(90.0);
+        t.observe(SOURCE, readings, 1000 + poll * 15, &policy);
+    }
+    let snapshot = t.snapshot(fleet(), 1000 + 39 * 15);
+    let rules: Vec<&String> = snapshot.trend_rules_for(NODE, "nvidia.com/gpu").collect();
+    assert_eq!(rules, ["sustained-heat"]);
+    assert_eq!(snapshot.groups[NODE]["nvidia.com/gpu"].degraded, 1);
+}

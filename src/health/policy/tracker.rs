@@ -350,12 +350,26 @@ impl Tracker {
                     .sources
                     .values()
                     .any(|s| s.vendor == Some(vendor) && s.nodes.contains(&node.name));
+                let mut rules = BTreeSet::new();
                 let statuses: Vec<DeviceStatus> = self
                     .devices
                     .values()
                     .filter(|d| d.node == node.name && d.vendor == Some(vendor))
-                    .map(|d| d.effective_status(&self.sources, now))
+                    .map(|d| {
+                        let status = d.effective_status(&self.sources, now);
+                        if !matches!(status, DeviceStatus::Healthy | DeviceStatus::Unknown) {
+                            rules.extend(d.verdicts.iter().map(|v| v.rule.clone()));
+                        }
+                        status
+                    })
                     .collect();
+                if !rules.is_empty() {
+                    snapshot
+                        .trend_rules
+                        .entry(node.name.clone())
+                        .or_default()
+                        .insert(group.variant.resource_name.clone(), rules);
+                }
                 if !covered && statuses.is_empty() {
                     continue;
                 }
