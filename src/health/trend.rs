@@ -400,7 +400,9 @@ impl Ring {
 enum RuleState {
     /// Rules with no window (`latest`) or that do not apply to the device.
     None,
-    Window(Ring),
+    /// Boxed: a device's rules that have not started yet (or never apply to it)
+    /// cost a pointer, not a ring.
+    Window(Box<Ring>),
     /// `count`: one ring per key seen (at most [`MAX_KEYS`]).
     Keyed(Vec<(String, Ring)>),
 }
@@ -419,7 +421,7 @@ pub struct DeviceHistory {
     xid_counts: Vec<(u64, f64)>,
     fault_codes: Vec<String>,
     /// Index-aligned with the rules it was built for.
-    rules: Vec<RuleState>,
+    rules: Box<[RuleState]>,
 }
 
 /// A counter's last value, and the value it had before it last fell.
@@ -479,7 +481,7 @@ impl DeviceHistory {
     ) -> Vec<TrendVerdict> {
         let rules = &policy.trend_rules;
         if self.rules.len() != rules.len() {
-            self.rules = vec![RuleState::None; rules.len()];
+            self.rules = vec![RuleState::None; rules.len()].into_boxed_slice();
         }
         let step = self.step(reading, now, max_gap, policy);
         let mut verdicts = Vec::new();
@@ -682,6 +684,10 @@ fn update(
             ring.add(*n, 0);
         }
         rings.retain(|(_, ring)| ring.total() > 0.0);
+        if rings.is_empty() {
+            // Give the memory back: most devices never see an XID.
+            *rings = Vec::new();
+        }
         return rings
             .iter()
             .map(|(key, ring)| (ring.total(), key))
@@ -689,10 +695,10 @@ fn update(
             .map(|(total, key)| (total, (key != RESETS_KEY).then(|| key.clone())));
     }
     if !matches!(state, RuleState::Window(_)) {
-        *state = RuleState::Window(Ring {
+        *state = RuleState::Window(Box::new(Ring {
             head: bucket,
             ..Default::default()
-        });
+        }));
     }
     let RuleState::Window(ring) = state else {
         unreachable!("set above")

@@ -126,10 +126,16 @@ fn degraded_condition(
             let holding: Vec<String> = trend_rules
                 .iter()
                 .map(|(rule, nodes)| {
-                    format!("{rule} ({nodes} node{})", if *nodes == 1 { "" } else { "s" })
+                    format!(
+                        "{rule} ({nodes} node{})",
+                        if *nodes == 1 { "" } else { "s" }
+                    )
                 })
                 .collect();
-            msg.push_str(&format!("; health trend rules holding: {}", holding.join(", ")));
+            msg.push_str(&format!(
+                "; health trend rules holding: {}",
+                holding.join(", ")
+            ));
         }
         DesiredCondition::new(api::DEGRADED, true, "UnhealthyDevices", msg)
     } else {

@@ -216,11 +216,11 @@ impl Tracker {
             };
             let key = (node.clone(), reading.device.clone());
             let (mut raw, mut reasons) = classify(&reading, policy);
-            let verdicts = self
-                .history
-                .entry(key.clone())
-                .or_default()
-                .observe(&reading, now, policy, max_gap);
+            let history = match self.history.get_mut(&key) {
+                Some(h) => h,
+                None => self.history.entry(key.clone()).or_default(),
+            };
+            let verdicts = history.observe(&reading, now, policy, max_gap);
             for verdict in &verdicts {
                 raw = super::worse(raw, verdict.status);
                 reasons.push(verdict.reason());
