@@ -103,7 +103,7 @@ pub fn dcgm(node: &str, gpus: u32, ecc_on: &[u32]) -> String {
     s
 }
 
-fn h100_nodes() -> Vec<(String, u32)> {
+pub fn h100_nodes() -> Vec<(String, u32)> {
     // The example fleet's H100 nodes and their GPU counts (capacity).
     let text = include_str!("../../examples/nodes.yaml");
     serde_yaml::Deserializer::from_str(text)
@@ -119,9 +119,15 @@ fn h100_nodes() -> Vec<(String, u32)> {
 /// The fixture sources' staleAfterSeconds.
 const STALE_AFTER_SECONDS: u64 = 3;
 
-fn health_config(root: &str, sources: &[(String, u16)], hold_down: u32) -> String {
+/// `extra_policy`: more `health.policy` lines, indented four spaces.
+fn health_config(
+    root: &str,
+    sources: &[(String, u16)],
+    hold_down: u32,
+    extra_policy: &str,
+) -> String {
     let mut s = format!(
-        "rootCohort: {root}\ndebounceMs: 50\nmaxDelayMs: 300\nwatchResourceSlices: false\nleaderElection:\n  enabled: false\nhealth:\n  actions:\n    evictWorkloadsOnFailed: true\n  policy:\n    holdDownSeconds: {hold_down}\n  sources:\n"
+        "rootCohort: {root}\ndebounceMs: 50\nmaxDelayMs: 300\nwatchResourceSlices: false\nleaderElection:\n  enabled: false\nhealth:\n  actions:\n    evictWorkloadsOnFailed: true\n  policy:\n    holdDownSeconds: {hold_down}\n{extra_policy}  sources:\n"
     );
     for (node, port) in sources {
         s.push_str(&format!(
@@ -131,7 +137,7 @@ fn health_config(root: &str, sources: &[(String, u16)], hold_down: u32) -> Strin
     s
 }
 
-async fn node_state(nodes: &Api<Node>, name: &str) -> Result<(bool, bool)> {
+pub async fn node_state(nodes: &Api<Node>, name: &str) -> Result<(bool, bool)> {
     let n = nodes.get(name).await?;
     let cordoned = n
         .spec
@@ -152,7 +158,7 @@ async fn node_state(nodes: &Api<Node>, name: &str) -> Result<(bool, bool)> {
 /// Total nominal quota of nvidia.com/gpu on the H100 flavor in this test's Kueue
 /// tree: its root Cohort, the team Cohorts under it and their ClusterQueues (what
 /// Kueue may admit there; objects other tests leave behind belong to other roots).
-async fn spare_h100(client: &Client, root: &str) -> Result<Option<u64>> {
+pub async fn spare_h100(client: &Client, root: &str) -> Result<Option<u64>> {
     let cohorts: Api<DynamicObject> = Api::all_with(client.clone(), &kueue("Cohort"));
     let cqs: Api<DynamicObject> = Api::all_with(client.clone(), &kueue("ClusterQueue"));
     let mut tree: Vec<serde_json::Value> = Vec::new();
@@ -196,16 +202,21 @@ async fn spare_h100(client: &Client, root: &str) -> Result<Option<u64>> {
     Ok(seen.then_some(total))
 }
 
-struct Setup {
-    exporters: Vec<(String, FakeExporter)>,
-    controller: Controller,
-    root: String,
-    class: String,
+pub struct Setup {
+    pub exporters: Vec<(String, FakeExporter)>,
+    pub controller: Controller,
+    pub root: String,
+    pub class: String,
     /// The budget's namespace, holding the class's LocalQueue.
-    ns: String,
+    pub ns: String,
 }
 
-async fn setup(client: &Client, cleanup: &mut Cleanup, hold_down: u32) -> Result<Setup> {
+async fn setup(
+    client: &Client,
+    cleanup: &mut Cleanup,
+    hold_down: u32,
+    extra_policy: &str,
+) -> Result<Setup> {
     ensure_example_nodes(client).await?;
     let id = support::unique("h");
     let class = format!("h100-{id}");
@@ -223,7 +234,7 @@ async fn setup(client: &Client, cleanup: &mut Cleanup, hold_down: u32) -> Result
     let controller = Controller::start(
         &format!("health-{id}"),
         free_port(),
-        &health_config(&root, &sources, hold_down),
+        &health_config(&root, &sources, hold_down, extra_policy),
     );
     cleanup.add(None, kueue("Cohort"), &root);
     cleanup.add(None, kueue("Cohort"), &format!("{root}-{team}"));
@@ -238,7 +249,7 @@ async fn setup(client: &Client, cleanup: &mut Cleanup, hold_down: u32) -> Result
     })
 }
 
-async fn class_devices(
+pub async fn class_devices(
     classes: &Api<AcceleratorClass>,
     name: &str,
 ) -> Result<kaccel::api::HealthCounts> {
@@ -262,11 +273,20 @@ async fn with_health_controller(
     hold_down: u32,
     body: impl AsyncFnOnce(&Client, &Setup) -> Result<()>,
 ) {
+    with_health_policy(hold_down, "", body).await
+}
+
+/// [`with_health_controller`] with more `health.policy` lines (indented four spaces).
+pub async fn with_health_policy(
+    hold_down: u32,
+    extra_policy: &str,
+    body: impl AsyncFnOnce(&Client, &Setup) -> Result<()>,
+) {
     let _serial = support::serial().await;
     let client = support::client().await;
     let mut cleanup = Cleanup::default();
     let result = async {
-        let s = setup(&client, &mut cleanup, hold_down).await?;
+        let s = setup(&client, &mut cleanup, hold_down, extra_policy).await?;
         let r = body(&client, &s).await;
         if r.is_err() {
             eprintln!("--- kaccel log:\n{}", s.controller.log_tail());
@@ -281,7 +301,7 @@ async fn with_health_controller(
 
 /// Every source answers and every device is healthy (one example node has a GPU
 /// its plugin withdrew: Degraded); returns the H100 quota then.
-async fn settled(client: &Client, s: &Setup) -> Result<u64> {
+pub async fn settled(client: &Client, s: &Setup) -> Result<u64> {
     let classes: Api<AcceleratorClass> = Api::all(client.clone());
     let total: u32 = h100_nodes().iter().map(|(_, c)| c).sum();
     let wait = Duration::from_secs(30);
@@ -327,7 +347,7 @@ async fn fail_gpu_on_node_0(client: &Client, s: &Setup, spare_before: u64) -> Re
 }
 
 /// `kaccel inventory --health-from <the controller> -o json`.
-async fn inventory_with_health(s: &Setup) -> Result<serde_json::Value> {
+pub async fn inventory_with_health(s: &Setup) -> Result<serde_json::Value> {
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_kaccel"))
         .args([
             "inventory",
@@ -617,7 +637,7 @@ async fn reaction_time_over_20_faults() {
     let client = support::client().await;
     let mut cleanup = Cleanup::default();
     let result = async {
-        let s = setup(&client, &mut cleanup, 1).await?;
+        let s = setup(&client, &mut cleanup, 1, "").await?;
         let nodes: Api<Node> = Api::all(client.clone());
         let wait = Duration::from_secs(30);
         // Settled: every device reported, and the quota equals the flavor's healthy
@@ -829,7 +849,7 @@ async fn side_by_side(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
     let _ = cqs.delete(&cq, &Default::default()).await;
 
     // With kaccel: the same fault reported by the node's exporter.
-    let s = setup(client, cleanup, 60).await?;
+    let s = setup(client, cleanup, 60, "").await?;
     let (n0, e0) = &s.exporters[0];
     let gpus0 = h100_nodes()[0].1;
     e0.set(Answer::Metrics(dcgm(n0, gpus0, &[2])));
@@ -875,7 +895,7 @@ async fn failed_node_evicts_and_requeues_its_workloads() {
     let client = support::client().await;
     let mut cleanup = Cleanup::default();
     let result = async {
-        let s = setup(&client, &mut cleanup, 60).await?;
+        let s = setup(&client, &mut cleanup, 60, "").await?;
         let r = evict_requeue(&client, &s, &mut cleanup).await;
         if r.is_err() {
             eprintln!("--- kaccel log:\n{}", s.controller.log_tail());

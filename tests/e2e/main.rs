@@ -10,6 +10,7 @@ mod controller;
 mod dra;
 mod health;
 mod health_sources;
+mod health_trends;
 mod health_vendors;
 mod inventory;
 mod kueue_scenarios;
