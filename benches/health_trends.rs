@@ -50,7 +50,7 @@ const POLL: i64 = 15;
 /// GPU `gpu` of node `node` at poll `poll`: every trend signal present.
 fn reading(node: usize, gpu: usize, poll: i64) -> DeviceReading {
     let device = node * GPUS_PER_NODE + gpu;
-    let noisy = device % 10 == 0;
+    let noisy = device.is_multiple_of(10);
     let mut signal_fields = BTreeMap::new();
     signal_fields.insert(
         "eccCorrectable".to_string(),
