@@ -158,10 +158,9 @@ fn one_scrape(c: &mut Criterion) {
         trend_rules: vec![],
         ..Policy::default()
     };
-    let mut tracker = Tracker {
-        sources: tracker.sources.clone(),
-        ..Default::default()
-    };
+    let sources = tracker.sources.clone();
+    let mut tracker = Tracker::default();
+    tracker.sources = sources;
     tracker.observe("dcgm", scrape(0), 1_000_000, &plain);
     c.bench_function(
         "tracker observe: one scrape of 5,000 devices, no trend rules",

@@ -351,12 +351,11 @@ fn a_trend_verdict_takes_the_device_out_and_says_why() {
     assert_eq!(flat.status, DeviceStatus::Healthy, "9000 but flat");
     let c = counts(&t, fleet(), now);
     assert_eq!((c.healthy, c.degraded), (7, 1));
-    // The history goes with the device when its source goes.
+    // Its source gone, the card a trend took out stays out (silence never undoes).
     t.remove_source(SOURCE, now);
-    assert!(
-        t.history.keys().all(|k| t.devices.contains_key(k)),
-        "no history without its device"
-    );
+    let gpu3 = &t.devices[&(NODE.to_string(), "3".to_string())];
+    assert_eq!(gpu3.status, DeviceStatus::Degraded);
+    assert_eq!(gpu3.unreported_since, Some(now));
 }
 
 #[test]

@@ -11,6 +11,65 @@ use crate::health::trend::{DeviceHistory, TrendVerdict};
 use crate::health::{DeviceStatus, HealthSnapshot};
 use crate::inventory::Inventory;
 
+/// What one reading makes of a device, given what it was.
+struct Judged {
+    status: DeviceStatus,
+    reasons: Vec<String>,
+    verdicts: Vec<TrendVerdict>,
+    last_unhealthy_at: Option<i64>,
+    hold_down_from: Option<i64>,
+}
+
+/// The status a reading calls for (`raw` and its reasons from [`classify`], raised by
+/// the trend `verdicts`), with hysteresis: a device that was bad and reads healthy
+/// keeps its last bad status through the hold-down.
+fn judge(
+    previous: Option<&TrackedDevice>,
+    mut raw: DeviceStatus,
+    mut reasons: Vec<String>,
+    verdicts: Vec<TrendVerdict>,
+    now: i64,
+    policy: &Policy,
+    after_silence: bool,
+) -> Judged {
+    for verdict in &verdicts {
+        raw = super::worse(raw, verdict.status);
+        reasons.push(verdict.reason());
+    }
+    let held_before =
+        previous.filter(|p| p.status != DeviceStatus::Healthy && p.status != DeviceStatus::Unknown);
+    let mut last_unhealthy_at = previous.and_then(|p| p.last_unhealthy_at);
+    let mut hold_down_from = previous.and_then(|p| p.hold_down_from.or(p.last_unhealthy_at));
+    let mut status = raw;
+    if raw != DeviceStatus::Healthy {
+        last_unhealthy_at = Some(now);
+        hold_down_from = Some(now);
+    } else if let Some(prev) = held_before {
+        if after_silence || prev.unreported_since.is_some() {
+            hold_down_from = Some(now);
+        }
+        // Times are whole seconds: a difference of exactly `hold_down_seconds`
+        // can be as little as `hold_down_seconds - 1` real seconds (bad at
+        // x.99, healthy at x+2.00). Hold until the difference exceeds it.
+        if let Some(from) = hold_down_from.filter(|t| now - t <= policy.hold_down_seconds) {
+            // Hold-down: a device that just recovered keeps its last bad status.
+            status = prev.status;
+            reasons = vec![format!(
+                "recovering: healthy again, counts from {} (hold-down {}s)",
+                from + policy.hold_down_seconds + 1,
+                policy.hold_down_seconds
+            )];
+        }
+    }
+    Judged {
+        status,
+        reasons,
+        verdicts,
+        last_unhealthy_at,
+        hold_down_from,
+    }
+}
+
 /// A source with no state (tests, `kaccel inventory`) trusts gaps up to this long.
 const DEFAULT_MAX_GAP_SECONDS: i64 = 60;
 
@@ -43,6 +102,12 @@ pub struct TrackedDevice {
     /// The source that reported it.
     pub source: String,
     pub reading: DeviceReading,
+    /// What the trend rules remember of it; goes with the device.
+    #[serde(skip)]
+    pub history: DeviceHistory,
+    /// The [`Tracker::observe`] call that last reported it (its source's answer).
+    #[serde(skip)]
+    seen_in: u64,
 }
 
 /// Out of quota and scheduling: the statuses a silence never undoes (invariant 6).
@@ -184,8 +249,9 @@ pub struct Tracker {
     /// (node, device) -> tracked device.
     pub devices: BTreeMap<(String, String), TrackedDevice>,
     pub sources: BTreeMap<String, SourceState>,
-    /// What the trend rules remember per tracked device (same keys as `devices`).
-    pub history: BTreeMap<(String, String), DeviceHistory>,
+    /// Counts [`Tracker::observe`] calls: a device whose `seen_in` is the current
+    /// one was in the answer being read.
+    generation: u64,
 }
 
 impl Tracker {
@@ -209,72 +275,59 @@ impl Tracker {
             state.last_error = None;
             state.failing_since = None;
         }
-        let mut seen = BTreeSet::new();
+        self.generation += 1;
+        let generation = self.generation;
         for reading in readings {
             let Some(node) = reading.node.clone() else {
                 continue;
             };
-            let key = (node.clone(), reading.device.clone());
-            let (mut raw, mut reasons) = classify(&reading, policy);
-            let history = match self.history.get_mut(&key) {
-                Some(h) => h,
-                None => self.history.entry(key.clone()).or_default(),
-            };
+            let key = (node, reading.device.clone());
+            let (raw, reasons) = classify(&reading, policy);
+            // A device seen before is updated in place: its strings, history and
+            // map slot are reused, which is most of a poll's work at fleet scale.
+            if let Some(d) = self.devices.get_mut(&key) {
+                let verdicts = d.history.observe(&reading, now, policy, max_gap);
+                let judged = judge(Some(d), raw, reasons, verdicts, now, policy, after_silence);
+                d.vendor = reading.vendor;
+                d.status = judged.status;
+                d.reasons = judged.reasons;
+                d.verdicts = judged.verdicts;
+                d.observed_at = now;
+                d.last_unhealthy_at = judged.last_unhealthy_at;
+                d.hold_down_from = judged.hold_down_from;
+                d.unreported_since = None;
+                if d.source != source {
+                    d.source = source.to_string();
+                }
+                d.reading = reading;
+                d.seen_in = generation;
+                continue;
+            }
+            let mut history = DeviceHistory::default();
             let verdicts = history.observe(&reading, now, policy, max_gap);
-            for verdict in &verdicts {
-                raw = super::worse(raw, verdict.status);
-                reasons.push(verdict.reason());
-            }
-            let previous = self.devices.get(&key);
-            let held_before = previous
-                .filter(|p| p.status != DeviceStatus::Healthy && p.status != DeviceStatus::Unknown);
-            let mut last_unhealthy_at = previous.and_then(|p| p.last_unhealthy_at);
-            let mut hold_down_from =
-                previous.and_then(|p| p.hold_down_from.or(p.last_unhealthy_at));
-            let mut status = raw;
-            if raw != DeviceStatus::Healthy {
-                last_unhealthy_at = Some(now);
-                hold_down_from = Some(now);
-            } else if let Some(prev) = held_before {
-                if after_silence || prev.unreported_since.is_some() {
-                    hold_down_from = Some(now);
-                }
-                // Times are whole seconds: a difference of exactly `hold_down_seconds`
-                // can be as little as `hold_down_seconds - 1` real seconds (bad at
-                // x.99, healthy at x+2.00). Hold until the difference exceeds it.
-                if let Some(from) = hold_down_from.filter(|t| now - t <= policy.hold_down_seconds) {
-                    // Hold-down: a device that just recovered keeps its last bad status.
-                    status = prev.status;
-                    reasons = vec![format!(
-                        "recovering: healthy again, counts from {} (hold-down {}s)",
-                        from + policy.hold_down_seconds + 1,
-                        policy.hold_down_seconds
-                    )];
-                }
-            }
-            seen.insert(key.clone());
-            self.devices.insert(
-                key,
-                TrackedDevice {
-                    node,
-                    vendor: reading.vendor,
-                    device: reading.device.clone(),
-                    status,
-                    reasons,
-                    verdicts,
-                    observed_at: now,
-                    last_unhealthy_at,
-                    hold_down_from,
-                    unreported_since: None,
-                    source: source.to_string(),
-                    reading,
-                },
-            );
+            let judged = judge(None, raw, reasons, verdicts, now, policy, after_silence);
+            let device = TrackedDevice {
+                node: key.0.clone(),
+                vendor: reading.vendor,
+                device: reading.device.clone(),
+                status: judged.status,
+                reasons: judged.reasons,
+                verdicts: judged.verdicts,
+                observed_at: now,
+                last_unhealthy_at: judged.last_unhealthy_at,
+                hold_down_from: judged.hold_down_from,
+                unreported_since: None,
+                source: source.to_string(),
+                reading,
+                history,
+                seen_in: generation,
+            };
+            self.devices.insert(key, device);
         }
         // Devices the source no longer reports are forgotten (their group falls back
         // to Unknown for the missing count), except those it last reported out: a
         // device that fell off the bus must not come back by vanishing.
-        self.release_unreported(source, now, |k| seen.contains(k));
+        self.release_unreported(source, now, |d| d.seen_in == generation);
     }
 
     /// Forget `source`'s devices (but those `keep` names), except the ones last
@@ -285,25 +338,19 @@ impl Tracker {
         &mut self,
         source: &str,
         now: i64,
-        keep: impl Fn(&(String, String)) -> bool,
+        keep: impl Fn(&TrackedDevice) -> bool,
     ) {
         let mut held_nodes = BTreeSet::new();
-        for (k, d) in &mut self.devices {
-            if d.source == source && !keep(k) && keeps_out(d.status) {
+        for d in self.devices.values_mut() {
+            if d.source == source && !keep(d) && keeps_out(d.status) {
                 d.unreported_since.get_or_insert(now);
                 held_nodes.insert(d.node.clone());
             }
         }
-        let history = &mut self.history;
-        self.devices.retain(|k, d| {
-            let stays = d.source != source || keep(k) || held_nodes.contains(&d.node);
-            if !stays {
-                history.remove(k);
-            }
-            stays
-        });
-        for (k, d) in &mut self.devices {
-            if d.source == source && !keep(k) {
+        self.devices
+            .retain(|_, d| d.source != source || keep(d) || held_nodes.contains(&d.node));
+        for d in self.devices.values_mut() {
+            if d.source == source && !keep(d) {
                 d.unreported_since.get_or_insert(now);
             }
         }
