@@ -99,8 +99,9 @@ fn cluster_role_is_exactly_what_the_controller_calls() {
         vec![
             // Node watch cache (the inventory).
             rule(&[""], &["nodes"], &[], &["get", "list", "watch", "patch"]),
-            // Health sources with `pods:`: list the exporter pods each poll.
-            rule(&[""], &["pods"], &[], &["list"]),
+            // Health sources with `pods:` list the exporter pods each poll; the holder
+            // resolver gets the pods exporters attribute devices to.
+            rule(&[""], &["pods"], &[], &["get", "list"]),
             // DRA: a list(limit=1) probe, then a watch cache.
             rule(
                 &["resource.k8s.io"],

@@ -17,6 +17,7 @@ mod credits;
 pub mod diff;
 mod events;
 mod health_poller;
+mod holders;
 mod http;
 mod metrics;
 mod name_conflicts;

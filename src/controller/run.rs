@@ -92,6 +92,10 @@ pub async fn run(config: Config) -> Result<(), Error> {
         metrics.clone(),
         wake_tx,
     );
+    if !config.health.sources.is_empty() {
+        // Who holds each device the exporters attribute to a pod (read-only).
+        tokio::spawn(super::holders::run(client.clone(), tracker.clone()));
+    }
     let health_events = tokio_stream_from(wake_rx);
     let events: Events = stream::select(watch_events, health_events).boxed();
     let identity = std::env::var("POD_NAME")

@@ -9,6 +9,7 @@ mod amd;
 mod aws;
 mod dra;
 mod google;
+pub mod holders;
 mod huawei;
 mod intel;
 mod nvidia;

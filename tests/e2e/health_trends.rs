@@ -7,9 +7,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::Pod;
 use kaccel::api::AcceleratorClass;
-use kube::{Api, Client};
+use kube::api::{ApiResource, DeleteParams, DynamicObject, ListParams, PostParams};
+use kube::{Api, Client, ResourceExt};
 use serde_json::Value;
+use serde_json::json;
 
 use crate::controller::wait_for;
 use crate::health::{
@@ -30,11 +33,9 @@ struct Gpu {
     temperature: f64,
     correctable_ecc: u64,
     recovery_action: u8,
-    /// Index into [`PODS`] of the pod the exporter says holds it.
+    /// Index into [`Script::pods`] of the pod the exporter says holds it.
     pod: Option<usize>,
 }
-
-const PODS: [(&str, &str); 1] = [("team-trends", "trainer-0")];
 
 const CALM: Gpu = Gpu {
     temperature: 41.0,
@@ -45,10 +46,10 @@ const CALM: Gpu = Gpu {
 
 /// dcgm-exporter's text for `gpus` on `node`, in Kubernetes mode, with the fields
 /// the trend rules read (names, types and help as its counters CSV has them).
-fn dcgm(node: &str, gpus: &[Gpu]) -> String {
+fn dcgm(node: &str, gpus: &[Gpu], pods: &[(String, String)]) -> String {
     let labels = |i: usize, g: &Gpu| {
         let (ns, pod, container) = match g.pod {
-            Some(p) => (PODS[p].0, PODS[p].1, "main"),
+            Some(p) => (pods[p].0.as_str(), pods[p].1.as_str(), "main"),
             None => ("", "", ""),
         };
         format!(
@@ -101,6 +102,8 @@ fn dcgm(node: &str, gpus: &[Gpu]) -> String {
 struct Script {
     nodes: Vec<(String, Vec<Gpu>)>,
     rising: Vec<(usize, usize)>,
+    /// (namespace, pod) the exporters attribute GPUs to.
+    pods: Vec<(String, String)>,
 }
 
 type Shared = Arc<Mutex<Script>>;
@@ -115,6 +118,7 @@ impl Script {
                 .map(|(n, gpus)| (n, vec![CALM; gpus as usize]))
                 .collect(),
             rising: vec![],
+            pods: vec![],
         };
         setup(&mut script);
         let shared = Arc::new(Mutex::new(script));
@@ -135,7 +139,7 @@ impl Script {
                         sc.nodes[n].1[g].correctable_ecc += 6;
                     }
                     for ((node, gpus), exporter) in sc.nodes.iter().zip(&exporters) {
-                        exporter.set(Answer::Metrics(dcgm(node, gpus)));
+                        exporter.set(Answer::Metrics(dcgm(node, gpus, &sc.pods)));
                     }
                 }
                 tokio::time::sleep(Duration::from_millis(300)).await;
@@ -209,10 +213,9 @@ async fn trends_take_cards_out_that_no_single_scrape_would() {
 
 async fn trends(client: &Client, s: &Setup) -> Result<()> {
     let nodes: Api<Node> = Api::all(client.clone());
-    // GPU 0 of node 0 has a high but flat correctable count; GPU 4 runs a pod.
+    // GPU 0 of node 0 has a high but flat correctable count.
     let (script, _publishing) = Script::start(s, |sc| {
         sc.nodes[0].1[0].correctable_ecc = 90_000;
-        sc.nodes[0].1[4].pod = Some(0);
     });
     let (n0, n1) = {
         let sc = script.lock().unwrap();
@@ -256,14 +259,6 @@ async fn trends(client: &Client, s: &Setup) -> Result<()> {
     anyhow::ensure!(
         message.contains("health trend rules holding: correctable-ecc-rising (1 node)"),
         "class Degraded condition: {message}"
-    );
-    // The exporter's pod attribution, as read.
-    let held = device(s, &n0, 4).await?;
-    anyhow::ensure!(
-        held["reading"]["pod"]["namespace"] == "team-trends"
-            && held["reading"]["pod"]["name"] == "trainer-0",
-        "GPU 4's holder: {}",
-        held["reading"]
     );
 
     // 2. One hot sample on GPU 2 (92 °C for one second): Warning at most, never
@@ -336,5 +331,114 @@ async fn trends(client: &Client, s: &Setup) -> Result<()> {
     );
     let d = class_devices(&Api::all(client.clone()), &s.class).await?;
     anyhow::ensure!(d.failed >= 1 && d.degraded >= 2, "class devices: {d:?}");
-    Ok(())
+    who_holds_a_gpu(client, s, &script, &n0).await
+}
+
+fn job_ar() -> ApiResource {
+    ApiResource::erase::<k8s_openapi::api::batch::v1::Job>(&())
+}
+
+/// 5. A Job in the class's queue, admitted by Kueue, its pod made by the Job
+///    controller; the exporter attributes GPU 4 of node 0 to that pod: `kaccel
+///    inventory` shows the pod, its Workload, ClusterQueue and team.
+async fn who_holds_a_gpu(client: &Client, s: &Setup, script: &Shared, n0: &str) -> Result<()> {
+    let jobs: Api<DynamicObject> = Api::namespaced_with(client.clone(), &s.ns, &job_ar());
+    let job = json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "finetune", "namespace": s.ns,
+                     "labels": {"kueue.x-k8s.io/queue-name": s.class}},
+        "spec": {"parallelism": 1, "completions": 1, "suspend": true,
+            "template": {"spec": {"restartPolicy": "Never", "containers": [{
+                "name": "main", "image": "ghcr.io/acme/train:cuda",
+                "resources": {"requests": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1"},
+                              "limits": {"nvidia.com/gpu": "1"}}}]}}}
+    });
+    jobs.create(&PostParams::default(), &serde_json::from_value(job)?)
+        .await?;
+    let result = async {
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &s.ns);
+        let pod = wait_for(
+            "the Job's pod, after Kueue admitted it",
+            Duration::from_secs(60),
+            || async {
+                let list = pods
+                    .list(&ListParams::default().labels("batch.kubernetes.io/job-name=finetune"))
+                    .await?;
+                Ok(list.items.into_iter().next())
+            },
+        )
+        .await?;
+        let workload = pod
+            .annotations()
+            .get("kueue.x-k8s.io/workload")
+            .cloned()
+            .unwrap_or_default();
+        let queue = pod
+            .labels()
+            .get("kueue.x-k8s.io/cluster-queue-name")
+            .cloned()
+            .unwrap_or_default();
+        anyhow::ensure!(
+            !workload.is_empty(),
+            "Kueue's annotation on the pod: {:?}",
+            pod.metadata
+        );
+        {
+            let mut sc = script.lock().unwrap();
+            sc.pods = vec![(s.ns.clone(), pod.name_any())];
+            sc.nodes[0].1[4].pod = Some(0);
+        }
+        let holder = wait_for(
+            "GPU 4's holder resolved",
+            Duration::from_secs(30),
+            || async {
+                let d = device(s, n0, 4).await?;
+                Ok((d["holder"]["workload"].is_string()).then(|| d["holder"].clone()))
+            },
+        )
+        .await?;
+        let cqs: Api<DynamicObject> =
+            Api::all_with(client.clone(), &crate::support::kueue("ClusterQueue"));
+        let team = cqs
+            .get(&queue)
+            .await?
+            .labels()
+            .get("kaccel.io/team")
+            .cloned()
+            .unwrap_or_default();
+        anyhow::ensure!(
+            !team.is_empty()
+                && holder["namespace"] == s.ns.as_str()
+                && holder["pod"] == pod.name_any().as_str()
+                && holder["container"] == "main"
+                && holder["workload"] == workload.as_str()
+                && holder["clusterQueue"] == queue.as_str()
+                && holder["team"] == team.as_str(),
+            "GPU 4's holder: {holder} (pod's Workload {workload}, queue {queue}, team {team})"
+        );
+        // The table view names it too.
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_kaccel"))
+            .args([
+                "inventory",
+                "--health-from",
+                &format!("http://127.0.0.1:{}", s.controller.port),
+            ])
+            .output()
+            .await?;
+        let table = String::from_utf8_lossy(&out.stdout);
+        anyhow::ensure!(
+            table.contains(&format!("{}/{} wl={workload}", s.ns, pod.name_any())),
+            "kaccel inventory table:\n{table}"
+        );
+        Ok(())
+    }
+    .await;
+    // The Job goes before the teardown deletes its Workload: while it exists,
+    // Kueue would make it a new one.
+    let _ = jobs.delete("finetune", &DeleteParams::background()).await;
+    wait_for("Job deleted", Duration::from_secs(30), || async {
+        Ok(jobs.get_opt("finetune").await?.is_none().then_some(()))
+    })
+    .await?;
+    result
 }

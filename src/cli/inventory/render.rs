@@ -241,16 +241,40 @@ pub fn render(report: &InventoryReport) -> String {
             .unwrap_or(0)
             .max(9);
         let _ = writeln!(s);
+        // Who holds it: namespace/pod, the Workload and team where known.
+        let holders: Vec<String> = h
+            .devices
+            .iter()
+            .map(|v| match &v.holder {
+                None => "-".to_string(),
+                Some(holder) => {
+                    let mut text = format!("{}/{}", holder.namespace, holder.pod);
+                    if let Some(w) = &holder.workload {
+                        text.push_str(&format!(" wl={w}"));
+                    }
+                    if let Some(t) = &holder.team {
+                        text.push_str(&format!(" team={t}"));
+                    }
+                    text
+                }
+            })
+            .collect();
+        let held_width = holders
+            .iter()
+            .map(|t| t.chars().count())
+            .max()
+            .unwrap_or(0)
+            .max(7);
         let _ = writeln!(
             s,
-            "{:<20} {:<28} {:<7} {:<width$} {:>6} {:<22} REASONS",
-            "NODE", "DEVICE", "VENDOR", "STATUS", "TEMP", "SOURCE"
+            "{:<20} {:<28} {:<7} {:<width$} {:>6} {:<held_width$} {:<22} REASONS",
+            "NODE", "DEVICE", "VENDOR", "STATUS", "TEMP", "HELD BY", "SOURCE"
         );
-        for (view, status) in h.devices.iter().zip(&statuses) {
+        for ((view, status), held) in h.devices.iter().zip(&statuses).zip(&holders) {
             let d = &view.device;
             let _ = writeln!(
                 s,
-                "{:<20} {:<28} {:<7} {:<width$} {:>6} {:<22} {}",
+                "{:<20} {:<28} {:<7} {:<width$} {:>6} {:<held_width$} {:<22} {}",
                 d.node,
                 d.reading.uuid.as_deref().unwrap_or(&d.device),
                 d.vendor.map(|v| v.as_str()).unwrap_or("-"),
@@ -259,6 +283,7 @@ pub fn render(report: &InventoryReport) -> String {
                     .temperature_c
                     .map(|t| format!("{t:.0}C"))
                     .unwrap_or_else(|| "-".into()),
+                held,
                 d.source,
                 d.reasons.join("; ")
             );

@@ -10,6 +10,7 @@ use crate::health::exporters::DeviceReading;
 use crate::health::trend::{DeviceHistory, TrendVerdict};
 use crate::health::{DeviceStatus, HealthSnapshot};
 use crate::inventory::Inventory;
+use crate::inventory::holders::Holder;
 
 /// What one reading makes of a device, given what it was.
 struct Judged {
@@ -185,6 +186,10 @@ pub struct DeviceView {
     /// [`TrackedDevice::status_text`] when served.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub status_text: String,
+    /// The pod holding it (as its exporter says) and that pod's Workload,
+    /// ClusterQueue and team where kaccel resolved them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder: Option<Holder>,
 }
 
 /// State of one health source.
@@ -249,6 +254,9 @@ pub struct Tracker {
     /// (node, device) -> tracked device.
     pub devices: BTreeMap<(String, String), TrackedDevice>,
     pub sources: BTreeMap<String, SourceState>,
+    /// What kaccel found about the pods exporters attribute devices to, by
+    /// (namespace, pod); filled by the controller's holder resolver.
+    pub holders: BTreeMap<(String, String), Holder>,
     /// Counts [`Tracker::observe`] calls: a device whose `seen_in` is the current
     /// one was in the answer being read.
     generation: u64,
@@ -379,7 +387,34 @@ impl Tracker {
                 device: d.clone(),
                 effective_status: Some(d.effective_status(&self.sources, now)),
                 status_text: d.status_text(&self.sources, now),
+                holder: self.holder_of(d),
             })
+            .collect()
+    }
+
+    /// The holder of a device: the exporter's pod, with what the resolver found.
+    pub fn holder_of(&self, d: &TrackedDevice) -> Option<Holder> {
+        let pod = d.reading.pod.as_ref()?;
+        let mut holder = self
+            .holders
+            .get(&(pod.namespace.clone(), pod.name.clone()))
+            .cloned()
+            .unwrap_or_else(|| Holder {
+                namespace: pod.namespace.clone(),
+                pod: pod.name.clone(),
+                unresolved: Some("not looked up yet".into()),
+                ..Default::default()
+            });
+        holder.container = pod.container.clone();
+        Some(holder)
+    }
+
+    /// The pods exporters attribute devices to now, as (namespace, pod).
+    pub fn attributed_pods(&self) -> BTreeSet<(String, String)> {
+        self.devices
+            .values()
+            .filter_map(|d| d.reading.pod.as_ref())
+            .map(|p| (p.namespace.clone(), p.name.clone()))
             .collect()
     }
 

@@ -1,0 +1,163 @@
+//! Who holds a device: the pod an exporter attributes it to, and the Kueue Workload,
+//! ClusterQueue and team behind that pod.
+//!
+//! The pod comes from the vendor exporter (`DeviceReading::pod`). What Kueue says
+//! about the pod is in its metadata, written by Kueue v0.17 at admission (constants in
+//! kubernetes-sigs/kueue `pkg/constants/constants.go`, `apis/kueue/v1beta2/
+//! topology_types.go`, `pkg/controller/jobs/pod/constants/constants.go`):
+//! - annotation `kueue.x-k8s.io/workload`: the Workload's name (every integration,
+//!   with the TopologyAwareScheduling gate, on by default since Kueue 0.14);
+//! - label or annotation `kueue.x-k8s.io/pod-group-name` (pod groups and
+//!   LeaderWorkerSet) and label `kueue.x-k8s.io/prebuilt-workload-name`: also the
+//!   Workload's name;
+//! - label `kueue.x-k8s.io/cluster-queue-name` (the AssignQueueLabelsForPods gate, on
+//!   by default since 0.17; absent when the name is not a DNS label).
+//!
+//! The team is the `kaccel.io/team` label on the ClusterQueue kaccel made for it.
+//! Whatever is not known stays None: a holder is never guessed.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::{Deserialize, Serialize};
+
+/// Kueue's keys on an admitted pod.
+pub const WORKLOAD_ANNOTATION: &str = "kueue.x-k8s.io/workload";
+pub const POD_GROUP_NAME: &str = "kueue.x-k8s.io/pod-group-name";
+pub const PREBUILT_WORKLOAD_LABEL: &str = "kueue.x-k8s.io/prebuilt-workload-name";
+pub const CLUSTER_QUEUE_LABEL: &str = "kueue.x-k8s.io/cluster-queue-name";
+
+/// What holds a device.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Holder {
+    pub namespace: String,
+    pub pod: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<String>,
+    /// The Kueue Workload the pod runs for (in the pod's namespace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_queue: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub team: Option<String>,
+    /// Why the pod's facts are missing, when they are (e.g. "pod not found").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unresolved: Option<String>,
+}
+
+/// What a pod's metadata says about the Workload it runs for.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodOwnership {
+    pub workload: Option<String>,
+    pub cluster_queue: Option<String>,
+}
+
+/// Read Kueue's annotation and labels on a pod.
+pub fn pod_ownership(meta: &ObjectMeta) -> PodOwnership {
+    let label = |key: &str| non_empty(meta.labels.as_ref(), key);
+    let annotation = |key: &str| non_empty(meta.annotations.as_ref(), key);
+    PodOwnership {
+        workload: annotation(WORKLOAD_ANNOTATION)
+            .or_else(|| label(POD_GROUP_NAME))
+            .or_else(|| annotation(POD_GROUP_NAME))
+            .or_else(|| label(PREBUILT_WORKLOAD_LABEL)),
+        cluster_queue: label(CLUSTER_QUEUE_LABEL),
+    }
+}
+
+fn non_empty(map: Option<&BTreeMap<String, String>>, key: &str) -> Option<String> {
+    map?.get(key)
+        .map(|v| v.trim())
+        .filter(|v| !v.is_empty())
+        .map(str::to_string)
+}
+
+/// A holder from the exporter's pod and what is known of it. `teams` maps a
+/// ClusterQueue to the team its `kaccel.io/team` label names.
+pub fn holder(
+    namespace: &str,
+    pod: &str,
+    container: Option<&str>,
+    ownership: Option<&PodOwnership>,
+    teams: &BTreeMap<String, String>,
+) -> Holder {
+    let cluster_queue = ownership.and_then(|o| o.cluster_queue.clone());
+    Holder {
+        namespace: namespace.to_string(),
+        pod: pod.to_string(),
+        container: container.map(str::to_string),
+        workload: ownership.and_then(|o| o.workload.clone()),
+        team: cluster_queue.as_ref().and_then(|cq| teams.get(cq).cloned()),
+        cluster_queue,
+        unresolved: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(labels: &[(&str, &str)], annotations: &[(&str, &str)]) -> ObjectMeta {
+        let map = |kv: &[(&str, &str)]| {
+            Some(
+                kv.iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            )
+        };
+        ObjectMeta {
+            labels: map(labels),
+            annotations: map(annotations),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_job_pod_names_its_workload_and_cluster_queue() {
+        // A batch/Job pod as Kueue v0.17 leaves it: the Job's template got the
+        // podset label, the queue labels and the workload annotation at admission.
+        let m = meta(
+            &[
+                ("batch.kubernetes.io/job-name", "train"),
+                ("kueue.x-k8s.io/podset", "main"),
+                ("kueue.x-k8s.io/local-queue-name", "large-training"),
+                ("kueue.x-k8s.io/cluster-queue-name", "ml-large-training"),
+            ],
+            &[("kueue.x-k8s.io/workload", "job-train-3f2a1")],
+        );
+        let o = pod_ownership(&m);
+        assert_eq!(o.workload.as_deref(), Some("job-train-3f2a1"));
+        assert_eq!(o.cluster_queue.as_deref(), Some("ml-large-training"));
+        let teams = BTreeMap::from([("ml-large-training".to_string(), "ml".to_string())]);
+        let h = holder("ml", "train-0-abcde", Some("main"), Some(&o), &teams);
+        assert_eq!(h.team.as_deref(), Some("ml"));
+        assert_eq!(h.workload.as_deref(), Some("job-train-3f2a1"));
+    }
+
+    #[test]
+    fn pod_groups_and_prebuilt_workloads_name_theirs_too() {
+        let group = meta(&[("kueue.x-k8s.io/pod-group-name", "grp-1")], &[]);
+        assert_eq!(pod_ownership(&group).workload.as_deref(), Some("grp-1"));
+        let lws = meta(&[("kueue.x-k8s.io/prebuilt-workload-name", "lws-0")], &[]);
+        assert_eq!(pod_ownership(&lws).workload.as_deref(), Some("lws-0"));
+    }
+
+    #[test]
+    fn nothing_known_is_nothing_guessed() {
+        let o = pod_ownership(&meta(&[("app", "x")], &[("kueue.x-k8s.io/workload", " ")]));
+        assert_eq!(o, PodOwnership::default());
+        let h = holder("ns", "p", None, Some(&o), &BTreeMap::new());
+        assert_eq!((h.workload, h.cluster_queue, h.team), (None, None, None));
+        // A ClusterQueue kaccel does not know has no team.
+        let o = PodOwnership {
+            workload: Some("w".into()),
+            cluster_queue: Some("foreign".into()),
+        };
+        assert_eq!(
+            holder("ns", "p", None, Some(&o), &BTreeMap::new()).team,
+            None
+        );
+    }
+}
