@@ -112,12 +112,14 @@ async fn version_1_is_upgraded_in_place() {
     let entries = suite::lifecycle("b1", "t", "u1", 1, 2);
     store.append(&entries[..entries.len() - 1]).await.unwrap();
     drop(store);
-    // Back to version 1: migration 2 only adds indexes, migration 3 the rate.
+    // Back to version 1: migration 2 only adds indexes, migration 3 the rate,
+    // migration 4 the devices.
     let c = raw(&url).await;
     c.batch_execute(
         "DROP INDEX entries_workload_uid; DROP INDEX entries_budget_kind; DROP INDEX entries_reserves;
          ALTER TABLE entries DROP COLUMN rate;
-         DELETE FROM schema_migrations WHERE version IN (2, 3)",
+         ALTER TABLE entries DROP COLUMN devices;
+         DELETE FROM schema_migrations WHERE version IN (2, 3, 4)",
     )
     .await
     .unwrap();
@@ -137,7 +139,7 @@ async fn version_1_is_upgraded_in_place() {
             .contains(&"entries_workload_uid".to_string())
     );
     let store = PostgresStore::connect(&url).await.unwrap();
-    assert_eq!(store.schema_version().await.unwrap(), 3);
+    assert_eq!(store.schema_version().await.unwrap(), SCHEMA_VERSION);
     let got = indexes().await;
     for name in [
         "entries_budget_created",
@@ -158,7 +160,7 @@ async fn version_1_is_upgraded_in_place() {
         .iter()
         .map(|r| r.get(0))
         .collect();
-    assert_eq!(versions, vec![1, 2, 3]);
+    assert_eq!(versions, vec![1, 2, 3, 4]);
     let stored = store.entries_for_workload("u1").await.unwrap();
     let stored: Vec<_> = stored.into_iter().map(|s| s.entry).collect();
     // Rows written before version 3 read their rate as 0.

@@ -296,6 +296,7 @@ pub fn synthetic_entries(run: &str, count: usize) -> impl Iterator<Item = Entry>
                 reason: String::new(),
                 created_at: start,
                 rate: rate.0,
+                devices: vec![],
             };
             let mut out = Vec::with_capacity(11);
             if w < 10 {

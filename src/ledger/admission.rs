@@ -535,6 +535,7 @@ impl Reservation {
             admitted_at: workload.admitted_at,
             term_seconds: self.horizon_seconds,
             lines: self.lines.clone(),
+            devices: vec![],
         }
     }
 }

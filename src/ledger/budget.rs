@@ -183,6 +183,7 @@ pub fn budget_entries(
         reason,
         created_at: now,
         rate: 0,
+        devices: vec![],
     };
     // Top-ups already credited in the period starting at `start`.
     let top_ups_in = |start: i64| -> i128 {

@@ -47,6 +47,8 @@ pub struct Charge {
     /// Length of one reservation term (the horizon), at least 1 s.
     pub term_seconds: u64,
     pub lines: Vec<ReservationLine>,
+    /// The devices (UUIDs) its pods hold now, where known: written on its entries.
+    pub devices: Vec<String>,
 }
 
 /// Reason of the Correction that refunds usage posted past the end Kueue recorded.
@@ -176,6 +178,7 @@ impl Charge {
             reason,
             created_at,
             rate: line.rate.rate.0,
+            devices: self.devices.clone(),
         }
     }
 

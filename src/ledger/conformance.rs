@@ -22,6 +22,7 @@ macro_rules! ledger_conformance_suite {
             open_reservations_track_posts_and_voids,
             open_reservations_fold_terms_per_line,
             posted_between_is_half_open_per_budget,
+            devices_are_kept_and_not_part_of_identity,
         );
     };
 }
@@ -59,6 +60,7 @@ pub fn lifecycle(budget: &str, team: &str, uid: &str, units: u64, hours: i64) ->
         reason: String::new(),
         created_at: t0,
         rate: 4_000_000,
+        devices: vec![],
     };
     let mut out = vec![grant_like(&base, 1_000_000_000)];
     out.extend(admission(&base, Rate(4_000_000), hours));
@@ -154,6 +156,42 @@ pub async fn append_is_idempotent<S: LedgerStore>(s: &S) {
     let e = lifecycle("b2", "vision", "u2", 1, 1);
     let out = s.append(&[e[0].clone(), e[0].clone()]).await.unwrap();
     assert_eq!((out.inserted, out.duplicates), (1, 1));
+}
+
+/// The devices an entry's admission held come back as written; a replay that saw
+/// other devices (or none) is the same entry, and ids with a separator are refused.
+pub async fn devices_are_kept_and_not_part_of_identity<S: LedgerStore>(s: &S) {
+    let mut entries = lifecycle("b1", "vision", "u1", 2, 3);
+    let held = vec!["GPU-5f3a8c2e".to_string(), "GPU-9c41d7b0".to_string()];
+    for e in entries.iter_mut().filter(|e| e.kind == EntryKind::Post) {
+        e.devices.clone_from(&held);
+    }
+    s.append(&entries).await.unwrap();
+    let stored = s.entries_for_workload("u1").await.unwrap();
+    let posts: Vec<&StoredEntry> = stored
+        .iter()
+        .filter(|e| e.entry.kind == EntryKind::Post)
+        .collect();
+    assert!(!posts.is_empty());
+    for p in &posts {
+        assert_eq!(p.entry.devices, held, "{}", p.entry.key);
+    }
+    assert!(
+        stored
+            .iter()
+            .filter(|e| e.entry.kind != EntryKind::Post)
+            .all(|e| e.entry.devices.is_empty())
+    );
+    let mut replay = entries.clone();
+    for e in &mut replay {
+        e.devices = vec!["GPU-other".into()];
+    }
+    let again = s.append(&replay).await.unwrap();
+    assert_eq!((again.inserted, again.duplicates), (0, entries.len()));
+    let mut bad = lifecycle("b2", "vision", "u2", 1, 1);
+    bad[0].devices = vec!["GPU-a,GPU-b".into()];
+    let err = s.append(&bad).await.unwrap_err().to_string();
+    assert!(err.contains("without commas"), "{err}");
 }
 
 pub async fn conflicting_replay_is_refused_atomically<S: LedgerStore>(s: &S) {

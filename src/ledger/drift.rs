@@ -208,6 +208,7 @@ mod tests {
                     reason: String::new(),
                     created_at: 0,
                     rate: 1,
+                    devices: vec![],
                 },
             },
             reserved: 10,

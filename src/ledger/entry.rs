@@ -109,6 +109,12 @@ pub struct Entry {
     /// expiries, and lines written before schema version 3).
     #[serde(default)]
     pub rate: u64,
+    /// The devices (UUIDs) the admission's pods held when the entry was written,
+    /// where exporters attribute them (schema version 4); empty when unknown.
+    /// Informational: not part of the entry's identity, so a replay that saw other
+    /// devices is the same entry.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<String>,
 }
 
 /// One line of an admission: the (flavor, resource) of a workload admission that
@@ -124,10 +130,12 @@ pub struct LineRef<'a> {
 
 impl Entry {
     /// The content that must match when an idempotency key is replayed: all
-    /// fields except `created_at` (a replay after a crash is written later).
+    /// fields except `created_at` (a replay after a crash is written later) and
+    /// `devices` (what the replay saw holding the devices).
     pub fn same_content(&self, other: &Entry) -> bool {
         let mut a = self.clone();
         a.created_at = other.created_at;
+        a.devices.clone_from(&other.devices);
         &a == other
     }
 
@@ -186,6 +194,15 @@ impl Entry {
         }
         if i64::try_from(self.device_units).is_err() {
             return Err(format!("device units {} too large", self.device_units));
+        }
+        if let Some(bad) = self
+            .devices
+            .iter()
+            .find(|d| d.is_empty() || d.contains([',', ';', ' ']))
+        {
+            return Err(format!(
+                "device id {bad:?} must be non-empty, without commas, semicolons or spaces"
+            ));
         }
         // Ledgers written before schema version 3 keyed one joined entry per
         // admission; those keys stay valid.
@@ -419,6 +436,7 @@ mod tests {
             rate_card: "rc-0".into(),
             reason: String::new(),
             created_at: 0,
+            devices: vec![],
         }
     }
 

@@ -135,6 +135,7 @@ impl ReservationRecord {
             admitted_at: self.admitted_at,
             term_seconds: self.horizon_seconds,
             lines: self.lines(),
+            devices: vec![],
         }
     }
 

@@ -35,6 +35,7 @@ fn charge(term: u64, lines: Vec<ReservationLine>) -> Charge {
         admitted_at: 1000,
         term_seconds: term,
         lines,
+        devices: vec![],
     }
 }
 

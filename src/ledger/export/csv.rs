@@ -36,7 +36,7 @@ pub(super) fn record<S: AsRef<str>>(out: &mut impl Write, fields: &[S]) -> io::R
     out.write_all(b"\r\n")
 }
 
-pub const CSV_HEADER: [&str; 25] = [
+pub const CSV_HEADER: [&str; 26] = [
     "id",
     "key",
     "kind",
@@ -62,6 +62,7 @@ pub const CSV_HEADER: [&str; 25] = [
     "reservedDelta",
     "spentDelta",
     "remainingDelta",
+    "devices",
 ];
 
 impl<W: Write> Exporter<W> {
@@ -98,6 +99,8 @@ impl<W: Write> Exporter<W> {
                 format_micros(delta.reserved),
                 format_micros(delta.spent),
                 format_micros(delta.remaining()),
+                // The devices its pods held, space-separated (empty: unknown).
+                e.devices.join(" "),
             ],
         )?;
         self.rows += 1;

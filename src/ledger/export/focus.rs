@@ -80,7 +80,7 @@ fn month_of(secs: i64) -> (i64, i64) {
 
 /// The FOCUS columns in the order written: FOCUS 1.2 columns alphabetically, then
 /// kaccel's `x_` columns.
-pub const FOCUS_HEADER: [&str; 47] = [
+pub const FOCUS_HEADER: [&str; 48] = [
     "BilledCost",
     "BillingAccountId",
     "BillingAccountName",
@@ -128,6 +128,7 @@ pub const FOCUS_HEADER: [&str; 47] = [
     "x_Class",
     "x_Flavor",
     "x_EvictionReason",
+    "x_Devices",
 ];
 
 /// How a usage row is priced.
@@ -249,7 +250,7 @@ impl<W: Write> Exporter<W> {
         let some = |v: &str| Some(v.to_string());
         let non_empty = |v: &str| (!v.is_empty()).then(|| v.to_string());
         let sku_price = format!("{}/{}/{}", e.rate_card, e.class, e.flavor);
-        let columns: [(&str, Option<String>); 47] = [
+        let columns: [(&str, Option<String>); 48] = [
             ("BilledCost", Some(billed.to_string())),
             ("BillingAccountId", some(account)),
             ("BillingAccountName", some(account)),
@@ -309,6 +310,11 @@ impl<W: Write> Exporter<W> {
             ("x_Class", non_empty(&e.class)),
             ("x_Flavor", non_empty(&e.flavor)),
             ("x_EvictionReason", eviction),
+            // The devices (UUIDs) its pods held, space-separated, where known.
+            (
+                "x_Devices",
+                (!e.devices.is_empty()).then(|| e.devices.join(" ")),
+            ),
         ];
         debug_assert!(
             columns

@@ -37,6 +37,7 @@ fn post() -> StoredEntry {
             reason: String::new(),
             created_at: 1_767_229_200,
             rate: 4_000_000,
+            devices: vec![],
         },
     };
     post.entry.key = post.entry.derived_key().unwrap();
@@ -129,6 +130,7 @@ fn charged_run(budget: &str, team: &str, uid: &str) -> Vec<Entry> {
             line("nvidia-h100", "nvidia.com/gpu", 2, 3_333_333),
             line("mig-1g", "nvidia.com/mig-1g.10gb", 7, 250_001),
         ],
+        devices: vec![],
     };
     let rich = Balances {
         granted: 1 << 80,
@@ -246,8 +248,36 @@ fn csv_quotes_and_formats() {
     assert!(line.contains("\"train, \"\"big\"\"\""), "{line}");
     assert!(line.contains("2026-01-01T00:00:00Z"));
     assert!(line.contains(",32,"));
-    // 8 device-hours at 4 credits: spent +32, reserved -32.
-    assert!(line.ends_with(",8,4,0,-32,32,0"), "{line}");
+    // 8 device-hours at 4 credits: spent +32, reserved -32; no devices known.
+    assert!(line.ends_with(",8,4,0,-32,32,0,"), "{line}");
+}
+
+#[test]
+fn every_format_carries_the_devices_an_entry_held() {
+    let mut held = post();
+    held.entry.devices = vec!["GPU-5f3a8c2e".into(), "GPU-9c41d7b0".into()];
+    let pricing = || Pricing::new("EUR", "1").unwrap();
+    let csv = export_all(Format::Csv, pricing(), std::slice::from_ref(&held));
+    let rows = table(&csv);
+    assert_eq!(
+        rows[0]["devices"].as_deref(),
+        Some("GPU-5f3a8c2e GPU-9c41d7b0")
+    );
+    let focus = export_all(Format::Focus, pricing(), std::slice::from_ref(&held));
+    let rows = table(&focus);
+    assert_eq!(
+        rows[0]["x_Devices"].as_deref(),
+        Some("GPU-5f3a8c2e GPU-9c41d7b0")
+    );
+    let json = export_all(Format::Json, pricing(), &[held]);
+    let v: serde_json::Value = serde_json::from_str(json.lines().next().unwrap()).unwrap();
+    assert_eq!(
+        v["devices"],
+        serde_json::json!(["GPU-5f3a8c2e", "GPU-9c41d7b0"])
+    );
+    // Unknown devices: an empty CSV cell, a NULL FOCUS cell, no JSON key.
+    let none = export_all(Format::Focus, pricing(), &[post()]);
+    assert_eq!(table(&none)[0]["x_Devices"], None);
 }
 
 #[test]

@@ -113,46 +113,50 @@ impl LedgerStore for PostgresStore {
         let tx = client.transaction().await?;
         let insert = tx
             .prepare(&format!(
-                "INSERT INTO entries ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19) ON CONFLICT (idempotency_key) DO NOTHING"
+                "INSERT INTO entries ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20) ON CONFLICT (idempotency_key) DO NOTHING"
             ))
             .await?;
         let ints: Vec<[i64; 3]> = entries
             .iter()
             .map(|e| [i64::from(e.admission), e.device_units as i64, e.rate as i64])
             .collect();
+        let devices: Vec<String> = entries.iter().map(|e| e.devices.join(",")).collect();
         // Pipelined: all inserts are sent without waiting for each reply.
-        let results = futures::future::try_join_all(entries.iter().zip(&ints).map(|(e, n)| {
-            let kind = e.kind.as_str();
-            let insert = &insert;
-            let tx = &tx;
-            async move {
-                tx.execute(
-                    insert,
-                    &[
-                        &e.key,
-                        &kind,
-                        &e.budget,
-                        &e.team,
-                        &e.namespace,
-                        &e.workload,
-                        &e.workload_uid,
-                        &n[0],
-                        &e.class,
-                        &e.flavor,
-                        &e.resource,
-                        &n[1],
-                        &e.start,
-                        &e.end,
-                        &e.credits,
-                        &e.rate_card,
-                        &e.reason,
-                        &e.created_at,
-                        &n[2],
-                    ],
-                )
-                .await
-            }
-        }))
+        let results = futures::future::try_join_all(entries.iter().zip(&ints).zip(&devices).map(
+            |((e, n), held)| {
+                let kind = e.kind.as_str();
+                let insert = &insert;
+                let tx = &tx;
+                async move {
+                    tx.execute(
+                        insert,
+                        &[
+                            &e.key,
+                            &kind,
+                            &e.budget,
+                            &e.team,
+                            &e.namespace,
+                            &e.workload,
+                            &e.workload_uid,
+                            &n[0],
+                            &e.class,
+                            &e.flavor,
+                            &e.resource,
+                            &n[1],
+                            &e.start,
+                            &e.end,
+                            &e.credits,
+                            &e.rate_card,
+                            &e.reason,
+                            &e.created_at,
+                            &n[2],
+                            held,
+                        ],
+                    )
+                    .await
+                }
+            },
+        ))
         .await?;
         let mut out = AppendOutcome::default();
         for (e, n) in entries.iter().zip(results) {
@@ -271,20 +275,20 @@ impl LedgerStore for PostgresStore {
         let mut out = Vec::with_capacity(rows.len());
         for r in &rows {
             let reserve = Self::read_row(r)?;
-            if let Some(id) = r.try_get::<_, Option<i64>>(22)? {
+            if let Some(id) = r.try_get::<_, Option<i64>>(23)? {
                 return Err(corrupt_aggregated(
                     id,
                     "credits",
                     &format!("a post of reservation {}", reserve.entry.key),
                 ));
             }
-            let posted: String = r.try_get(20)?;
+            let posted: String = r.try_get(21)?;
             let posted: i128 = posted.parse().map_err(|_| StoreError::CorruptRow {
                 id: reserve.id,
                 column: "credits",
                 detail: format!("sum {posted:?} of the posts is not an integer"),
             })?;
-            let posted_until: i64 = r.try_get(21)?;
+            let posted_until: i64 = r.try_get(22)?;
             out.push(OpenReservation::from_row(reserve, posted, posted_until));
         }
         Ok(merge_open_lines(out))

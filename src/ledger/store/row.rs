@@ -73,6 +73,7 @@ pub(super) struct RawRow {
     reason: String,
     created_at: i64,
     rate: i64,
+    devices: String,
 }
 
 impl RawRow {
@@ -106,6 +107,7 @@ impl RawRow {
             reason: text(17, "reason")?,
             created_at: int(18, "created_at")?,
             rate: int(19, "rate")?,
+            devices: text(20, "devices")?,
         })
     }
 
@@ -157,6 +159,12 @@ impl RawRow {
                 reason: self.reason,
                 created_at: self.created_at,
                 rate,
+                devices: self
+                    .devices
+                    .split(',')
+                    .filter(|d| !d.is_empty())
+                    .map(str::to_string)
+                    .collect(),
             },
         })
     }

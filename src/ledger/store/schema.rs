@@ -2,7 +2,7 @@
 //! migrations and the open-reservations query.
 
 /// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// The table that records which migrations ran (the same in both backends).
 pub(super) const CREATE_MIGRATIONS_TABLE: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)";
@@ -21,7 +21,7 @@ pub(super) fn pending_migrations(
     Ok((found + 1)..=SCHEMA_VERSION)
 }
 
-pub(super) const COLUMNS: &str = "idempotency_key, kind, budget, team, workload_namespace, workload_name, workload_uid, admission, class, flavor, resource, device_units, interval_start, interval_end, credits, rate_card, reason, created_at, rate";
+pub(super) const COLUMNS: &str = "idempotency_key, kind, budget, team, workload_namespace, workload_name, workload_uid, admission, class, flavor, resource, device_units, interval_start, interval_end, credits, rate_card, reason, created_at, rate, devices";
 
 pub(super) fn migration_1(id_column: &str) -> String {
     format!(
@@ -58,12 +58,16 @@ const MIGRATION_2: &str =
 
 const MIGRATION_3: &str = "ALTER TABLE entries ADD COLUMN rate BIGINT NOT NULL DEFAULT 0;";
 
+/// The devices an entry's admission held, comma-separated ('' when unknown).
+const MIGRATION_4: &str = "ALTER TABLE entries ADD COLUMN devices TEXT NOT NULL DEFAULT '';";
+
 /// The DDL that takes the schema from `version - 1` to `version`.
 pub(super) fn migration(version: i64, id_column: &str) -> String {
     match version {
         1 => migration_1(id_column),
         2 => MIGRATION_2.to_string(),
         3 => MIGRATION_3.to_string(),
+        4 => MIGRATION_4.to_string(),
         _ => unreachable!("no migration {version} (SCHEMA_VERSION is {SCHEMA_VERSION})"),
     }
 }
@@ -79,9 +83,9 @@ fn columns_of(alias: &str) -> String {
 
 /// The query of [`LedgerStore::open_reservations`], shared by both backends:
 /// one row per Reserve entry (a line's term) whose line has no Void; columns
-/// 0..=19 are the Reserve's `id` and [`COLUMNS`] (read by `read_row`), 20 the
-/// line's posted sum (`sum`, as the backend wants it), 21 its latest post end,
-/// 22 and 23 (`check`) the first post id with a corrupt `credits`, resp.
+/// 0..=20 are the Reserve's `id` and [`COLUMNS`] (read by `read_row`), 21 the
+/// line's posted sum (`sum`, as the backend wants it), 22 its latest post end,
+/// 23 and 24 (`check`) the first post id with a corrupt `credits`, resp.
 /// `interval_end`, or NULL. Posts and the void are found through the
 /// (workload_uid, admission, kind) index, Reserves through their partial index;
 /// [`merge_open_lines`] folds a line's terms into one [`OpenReservation`].

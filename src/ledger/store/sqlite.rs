@@ -128,7 +128,7 @@ impl LedgerStore for SqliteStore {
             let mut out = AppendOutcome::default();
             {
                 let mut insert = tx.prepare_cached(&format!(
-                    "INSERT INTO entries ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19) ON CONFLICT (idempotency_key) DO NOTHING"
+                    "INSERT INTO entries ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20) ON CONFLICT (idempotency_key) DO NOTHING"
                 ))?;
                 let mut existing = tx.prepare_cached(&format!(
                     "SELECT id, {COLUMNS} FROM entries WHERE idempotency_key = ?1"
@@ -154,6 +154,7 @@ impl LedgerStore for SqliteStore {
                         e.reason,
                         e.created_at,
                         e.rate as i64,
+                        e.devices.join(","),
                     ])?;
                     if n == 1 {
                         out.inserted += 1;
@@ -282,14 +283,14 @@ impl LedgerStore for SqliteStore {
             while let Some(r) = rows.next()? {
                 let reserve = Self::read_row(r)?;
                 let within = || format!("a post of reservation {}", reserve.entry.key);
-                if let Some(id) = r.get::<_, Option<i64>>(22)? {
+                if let Some(id) = r.get::<_, Option<i64>>(23)? {
                     return Err(corrupt_aggregated(id, "credits", &within()));
                 }
-                if let Some(id) = r.get::<_, Option<i64>>(23)? {
+                if let Some(id) = r.get::<_, Option<i64>>(24)? {
                     return Err(corrupt_aggregated(id, "interval_end", &within()));
                 }
-                let posted: Option<i64> = r.get(20)?;
-                let posted_until: i64 = r.get(21)?;
+                let posted: Option<i64> = r.get(21)?;
+                let posted_until: i64 = r.get(22)?;
                 out.push(OpenReservation::from_row(
                     reserve,
                     i128::from(posted.unwrap_or(0)),
@@ -355,7 +356,7 @@ mod tests {
             conn.execute(
                 &format!(
                     "INSERT INTO entries ({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
-                    COLUMNS.trim_end_matches(", rate")
+                    COLUMNS.trim_end_matches(", rate, devices")
                 ),
                 rusqlite::params![
                     e.key, e.kind.as_str(), e.budget, e.team, e.namespace, e.workload,
@@ -389,9 +390,11 @@ mod tests {
         open.pop();
         entries.extend(open);
         v1_file(&path, &entries);
-        // Version 3 adds the rate; rows written before read it as 0.
+        // Version 3 adds the rate, version 4 the devices; rows written before
+        // read them as 0 and none.
         for e in &mut entries {
             e.rate = 0;
+            e.devices.clear();
         }
         assert_eq!(
             sqlite_indexes(&path),
@@ -399,7 +402,10 @@ mod tests {
         );
 
         let store = SqliteStore::open(&path).await.unwrap();
-        assert_eq!(store.schema_version().await.unwrap(), 3);
+        assert_eq!(
+            store.schema_version().await.unwrap(),
+            crate::ledger::store::SCHEMA_VERSION
+        );
         assert_eq!(
             sqlite_indexes(&path),
             [
@@ -445,7 +451,7 @@ mod tests {
 
         // Reopening applies nothing twice.
         let store = SqliteStore::open(&path).await.unwrap();
-        assert_eq!(store.schema_version().await.unwrap(), 3);
+        assert_eq!(store.schema_version().await.unwrap(), 4);
         let versions: Vec<i64> = store
             .with_conn(|conn| {
                 let mut stmt =
@@ -457,7 +463,7 @@ mod tests {
             })
             .await
             .unwrap();
-        assert_eq!(versions, [1, 2, 3]);
+        assert_eq!(versions, [1, 2, 3, 4]);
     }
 
     /// The admission queries use the migration-2 indexes rather than scanning

@@ -91,6 +91,7 @@ fn note_for(w: &Workload) -> String {
             },
             credits: Credits::ZERO,
         }],
+        devices: vec![],
     };
     ready_note(&record, &charge, w)
 }

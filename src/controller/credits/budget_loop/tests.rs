@@ -27,6 +27,7 @@ fn orphan(key: &str) -> OpenReservation {
                 reason: String::new(),
                 created_at: 0,
                 rate: 0,
+                devices: vec![],
             },
         },
         reserved: 10,
