@@ -81,6 +81,7 @@ pub async fn run(config: Config) -> Result<(), Error> {
                 metrics.clone(),
                 shared.clone(),
                 wake_tx.clone(),
+                tracker.clone(),
             ),
             shared,
         }

@@ -442,3 +442,140 @@ async fn who_holds_a_gpu(client: &Client, s: &Setup, script: &Shared, n0: &str) 
     .await?;
     result
 }
+
+#[tokio::test]
+async fn the_ledger_names_the_gpus_a_job_held() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("ledger.db").display());
+    crate::ledger::with_env!("hold", |env| ledger_devices(&mut env, &store).await);
+}
+
+/// A Job charged by the ledger; the exporter of its node attributes two GPUs to
+/// its pod; when its Workload finishes, the settlement's entries name those GPUs,
+/// and `kaccel ledger export` carries them.
+async fn ledger_devices(env: &mut crate::ledger::Env, store: &str) -> Result<()> {
+    let client = env.client.clone();
+    let (class, ns) = (format!("h100-{}", env.id), format!("ns-{}", env.id));
+    env.class(&class).await?;
+    env.budget(&format!("b-{}", env.id), "vision", &ns, &class, "1000000")
+        .await?;
+    let (node, gpus) = h100_nodes().remove(0);
+    let mut row = vec![CALM; gpus as usize];
+    let exporter = FakeExporter::start(Answer::Metrics(dcgm(&node, &row, &[]))).await;
+    let port = exporter.port;
+    env.start_with(store, |config| {
+        format!(
+            "{config}health:\n  sources:\n    - {{name: dcgm-{node}, kind: dcgm-exporter, url: \"http://127.0.0.1:{port}/metrics\", node: {node}, intervalSeconds: 1, staleAfterSeconds: 3, timeoutSeconds: 1}}\n"
+        )
+    });
+    let jobs: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &job_ar());
+    let job = json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "finetune", "namespace": ns,
+                     "labels": {"kueue.x-k8s.io/queue-name": class}},
+        "spec": {"parallelism": 1, "completions": 1, "suspend": true,
+            "template": {"spec": {"restartPolicy": "Never", "containers": [{
+                "name": "main", "image": "ghcr.io/acme/train:cuda",
+                "resources": {"requests": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "2"},
+                              "limits": {"nvidia.com/gpu": "2"}}}]}}}
+    });
+    jobs.create(&PostParams::default(), &serde_json::from_value(job)?)
+        .await?;
+    let result = async {
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        let wait = Duration::from_secs(60);
+        let pod = wait_for("the Job's pod, after Kueue admitted it", wait, || async {
+            let list = pods
+                .list(&ListParams::default().labels("batch.kubernetes.io/job-name=finetune"))
+                .await?;
+            Ok(list.items.into_iter().next())
+        })
+        .await?;
+        let workload = pod
+            .annotations()
+            .get("kueue.x-k8s.io/workload")
+            .cloned()
+            .unwrap_or_default();
+        env.track_workload(&ns, &workload);
+        // The exporter says GPUs 2 and 5 run that pod.
+        let held = [(ns.clone(), pod.name_any())];
+        row[2].pod = Some(0);
+        row[5].pod = Some(0);
+        exporter.set(Answer::Metrics(dcgm(&node, &row, &held)));
+        let port = env.controller().port;
+        wait_for(
+            "the GPUs' holder resolved",
+            Duration::from_secs(30),
+            || async {
+                let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_kaccel"))
+                    .args([
+                        "inventory",
+                        "--health-from",
+                        &format!("http://127.0.0.1:{port}"),
+                        "-o",
+                        "json",
+                    ])
+                    .output()
+                    .await?;
+                let inv: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+                let resolved = inv["deviceHealth"]["devices"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|d| d["holder"]["workload"] == workload.as_str())
+                    .count();
+                Ok((resolved == 2).then_some(()))
+            },
+        )
+        .await?;
+        let workloads = env.workloads(&ns);
+        let wl = workloads.get(&workload).await?;
+        let uid = wl.metadata.uid.clone().unwrap_or_default();
+        crate::ledger::finish(&workloads, &workload).await?;
+        let expected = vec![format!("GPU-{node}-0002"), format!("GPU-{node}-0005")];
+        let settled = wait_for("the settlement, naming the GPUs", wait, || async {
+            let entries = crate::ledger::export(store, None)?;
+            let posts: Vec<Value> = entries
+                .into_iter()
+                .filter(|e| e["workloadUid"] == uid.as_str() && e["kind"] == "Post")
+                .collect();
+            Ok((!posts.is_empty()).then_some(posts))
+        })
+        .await?;
+        for post in &settled {
+            anyhow::ensure!(
+                post["devices"] == json!(expected),
+                "the Post names the GPUs the pod held: {post}"
+            );
+        }
+        // The CSV export has them in its devices column.
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_kaccel"))
+            .args([
+                "ledger",
+                "export",
+                "--store",
+                store,
+                "--from",
+                "2026-01-01T00:00:00Z",
+                "--to",
+                "2030-01-01T00:00:00Z",
+                "--format",
+                "csv",
+            ])
+            .output()?;
+        let csv = String::from_utf8_lossy(&out.stdout);
+        anyhow::ensure!(
+            csv.lines()
+                .any(|l| l.contains(",Post,") && l.ends_with(&expected.join(" "))),
+            "CSV export:\n{csv}"
+        );
+        Ok(())
+    }
+    .await;
+    let _ = jobs.delete("finetune", &DeleteParams::background()).await;
+    wait_for("Job deleted", Duration::from_secs(30), || async {
+        Ok(jobs.get_opt("finetune").await?.is_none().then_some(()))
+    })
+    .await?;
+    result
+}

@@ -31,7 +31,12 @@ impl LedgerRuntime {
         let mut recorded: Option<(Charge, ChargeState)> = None;
         if let Some(rec) = &record {
             let entries = self.store().entries_for_workload(&uid).await?;
-            let charge = rec.charge(&namespace, &name, &uid);
+            let mut charge = rec.charge(&namespace, &name, &uid);
+            charge.devices = self
+                .devices
+                .lock()
+                .expect("tracker lock")
+                .devices_held_by(&namespace, &name);
             let mut state = ChargeState::of(&charge, entries.iter().map(|s| &s.entry));
             if state.terms > 0 && !state.voided {
                 match ended_at(v, rec, EVICTED_FOR_ANNOTATION) {

@@ -260,9 +260,13 @@ pub struct LedgerRuntime {
     /// kaccel's ClusterQueues (set when the runtime starts): where the check
     /// reads the class's preference order and Kueue's use of each flavor.
     cluster_queues: std::sync::OnceLock<Cache<DynamicObject>>,
+    /// The health loop's devices and their holders: posts name the devices a
+    /// Workload's pods hold.
+    devices: super::health_poller::SharedTracker,
 }
 
 impl LedgerRuntime {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         client: Client,
         config: LedgerConfig,
@@ -270,6 +274,7 @@ impl LedgerRuntime {
         metrics: Metrics,
         shared: Arc<LedgerShared>,
         wake_planner: UnboundedSender<()>,
+        devices: super::health_poller::SharedTracker,
     ) -> Arc<Self> {
         let recorder = Recorder::new(
             client.clone(),
@@ -292,6 +297,7 @@ impl LedgerRuntime {
             wake_planner,
             previous_findings: Mutex::new(BTreeSet::new()),
             cluster_queues: std::sync::OnceLock::new(),
+            devices,
         })
     }
 

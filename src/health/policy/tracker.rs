@@ -409,6 +409,29 @@ impl Tracker {
         Some(holder)
     }
 
+    /// The devices (UUIDs, else the exporter's id) the pods of a Workload hold now,
+    /// as exporters attribute them and the resolver tied them to it; sorted.
+    pub fn devices_held_by(&self, namespace: &str, workload: &str) -> Vec<String> {
+        let mut held: Vec<String> = self
+            .devices
+            .values()
+            .filter(|d| {
+                d.reading.pod.as_ref().is_some_and(|p| {
+                    p.namespace == namespace
+                        && self
+                            .holders
+                            .get(&(p.namespace.clone(), p.name.clone()))
+                            .is_some_and(|h| h.workload.as_deref() == Some(workload))
+                })
+            })
+            .map(|d| d.reading.uuid.clone().unwrap_or_else(|| d.device.clone()))
+            .filter(|id| !id.is_empty() && !id.contains([',', ';', ' ']))
+            .collect();
+        held.sort();
+        held.dedup();
+        held
+    }
+
     /// The pods exporters attribute devices to now, as (namespace, pod).
     pub fn attributed_pods(&self) -> BTreeSet<(String, String)> {
         self.devices
