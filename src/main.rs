@@ -48,6 +48,19 @@ fn main() -> ExitCode {
 
 fn run_inventory(args: &inventory::InventoryArgs) -> Result<(), String> {
     let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
+    if let Some(device) = &args.device {
+        let since = k8s_openapi::jiff::Timestamp::now().as_second() - i64::from(args.days) * 86_400;
+        let report = runtime
+            .block_on(inventory::device::read(
+                device,
+                args.health_from.as_deref(),
+                args.store.as_deref(),
+                since,
+            ))
+            .map_err(|e| e.to_string())?;
+        return inventory::device::write(&report, args.output, &mut std::io::stdout().lock())
+            .map_err(|e| e.to_string());
+    }
     let report = if args.nodes.is_empty() {
         runtime.block_on(inventory::read_cluster())
     } else {

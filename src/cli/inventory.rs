@@ -10,9 +10,11 @@
 //!
 //! `inventory/read.rs` reads the cluster, Node files or a running controller's
 //! device health; `inventory/allocation.rs` computes what admitted Workloads hold
-//! per flavor; `inventory/render.rs` writes the table or the JSON document.
+//! per flavor; `inventory/render.rs` writes the table or the JSON document;
+//! `inventory/device.rs` is `--device`, one card's health changes and holders.
 
 mod allocation;
+pub mod device;
 mod gather;
 mod render;
 #[cfg(test)]
@@ -48,6 +50,16 @@ pub struct InventoryArgs {
     /// every health source with whether it is usable.
     #[arg(long)]
     pub health_from: Option<String>,
+    /// One device (its UUID) instead of the fleet: its health and last status
+    /// changes (with --health-from) and the admissions that held it (with --store).
+    #[arg(long)]
+    pub device: Option<String>,
+    /// The credit ledger (sqlite:PATH or postgres://...), read for --device's holders.
+    #[arg(long, env = "KACCEL_LEDGER_STORE")]
+    pub store: Option<String>,
+    /// With --device: holders of the last this many days.
+    #[arg(long, default_value_t = 7)]
+    pub days: u32,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
@@ -80,6 +92,8 @@ pub enum InventoryError {
     },
     #[error("cannot write output: {0}")]
     Output(#[from] std::io::Error),
+    #[error("cannot read the ledger: {0}")]
+    Ledger(String),
 }
 
 /// What `kaccel inventory` reports.

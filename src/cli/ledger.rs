@@ -43,6 +43,10 @@ pub enum LedgerCommand {
         /// Only this team.
         #[arg(long)]
         team: Option<String>,
+        /// Only entries of admissions that held this device (its UUID): which jobs
+        /// ran on a card.
+        #[arg(long)]
+        device: Option<String>,
         #[arg(long, value_enum, default_value_t = ExportFormat::Csv)]
         format: ExportFormat,
         /// Billing currency of FOCUS exports (ISO 4217).
@@ -103,6 +107,7 @@ async fn run_async(args: &LedgerArgs) -> Result<(), String> {
             from,
             to,
             team,
+            device,
             format,
             currency,
             credit_price,
@@ -121,6 +126,7 @@ async fn run_async(args: &LedgerArgs) -> Result<(), String> {
                 from: Some(from.as_second()),
                 to: Some(to.as_second()),
                 team: team.clone(),
+                device: device.clone(),
             };
             let stdout = std::io::stdout().lock();
             export(

@@ -22,7 +22,10 @@ use super::exporters::DeviceReading;
 use super::trend::{TrendRule, default_rules};
 
 pub use node_conditions::{NodeConditionRule, apply_node_conditions, default_node_condition_rules};
-pub use tracker::{DeviceView, Silence, SourceState, TrackedDevice, Tracker, keeps_out};
+pub use tracker::{
+    DeviceView, Silence, SourceState, TRANSITIONS_KEPT, TrackedDevice, Tracker, Transition,
+    keeps_out,
+};
 
 /// Rules from signals to a status. Every threshold is configurable; the defaults
 /// follow the vendors' guidance (NVIDIA's application XIDs are ignored, as its

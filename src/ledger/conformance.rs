@@ -182,6 +182,20 @@ pub async fn devices_are_kept_and_not_part_of_identity<S: LedgerStore>(s: &S) {
             .filter(|e| e.entry.kind != EntryKind::Post)
             .all(|e| e.entry.devices.is_empty())
     );
+    // Which entries ran on a card: the filter by device.
+    let on_card = EntryFilter {
+        device: Some("GPU-9c41d7b0".into()),
+        ..EntryFilter::default()
+    };
+    let mut kinds = Vec::new();
+    for_each_entry(s, &on_card, |e| {
+        kinds.push(e.entry.kind);
+        Ok::<(), StoreError>(())
+    })
+    .await
+    .unwrap();
+    assert_eq!(kinds.len(), posts.len());
+    assert!(kinds.iter().all(|k| *k == EntryKind::Post));
     let mut replay = entries.clone();
     for e in &mut replay {
         e.devices = vec!["GPU-other".into()];
@@ -324,6 +338,7 @@ pub async fn streams_by_period_and_team<S: LedgerStore>(s: &S) {
         from: Some(t0 + 3600),
         to: Some(t0 + 7200),
         team: Some("vision".into()),
+        device: None,
     };
     let mut seen = 0u64;
     for_each_entry(s, &filter, |e| {

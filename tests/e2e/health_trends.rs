@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::core::v1::Pod;
 use kaccel::api::AcceleratorClass;
@@ -548,6 +548,30 @@ async fn ledger_devices(env: &mut crate::ledger::Env, store: &str) -> Result<()>
                 "the Post names the GPUs the pod held: {post}"
             );
         }
+        // One card's story: who held it (the ledger), its health now.
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_kaccel"))
+            .args([
+                "inventory",
+                "--device",
+                &expected[0],
+                "--health-from",
+                &format!("http://127.0.0.1:{port}"),
+                "--store",
+                store,
+                "-o",
+                "json",
+            ])
+            .output()
+            .await?;
+        let card: Value = serde_json::from_slice(&out.stdout)
+            .with_context(|| String::from_utf8_lossy(&out.stderr).to_string())?;
+        anyhow::ensure!(
+            card["holders"][0]["workload"] == workload.as_str()
+                && card["holders"][0]["team"] == "vision"
+                && card["holders"][0]["workloadUid"] == uid.as_str()
+                && card["health"]["device"] == expected[0].as_str(),
+            "kaccel inventory --device: {card}"
+        );
         // The CSV export has them in its devices column.
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_kaccel"))
             .args([

@@ -18,17 +18,7 @@ impl InventoryReport {
     /// Take per-device health from a running controller: group counts then follow
     /// the controller's sources (the same snapshot its planner uses).
     pub async fn with_health_from(mut self, address: &str) -> Result<Self, InventoryError> {
-        let url = format!("{}/devices", address.trim_end_matches('/'));
-        let (status, body) = crate::health::scrape::Scraper::default()
-            .get(&url, std::time::Duration::from_secs(5))
-            .await
-            .map_err(|e| InventoryError::Health(format!("{url}: {e}")))?;
-        if status != 200 {
-            return Err(InventoryError::Health(format!("{url}: HTTP {status}")));
-        }
-        let health: DeviceHealth = serde_json::from_str(&body).map_err(|e| {
-            InventoryError::Health(format!("{url}: not a kaccel /devices answer: {e}"))
-        })?;
+        let health = fetch_device_health(address).await?;
         let mut tracker = crate::health::policy::Tracker::default();
         for s in &health.sources {
             tracker.sources.insert(s.name.clone(), s.clone());
@@ -52,6 +42,20 @@ impl InventoryReport {
         self.device_health = Some(health);
         Ok(self)
     }
+}
+
+/// What a running controller serves at `/devices`.
+pub async fn fetch_device_health(address: &str) -> Result<DeviceHealth, InventoryError> {
+    let url = format!("{}/devices", address.trim_end_matches('/'));
+    let (status, body) = crate::health::scrape::Scraper::default()
+        .get(&url, std::time::Duration::from_secs(5))
+        .await
+        .map_err(|e| InventoryError::Health(format!("{url}: {e}")))?;
+    if status != 200 {
+        return Err(InventoryError::Health(format!("{url}: HTTP {status}")));
+    }
+    serde_json::from_str(&body)
+        .map_err(|e| InventoryError::Health(format!("{url}: not a kaccel /devices answer: {e}")))
 }
 
 /// The offline inventory: Nodes and ResourceSlices from files, no allocation.

@@ -374,3 +374,42 @@ fn the_snapshot_names_the_trend_rules_holding_per_group() {
     assert_eq!(rules, ["sustained-heat"]);
     assert_eq!(snapshot.groups[NODE]["nvidia.com/gpu"].degraded, 1);
 }
+
+#[test]
+fn status_changes_are_kept_per_device_and_bounded() {
+    use crate::health::policy::testing::{NODE, SOURCE, gpus, watched};
+    let policy = Policy {
+        hold_down_seconds: 0,
+        ..Policy::default()
+    };
+    let mut t = watched();
+    // GPU 1 alternates hot and cool; GPU 0 stays healthy.
+    for poll in 0..40 {
+        let hot: &[u32] = if poll % 2 == 1 { &[1] } else { &[] };
+        t.observe(SOURCE, gpus(&[0, 1], &[], hot), 1000 + poll * 15, &policy);
+    }
+    let key = |i: &str| (NODE.to_string(), i.to_string());
+    assert!(t.devices[&key("0")].transitions.is_empty(), "never changed");
+    let flapping = &t.devices[&key("1")].transitions;
+    assert_eq!(flapping.len(), TRANSITIONS_KEPT);
+    let last = flapping.last().unwrap();
+    // The last poll (39) was hot.
+    assert_eq!(
+        (last.from, last.to, last.at),
+        (
+            Some(DeviceStatus::Healthy),
+            DeviceStatus::Degraded,
+            1000 + 39 * 15
+        )
+    );
+    assert!(
+        last.reasons[0].contains("temperature"),
+        "{:?}",
+        last.reasons
+    );
+    let before = &flapping[flapping.len() - 2];
+    assert_eq!(
+        (before.from, before.to),
+        (Some(DeviceStatus::Degraded), DeviceStatus::Healthy)
+    );
+}

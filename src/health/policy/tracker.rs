@@ -12,6 +12,45 @@ use crate::health::{DeviceStatus, HealthSnapshot};
 use crate::inventory::Inventory;
 use crate::inventory::holders::Holder;
 
+/// Status changes kept per device (for `kaccel inventory --device`).
+pub const TRANSITIONS_KEPT: usize = 16;
+
+/// A device's status changed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Transition {
+    /// Unix seconds.
+    pub at: i64,
+    /// None: first seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<DeviceStatus>,
+    pub to: DeviceStatus,
+    pub reasons: Vec<String>,
+}
+
+/// Record a status change (a first sighting only when not Healthy), keeping the last
+/// [`TRANSITIONS_KEPT`].
+fn note_transition(
+    transitions: &mut Vec<Transition>,
+    from: Option<DeviceStatus>,
+    to: DeviceStatus,
+    reasons: &[String],
+    at: i64,
+) {
+    if from == Some(to) || (from.is_none() && to == DeviceStatus::Healthy) {
+        return;
+    }
+    if transitions.len() == TRANSITIONS_KEPT {
+        transitions.remove(0);
+    }
+    transitions.push(Transition {
+        at,
+        from,
+        to,
+        reasons: reasons.to_vec(),
+    });
+}
+
 /// What one reading makes of a device, given what it was.
 struct Judged {
     status: DeviceStatus,
@@ -103,6 +142,9 @@ pub struct TrackedDevice {
     /// The source that reported it.
     pub source: String,
     pub reading: DeviceReading,
+    /// Its last status changes, oldest first (at most [`TRANSITIONS_KEPT`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub transitions: Vec<Transition>,
     /// What the trend rules remember of it; goes with the device.
     #[serde(skip)]
     pub history: DeviceHistory,
@@ -296,6 +338,13 @@ impl Tracker {
             if let Some(d) = self.devices.get_mut(&key) {
                 let verdicts = d.history.observe(&reading, now, policy, max_gap);
                 let judged = judge(Some(d), raw, reasons, verdicts, now, policy, after_silence);
+                note_transition(
+                    &mut d.transitions,
+                    Some(d.status),
+                    judged.status,
+                    &judged.reasons,
+                    now,
+                );
                 d.vendor = reading.vendor;
                 d.status = judged.status;
                 d.reasons = judged.reasons;
@@ -314,6 +363,8 @@ impl Tracker {
             let mut history = DeviceHistory::default();
             let verdicts = history.observe(&reading, now, policy, max_gap);
             let judged = judge(None, raw, reasons, verdicts, now, policy, after_silence);
+            let mut transitions = Vec::new();
+            note_transition(&mut transitions, None, judged.status, &judged.reasons, now);
             let device = TrackedDevice {
                 node: key.0.clone(),
                 vendor: reading.vendor,
@@ -327,6 +378,7 @@ impl Tracker {
                 unreported_since: None,
                 source: source.to_string(),
                 reading,
+                transitions,
                 history,
                 seen_in: generation,
             };

@@ -101,6 +101,8 @@ pub struct EntryFilter {
     pub from: Option<i64>,
     pub to: Option<i64>,
     pub team: Option<String>,
+    /// Only entries naming this device (UUID) among those their admission held.
+    pub device: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -217,6 +219,13 @@ pub async fn for_each_entry<S: LedgerStore, E: From<StoreError>>(
     loop {
         let page = store.entries_page(filter, after, PAGE).await?;
         for e in &page {
+            if filter
+                .device
+                .as_ref()
+                .is_some_and(|d| !e.entry.devices.contains(d))
+            {
+                continue;
+            }
             f(e)?;
             n += 1;
         }
