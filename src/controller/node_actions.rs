@@ -74,6 +74,82 @@ impl Reconciler {
         decided
     }
 
+    /// Deactivate the warned Workloads whose grace period ended; cancel the warnings
+    /// of those whose node is back.
+    pub(super) async fn deactivate_due_workloads(&self) -> Result<(), Error> {
+        if !self.evictions_pending.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        // Listing every Workload is not free: at most every EVICTION_CHECK_SECONDS.
+        let now = super::health_poller::now_seconds();
+        {
+            let mut next = self
+                .next_eviction_check
+                .lock()
+                .expect("eviction check lock");
+            if now < *next {
+                return Ok(());
+            }
+            *next = now + EVICTION_CHECK_SECONDS;
+        }
+        let due = deactivate_due(&self.client, now).await.map_err(api_err(
+            "evicting Workloads at the end of their grace period",
+        ))?;
+        for (ns, name, uid) in &due.cancelled {
+            tracing::info!(workload = %format!("{ns}/{name}"), "eviction cancelled");
+            self.publish(
+                &workload_reference(ns, name, uid),
+                EventType::Normal,
+                "EvictionCancelled",
+                "the node is back in service (or the Workload no longer runs there): not evicted",
+            )
+            .await;
+        }
+        self.evicted("", &due.evicted).await;
+        self.evictions_pending
+            .store(due.waiting > 0, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Record Workloads deactivated for eviction: metrics, the requeue to come,
+    /// an Event on each (and on the node, when known).
+    async fn evicted(&self, node: &str, evicted: &[WorkloadRef]) {
+        if evicted.is_empty() {
+            return;
+        }
+        self.metrics.write("Workload", "evict");
+        self.requeue_pending.store(true, Ordering::Relaxed);
+        let names: Vec<String> = evicted
+            .iter()
+            .map(|(ns, n, _)| format!("{ns}/{n}"))
+            .collect();
+        tracing::warn!(%node, workloads = ?names, "evicted Workloads from a node with a failed accelerator");
+        for (ns, name, uid) in evicted {
+            self.publish(
+                &workload_reference(ns, name, uid),
+                EventType::Warning,
+                "KaccelEvicted",
+                "deactivated for eviction from a node with a failed accelerator; requeued once Kueue released it",
+            )
+            .await;
+        }
+        if !node.is_empty() {
+            let reference = ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Node".into()),
+                name: Some(node.to_string()),
+                ..Default::default()
+            };
+            self.publish(
+                &reference,
+                EventType::Warning,
+                "KaccelEvictedWorkloads",
+                &format!("evicted for requeue: {}", names.join(", ")),
+            )
+            .await;
+        }
+    }
+
     /// Workloads kaccel evicted go back to their queues once Kueue evicted them.
     pub(super) async fn requeue_evicted_workloads(&self) -> Result<(), Error> {
         if self.requeue_pending.load(Ordering::Relaxed) {
@@ -91,33 +167,40 @@ impl Reconciler {
 
     async fn apply_node(&self, action: &NodeAction) -> Result<(), Error> {
         let (verb, event_reason, type_, note) = describe(action);
-        apply_node_action(&self.client, action)
+        let devices = match action {
+            NodeAction::Cordon { node, .. } => {
+                let tracker = self.health.lock().expect("tracker lock");
+                repair_devices(&tracker, node, super::health_poller::now_seconds())
+            }
+            _ => vec![],
+        };
+        apply_node_action(&self.client, action, &devices)
             .await
             .map_err(api_err(format!("{verb} node {}", action.node())))?;
         if let NodeAction::Cordon { node, reason } = action
             && self.config.health.actions.evict_workloads_on_failed
         {
-            let evicted = evict_workloads_on(&self.client, node, reason)
+            let grace = self.config.health.actions.eviction_grace_seconds;
+            let done = evict_workloads_on(&self.client, node, reason, grace)
                 .await
                 .map_err(api_err(format!("evicting Workloads from node {node}")))?;
-            if !evicted.is_empty() {
-                self.metrics.write("Workload", "evict");
-                self.requeue_pending.store(true, Ordering::Relaxed);
-                tracing::warn!(%node, workloads = ?evicted, "evicted Workloads from a node with a failed accelerator");
-                let reference = ObjectReference {
-                    api_version: Some("v1".into()),
-                    kind: Some("Node".into()),
-                    name: Some(node.clone()),
-                    ..Default::default()
-                };
-                self.publish(
-                    &reference,
-                    EventType::Warning,
-                    "KaccelEvictedWorkloads",
-                    &format!("evicted for requeue: {}", evicted.join(", ")),
-                )
-                .await;
+            if !done.scheduled.is_empty() {
+                self.evictions_pending.store(true, Ordering::Relaxed);
+                tracing::warn!(%node, workloads = ?done.scheduled, grace, "Workloads on a node with a failed accelerator warned of eviction");
+                for (ns, name, uid) in &done.scheduled {
+                    self.metrics.write("Workload", "warn-eviction");
+                    self.publish(
+                        &workload_reference(ns, name, uid),
+                        EventType::Warning,
+                        "EvictionScheduled",
+                        &format!(
+                            "{node}: {reason}; kaccel deactivates this Workload in {grace}s (Kueue evicts and requeues it) unless the node is back in service first"
+                        ),
+                    )
+                    .await;
+                }
             }
+            self.evicted(node, &done.evicted).await;
         }
         self.metrics.write("Node", verb);
         self.metrics
@@ -184,7 +267,48 @@ fn newly_held(last: &mut BTreeSet<String>, held_back: &[HeldBack]) -> Vec<HeldBa
 /// Apply one node action. The patch is guarded by the resourceVersion just read:
 /// a concurrent change makes it fail and the next reconcile decides again. Only
 /// kaccel's own taint key and annotations are touched.
-pub async fn apply_node_action(client: &Client, action: &NodeAction) -> Result<(), kube::Error> {
+/// The cards a repair request names: every device of `node` that counts out
+/// (Failed or Degraded), with what identifies it and why.
+pub fn repair_devices(
+    tracker: &crate::health::policy::Tracker,
+    node: &str,
+    now: i64,
+) -> Vec<Value> {
+    tracker
+        .devices
+        .values()
+        .filter(|d| d.node == node)
+        .filter(|d| crate::health::policy::keeps_out(d.effective_status(&tracker.sources, now)))
+        .map(|d| {
+            let labels = &d.reading.raw_labels;
+            let serial = ["serial_number", "Serial", "serial", "DCGM_FI_DEV_SERIAL"]
+                .iter()
+                .find_map(|k| labels.get(*k).filter(|v| !v.is_empty()));
+            // First seen: when it last turned bad.
+            let first_seen = d
+                .transitions
+                .iter()
+                .rev()
+                .find(|t| crate::health::policy::keeps_out(t.to))
+                .map_or(d.observed_at, |t| t.at);
+            json!({
+                "device": d.reading.uuid.as_deref().unwrap_or(&d.device),
+                "serial": serial,
+                "status": format!("{:?}", d.status),
+                "fault": d.reasons.join("; "),
+                "firstSeen": crate::k8s::time::rfc3339(first_seen),
+            })
+        })
+        .collect()
+}
+
+/// Take one node action. A cordon writes the repair request: why, since when,
+/// and the cards at fault (`devices`, from [`repair_devices`]).
+pub async fn apply_node_action(
+    client: &Client,
+    action: &NodeAction,
+    devices: &[Value],
+) -> Result<(), kube::Error> {
     let api: Api<Node> = Api::all(client.clone());
     let node = api.get(action.node()).await?;
     let mut taints: Vec<Taint> = node
@@ -216,7 +340,14 @@ pub async fn apply_node_action(client: &Client, action: &NodeAction) -> Result<(
             annotations.insert(CORDONED_ANNOTATION.into(), "true".into());
             annotations.insert(
                 REPAIR_ANNOTATION.into(),
-                json!({"reason": reason, "since": k8s_openapi::jiff::Timestamp::now().to_string(), "by": "kaccel"}).to_string(),
+                json!({
+                    "node": action.node(),
+                    "reason": reason,
+                    "since": k8s_openapi::jiff::Timestamp::now().to_string(),
+                    "by": "kaccel",
+                    "devices": devices,
+                })
+                .to_string(),
             );
             ops.push(json!({"op": "add", "path": "/spec/unschedulable", "value": true}));
         }
@@ -243,14 +374,39 @@ use crate::k8s::labels::EVICTED_FOR_ANNOTATION;
 /// On a Workload kaccel deactivated and will activate again once Kueue evicted it.
 pub const REQUEUE_ANNOTATION: &str = "kaccel.io/requeue";
 
+/// How often warned Workloads are looked at (their deadlines, their nodes).
+const EVICTION_CHECK_SECONDS: i64 = 2;
+
+/// On a Workload kaccel will deactivate: when (RFC 3339), unless the node is back.
+pub const EVICT_AT_ANNOTATION: &str = "kaccel.io/evict-at";
+/// ... and why: `<node>: <reason>`.
+pub const EVICT_FOR_ANNOTATION: &str = "kaccel.io/evict-for";
+/// The condition a warned Workload carries (a job can watch for it and checkpoint).
+pub const EVICTION_CONDITION: &str = "kaccel.io/EvictionScheduled";
+
+/// A Workload kaccel acted on: (namespace, name, uid).
+pub type WorkloadRef = (String, String, String);
+
+/// What [`evict_workloads_on`] did.
+#[derive(Debug, Default)]
+pub struct Evictions {
+    /// Deactivated now (no grace).
+    pub evicted: Vec<WorkloadRef>,
+    /// Warned: deactivated after the grace period unless the node comes back.
+    pub scheduled: Vec<WorkloadRef>,
+}
+
 /// Evict the admitted Workloads whose pods run on `node`: a pod belongs to the
 /// Workload that owns it or its controller (Job, JobSet, ...). Kueue does the
-/// eviction when kaccel deactivates the Workload (`spec.active: false`).
+/// eviction when kaccel deactivates the Workload (`spec.active: false`). With a
+/// grace period, each is first warned ([`EVICTION_CONDITION`], annotations with the
+/// time); [`deactivate_due`] deactivates it when the time comes.
 pub async fn evict_workloads_on(
     client: &Client,
     node: &str,
     reason: &str,
-) -> Result<Vec<String>, kube::Error> {
+    grace_seconds: u32,
+) -> Result<Evictions, kube::Error> {
     use k8s_openapi::api::core::v1::Pod;
     use kube::api::ListParams;
     let pods: Api<Pod> = Api::all(client.clone());
@@ -265,7 +421,8 @@ pub async fn evict_workloads_on(
         set.extend(pod.metadata.uid.clone());
         set.extend(pod.owner_references().iter().map(|o| o.uid.clone()));
     }
-    let mut evicted = Vec::new();
+    let mut done = Evictions::default();
+    let why = format!("{node}: {reason}");
     for (ns, uids) in owners {
         let workloads: Api<Workload> = Api::namespaced(client.clone(), &ns);
         for wl in workloads.list(&ListParams::default()).await?.items {
@@ -275,20 +432,165 @@ pub async fn evict_workloads_on(
                 continue;
             }
             let name = wl.name_any();
-            let patch = json!({
-                "metadata": {"annotations": {
-                    EVICTED_FOR_ANNOTATION: format!("{node}: {reason}"),
-                    REQUEUE_ANNOTATION: "true",
-                }},
-                "spec": {"active": false},
-            });
+            let id = (ns.clone(), name.clone(), wl.uid().unwrap_or_default());
+            if grace_seconds == 0 {
+                deactivate(&workloads, &name, &why).await?;
+                done.evicted.push(id);
+                continue;
+            }
+            if wl.annotation(EVICT_AT_ANNOTATION).is_some() {
+                continue; // already warned
+            }
+            let at = k8s_openapi::jiff::Timestamp::from_second(
+                super::health_poller::now_seconds() + i64::from(grace_seconds),
+            )
+            .unwrap_or_default();
+            let patch = json!({"metadata": {"annotations": {
+                EVICT_AT_ANNOTATION: at.to_string(),
+                EVICT_FOR_ANNOTATION: why,
+            }}});
             workloads
                 .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await?;
-            evicted.push(format!("{ns}/{name}"));
+            set_eviction_condition(
+                &workloads,
+                &name,
+                true,
+                "AcceleratorFailed",
+                &format!("{why}; kaccel deactivates this Workload at {at} (Kueue evicts and requeues it) unless the node is back in service first: save a checkpoint now"),
+            )
+            .await?;
+            done.scheduled.push(id);
         }
     }
-    Ok(evicted)
+    Ok(done)
+}
+
+/// Deactivate a Workload for eviction (Kueue evicts it; kaccel requeues it).
+async fn deactivate(workloads: &Api<Workload>, name: &str, why: &str) -> Result<(), kube::Error> {
+    let patch = json!({
+        "metadata": {"annotations": {
+            EVICTED_FOR_ANNOTATION: why,
+            REQUEUE_ANNOTATION: "true",
+            EVICT_AT_ANNOTATION: null,
+            EVICT_FOR_ANNOTATION: null,
+        }},
+        "spec": {"active": false},
+    });
+    workloads
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok(())
+}
+
+/// kaccel's own condition on a Workload, by server-side apply of that one entry of
+/// `status.conditions` (a list keyed by type: Kueue's conditions are left alone).
+async fn set_eviction_condition(
+    workloads: &Api<Workload>,
+    name: &str,
+    status: bool,
+    reason: &str,
+    message: &str,
+) -> Result<(), kube::Error> {
+    let now = k8s_openapi::jiff::Timestamp::from_second(super::health_poller::now_seconds())
+        .unwrap_or_default();
+    let patch = json!({
+        "apiVersion": crate::k8s::resources::kueue_api_version(),
+        "kind": "Workload",
+        "status": {"conditions": [{
+            "type": EVICTION_CONDITION,
+            "status": if status { "True" } else { "False" },
+            "reason": reason,
+            "message": message.chars().take(1000).collect::<String>(),
+            "lastTransitionTime": now.to_string(),
+        }]},
+    });
+    workloads
+        .patch_status(
+            name,
+            &PatchParams::apply("kaccel-health").force(),
+            &Patch::Apply(&patch),
+        )
+        .await?;
+    Ok(())
+}
+
+/// What [`deactivate_due`] found.
+#[derive(Debug, Default)]
+pub struct DueEvictions {
+    pub evicted: Vec<WorkloadRef>,
+    /// Warned, but the node is back in service (or the Workload is gone from it).
+    pub cancelled: Vec<WorkloadRef>,
+    /// Still within their grace period.
+    pub waiting: usize,
+}
+
+/// Deactivate the warned Workloads whose time has come; cancel the warning of
+/// those whose node kaccel no longer holds out, or that finished or lost their
+/// admission meanwhile.
+pub async fn deactivate_due(client: &Client, now: i64) -> Result<DueEvictions, kube::Error> {
+    use kube::api::ListParams;
+    let all: Api<Workload> = Api::all(client.clone());
+    let nodes: Api<Node> = Api::all(client.clone());
+    let mut out = DueEvictions::default();
+    for wl in all.list(&ListParams::default()).await?.items {
+        let (Some(at), Some(why)) = (
+            wl.annotation(EVICT_AT_ANNOTATION),
+            wl.annotation(EVICT_FOR_ANNOTATION),
+        ) else {
+            continue;
+        };
+        let ns = wl.namespace().unwrap_or_default();
+        let name = wl.name_any();
+        let id = (ns.clone(), name.clone(), wl.uid().unwrap_or_default());
+        let workloads: Api<Workload> = Api::namespaced(client.clone(), &ns);
+        let node = why.split(": ").next().unwrap_or_default();
+        let held_out = match nodes.get_opt(node).await? {
+            Some(n) => n.annotations().contains_key(CORDONED_ANNOTATION),
+            None => false,
+        };
+        let still_running = wl.status.admission.is_some() && wl.active() && !wl.is_true("Finished");
+        if !(held_out && still_running) {
+            let patch = json!({"metadata": {"annotations": {
+                EVICT_AT_ANNOTATION: null, EVICT_FOR_ANNOTATION: null,
+            }}});
+            workloads
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+            if still_running {
+                set_eviction_condition(
+                    &workloads,
+                    &name,
+                    false,
+                    "NodeBackInService",
+                    &format!("{node} is back in service: no eviction"),
+                )
+                .await?;
+            }
+            out.cancelled.push(id);
+            continue;
+        }
+        // Unreadable (edited by hand): due now.
+        let due = at
+            .parse::<k8s_openapi::jiff::Timestamp>()
+            .map(|t| t.as_second())
+            .unwrap_or(0);
+        if now < due {
+            out.waiting += 1;
+            continue;
+        }
+        deactivate(&workloads, &name, why).await?;
+        set_eviction_condition(
+            &workloads,
+            &name,
+            true,
+            "Evicted",
+            &format!("{why}; deactivated for eviction, requeued once Kueue released it"),
+        )
+        .await?;
+        out.evicted.push(id);
+    }
+    Ok(out)
 }
 
 /// Activate again the Workloads kaccel deactivated, once Kueue has evicted them
@@ -323,9 +625,39 @@ pub async fn requeue_evicted(client: &Client) -> Result<(Vec<String>, usize), ku
     Ok((requeued, waiting))
 }
 
+fn workload_reference(namespace: &str, name: &str, uid: &str) -> ObjectReference {
+    ObjectReference {
+        api_version: Some(crate::k8s::resources::kueue_api_version()),
+        kind: Some("Workload".into()),
+        namespace: Some(namespace.to_string()),
+        name: Some(name.to_string()),
+        uid: Some(uid.to_string()),
+        ..Default::default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_repair_request_names_each_card_out_with_its_fault_and_since_when() {
+        use crate::health::policy::testing::{NODE, SOURCE, gpus, watched};
+        use crate::health::policy::Policy;
+        let mut t = watched();
+        let policy = Policy::default();
+        t.observe(SOURCE, gpus(&[0, 1, 2, 3], &[], &[]), 1000, &policy);
+        t.observe(SOURCE, gpus(&[0, 1, 2, 3], &[3], &[1]), 1010, &policy);
+        t.observe(SOURCE, gpus(&[0, 1, 2, 3], &[3], &[1]), 1020, &policy);
+        let devices = repair_devices(&t, NODE, 1020);
+        let named: Vec<&str> = devices.iter().filter_map(|d| d["device"].as_str()).collect();
+        assert_eq!(named, ["1", "3"], "the hot and the failed card, not the others");
+        let failed = &devices[1];
+        assert_eq!(failed["status"], "Failed");
+        assert!(failed["fault"].as_str().unwrap().contains("uncorrectable ECC"));
+        assert_eq!(failed["firstSeen"], crate::k8s::time::rfc3339(1010));
+        assert!(repair_devices(&t, "another-node", 1020).is_empty());
+    }
 
     fn held(node: &str) -> HeldBack {
         HeldBack {

@@ -38,6 +38,10 @@ pub(super) struct Reconciler {
     pub(super) held_back: std::sync::Mutex<std::collections::BTreeSet<String>>,
     /// Workloads kaccel evicted may be waiting to be requeued (checked at start too).
     pub(super) requeue_pending: AtomicBool,
+    /// Workloads warned of an eviction may be due (checked at start too).
+    pub(super) evictions_pending: AtomicBool,
+    /// Unix seconds before which warned Workloads are not looked at again.
+    pub(super) next_eviction_check: std::sync::Mutex<i64>,
     /// Some budget names a namespace that does not exist (retried every few seconds).
     pub(super) namespaces_missing: AtomicBool,
     /// A planned name is taken by an object kaccel does not own (not watched:
@@ -164,7 +168,9 @@ impl Reconciler {
         }
         decided.held_back.extend(quarantine.held_back);
 
-        // Workloads kaccel evicted go back to their queues once Kueue evicted them.
+        // Warned Workloads whose grace period ended are evicted; Workloads kaccel
+        // evicted go back to their queues once Kueue evicted them.
+        self.deactivate_due_workloads().await?;
         self.requeue_evicted_workloads().await?;
 
         // Status.

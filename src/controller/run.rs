@@ -117,6 +117,8 @@ pub async fn run(config: Config) -> Result<(), Error> {
         health: tracker,
         held_back: Default::default(),
         requeue_pending: AtomicBool::new(config.health.actions.evict_workloads_on_failed),
+        evictions_pending: AtomicBool::new(config.health.actions.evict_workloads_on_failed),
+        next_eviction_check: std::sync::Mutex::new(0),
         namespaces_missing: AtomicBool::new(false),
         names_taken: AtomicBool::new(false),
         held_rules,
@@ -354,7 +356,10 @@ async fn reconcile_loop(
                     dirty_since = Some(Instant::now() + Duration::from_secs(5));
                     last_event = Instant::now() + Duration::from_secs(5);
                 }
-                if dirty_since.is_none() && reconciler.requeue_pending.load(Ordering::Relaxed) {
+                if dirty_since.is_none()
+                    && (reconciler.requeue_pending.load(Ordering::Relaxed)
+                        || reconciler.evictions_pending.load(Ordering::Relaxed))
+                {
                     // Kueue evicts asynchronously and Workloads are not watched: look again soon.
                     dirty_since = Some(Instant::now());
                     last_event = Instant::now() + Duration::from_millis(500);

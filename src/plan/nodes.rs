@@ -35,6 +35,11 @@ pub struct NodeActionPolicy {
     /// Workloads whose pods run there (deactivate them), and requeue them (activate
     /// again) once Kueue has evicted them, so they are admitted on healthy capacity.
     pub evict_workloads_on_failed: bool,
+    /// How long a Workload is warned before kaccel deactivates it (seconds): a
+    /// `kaccel.io/EvictionScheduled` condition on it and an Event, so a job that
+    /// checkpoints can save first. 0 deactivates at once. Cancelled if the node is
+    /// back in service before then.
+    pub eviction_grace_seconds: u32,
     /// Take a failed device a DRA driver alone publishes out with a DeviceTaintRule
     /// (resource.k8s.io/v1alpha3, where served) instead of cordoning its node.
     pub device_taint_rules: bool,
@@ -52,6 +57,7 @@ impl Default for NodeActionPolicy {
             max_share_percent: 20,
             min_nodes: 1,
             evict_workloads_on_failed: false,
+            eviction_grace_seconds: 60,
             device_taint_rules: true,
             device_taint_effect: Default::default(),
             device_taint_on_degraded: false,

@@ -116,6 +116,9 @@ pub fn h100_nodes() -> Vec<(String, u32)> {
         .collect()
 }
 
+/// How long a Workload is warned before kaccel evicts it (short, for the tests).
+const EVICTION_GRACE_SECONDS: u64 = 3;
+
 /// The fixture sources' staleAfterSeconds.
 const STALE_AFTER_SECONDS: u64 = 3;
 
@@ -127,7 +130,7 @@ fn health_config(
     extra_policy: &str,
 ) -> String {
     let mut s = format!(
-        "rootCohort: {root}\ndebounceMs: 50\nmaxDelayMs: 300\nwatchResourceSlices: false\nleaderElection:\n  enabled: false\nhealth:\n  actions:\n    evictWorkloadsOnFailed: true\n  policy:\n    holdDownSeconds: {hold_down}\n{extra_policy}  sources:\n"
+        "rootCohort: {root}\ndebounceMs: 50\nmaxDelayMs: 300\nwatchResourceSlices: false\nleaderElection:\n  enabled: false\nhealth:\n  actions:\n    evictWorkloadsOnFailed: true\n    evictionGraceSeconds: {EVICTION_GRACE_SECONDS}\n  policy:\n    holdDownSeconds: {hold_down}\n{extra_policy}  sources:\n"
     );
     for (node, port) in sources {
         s.push_str(&format!(
@@ -411,9 +414,23 @@ async fn faults(client: &Client, s: &Setup) -> Result<()> {
         ann.get("kaccel.io/cordoned").map(String::as_str),
         Some("true")
     );
-    assert!(
+    // The repair request names the card: its UUID, its fault and since when.
+    let repair: Value = serde_json::from_str(
         ann.get("kaccel.io/repair-request")
-            .is_some_and(|r| r.contains("failed"))
+            .map(String::as_str)
+            .unwrap_or("null"),
+    )?;
+    anyhow::ensure!(
+        repair["node"] == n0.as_str()
+            && repair["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("failed"))
+            && repair["devices"][0]["device"] == format!("GPU-{n0}-0003").as_str()
+            && repair["devices"][0]["fault"]
+                .as_str()
+                .is_some_and(|f| f.contains("uncorrectable ECC"))
+            && repair["devices"][0]["firstSeen"].is_string(),
+        "repair request: {repair}"
     );
 
     // 2. Faults on two more nodes: 4 H100 nodes at 20% (min 1) allow one out at once.
@@ -972,6 +989,41 @@ async fn evict_requeue(client: &Client, s: &Setup, cleanup: &mut Cleanup) -> Res
     let gpus0 = h100_nodes()[0].1;
     let injected = Instant::now();
     e0.set(Answer::Metrics(dcgm(n0, gpus0, &[5])));
+    // First a warning the job can see (it may checkpoint): kaccel's condition on the
+    // Workload, still active and admitted, and an Event on it.
+    let warned = support::wait_until(&wl, &name, "warned of the eviction", wait, |o| {
+        o["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| c["type"] == "kaccel.io/EvictionScheduled" && c["status"] == "True")
+    })
+    .await?;
+    let warned_after = injected.elapsed();
+    anyhow::ensure!(
+        warned["spec"]["active"].as_bool().unwrap_or(true)
+            && warned["metadata"]["annotations"]["kaccel.io/evict-at"].is_string(),
+        "warned, not yet deactivated: {}",
+        warned["metadata"]
+    );
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), &ns);
+    wait_for(
+        "the EvictionScheduled Event on the Workload",
+        wait,
+        || async {
+            let list = events.list(&Default::default()).await?;
+            Ok(list
+                .items
+                .iter()
+                .any(|e| {
+                    e.reason.as_deref() == Some("EvictionScheduled")
+                        && e.regarding.as_ref().and_then(|r| r.name.as_deref())
+                            == Some(name.as_str())
+                })
+                .then_some(()))
+        },
+    )
+    .await?;
     // Evicted by Kueue after kaccel deactivated it (Kueue suspends the Job and
     // releases the quota)...
     // (the cycle can be faster than a poll, so look for its traces: kaccel's note and
@@ -994,9 +1046,14 @@ async fn evict_requeue(client: &Client, s: &Setup, cleanup: &mut Cleanup) -> Res
     })
     .await?;
     eprintln!(
-        "MEASURE failed GPU -> Workload evicted and readmitted in {} ms (admission: {})",
+        "MEASURE failed GPU -> Workload warned in {} ms, evicted (grace {EVICTION_GRACE_SECONDS}s) and readmitted in {} ms (admission: {})",
+        warned_after.as_millis(),
         injected.elapsed().as_millis(),
         back["status"]["admission"]["clusterQueue"]
+    );
+    anyhow::ensure!(
+        injected.elapsed() >= Duration::from_secs(EVICTION_GRACE_SECONDS),
+        "evicted before its grace period ended"
     );
     Ok(())
 }
