@@ -433,13 +433,24 @@ async fn who_holds_a_gpu(client: &Client, s: &Setup, script: &Shared, n0: &str) 
         Ok(())
     }
     .await;
-    // The Job goes before the teardown deletes its Workload: while it exists,
-    // Kueue would make it a new one.
+    // The Job goes first (while it exists, Kueue would make it a new Workload),
+    // then its Workload: there is no garbage collector here, and an admitted
+    // Workload left behind would hold quota in later tests' ClusterQueues.
     let _ = jobs.delete("finetune", &DeleteParams::background()).await;
     wait_for("Job deleted", Duration::from_secs(30), || async {
         Ok(jobs.get_opt("finetune").await?.is_none().then_some(()))
     })
     .await?;
+    let workloads: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &s.ns, &crate::support::kueue("Workload"));
+    for w in workloads.list(&ListParams::default()).await?.items {
+        let name = w.name_any();
+        let _ = workloads.delete(&name, &DeleteParams::background()).await;
+        wait_for("the Job's Workload deleted", Duration::from_secs(30), || async {
+            Ok(workloads.get_opt(&name).await?.is_none().then_some(()))
+        })
+        .await?;
+    }
     result
 }
 
