@@ -642,19 +642,31 @@ mod tests {
 
     #[test]
     fn a_repair_request_names_each_card_out_with_its_fault_and_since_when() {
-        use crate::health::policy::testing::{NODE, SOURCE, gpus, watched};
         use crate::health::policy::Policy;
+        use crate::health::policy::testing::{NODE, SOURCE, gpus, watched};
         let mut t = watched();
         let policy = Policy::default();
         t.observe(SOURCE, gpus(&[0, 1, 2, 3], &[], &[]), 1000, &policy);
         t.observe(SOURCE, gpus(&[0, 1, 2, 3], &[3], &[1]), 1010, &policy);
         t.observe(SOURCE, gpus(&[0, 1, 2, 3], &[3], &[1]), 1020, &policy);
         let devices = repair_devices(&t, NODE, 1020);
-        let named: Vec<&str> = devices.iter().filter_map(|d| d["device"].as_str()).collect();
-        assert_eq!(named, ["1", "3"], "the hot and the failed card, not the others");
+        let named: Vec<&str> = devices
+            .iter()
+            .filter_map(|d| d["device"].as_str())
+            .collect();
+        assert_eq!(
+            named,
+            ["1", "3"],
+            "the hot and the failed card, not the others"
+        );
         let failed = &devices[1];
         assert_eq!(failed["status"], "Failed");
-        assert!(failed["fault"].as_str().unwrap().contains("uncorrectable ECC"));
+        assert!(
+            failed["fault"]
+                .as_str()
+                .unwrap()
+                .contains("uncorrectable ECC")
+        );
         assert_eq!(failed["firstSeen"], crate::k8s::time::rfc3339(1010));
         assert!(repair_devices(&t, "another-node", 1020).is_empty());
     }

@@ -446,9 +446,11 @@ async fn who_holds_a_gpu(client: &Client, s: &Setup, script: &Shared, n0: &str) 
     for w in workloads.list(&ListParams::default()).await?.items {
         let name = w.name_any();
         let _ = workloads.delete(&name, &DeleteParams::background()).await;
-        wait_for("the Job's Workload deleted", Duration::from_secs(30), || async {
-            Ok(workloads.get_opt(&name).await?.is_none().then_some(()))
-        })
+        wait_for(
+            "the Job's Workload deleted",
+            Duration::from_secs(30),
+            || async { Ok(workloads.get_opt(&name).await?.is_none().then_some(())) },
+        )
         .await?;
     }
     result
