@@ -54,7 +54,7 @@ fn reading(node: usize, gpu: usize, poll: i64) -> DeviceReading {
     let mut signal_fields = BTreeMap::new();
     signal_fields.insert(
         "eccCorrectable".to_string(),
-        "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL".to_string(),
+        vec!["DCGM_FI_DEV_ECC_SBE_VOL_TOTAL".to_string()],
     );
     DeviceReading {
         vendor: Some(Vendor::Nvidia),

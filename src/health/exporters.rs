@@ -118,9 +118,9 @@ pub struct DeviceReading {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod: Option<PodRef>,
     /// Trend signal name (`eccCorrectable`) -> the vendor metric(s) it was read
-    /// from, comma-separated: verdicts name the vendor's own fields.
+    /// from: verdicts name the vendor's own fields.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub signal_fields: BTreeMap<String, String>,
+    pub signal_fields: BTreeMap<String, Vec<String>>,
     /// Every original sample for this device: metric name -> value, and the label set of the first sample, kept for the engineer who needs the raw field.
     pub raw_values: BTreeMap<String, f64>,
     pub raw_labels: BTreeMap<String, String>,

@@ -505,7 +505,7 @@ impl DeviceHistory {
                     fields: reading
                         .signal_fields
                         .get(rule.signal.name())
-                        .map(|f| f.split(',').map(str::to_string).collect())
+                        .cloned()
                         .unwrap_or_default(),
                 });
             }

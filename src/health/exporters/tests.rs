@@ -236,7 +236,11 @@ fn dcgm_trend_fields_and_the_vendor_names_they_came_from() {
             container: Some("worker".into()),
         })
     );
-    let field = |s: &str| busy.signal_fields.get(s).map(String::as_str);
+    // Exactly one vendor field per signal.
+    let field = |s: &str| match busy.signal_fields.get(s).map(Vec::as_slice) {
+        Some([one]) => Some(one.as_str()),
+        _ => None,
+    };
     assert_eq!(
         field("eccCorrectable"),
         Some("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL")
@@ -283,8 +287,8 @@ fn correctable_ecc_from_amd_and_ascend_and_never_a_failed_read() {
         amd[1]
             .signal_fields
             .get("eccCorrectable")
-            .map(String::as_str),
-        Some("gpu_ecc_correct_total")
+            .map(Vec::as_slice),
+        Some(["gpu_ecc_correct_total".to_string()].as_slice())
     );
     let body = "npu_chip_info_hbm_ecc_single_bit_error_cnt{id=\"0\",model_name=\"910B\"} -1\n";
     let ascend = read(ExporterKind::AscendNpuExporter, body, Some("n"));

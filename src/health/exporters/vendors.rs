@@ -172,8 +172,36 @@ fn traced(
     names: &[&str],
 ) -> Option<f64> {
     let (name, value) = names.iter().find_map(|n| num(v, n).map(|x| (*n, x)))?;
-    r.signal_fields.insert(signal.to_string(), name.to_string());
+    r.signal_fields
+        .insert(signal.to_string(), vec![name.to_string()]);
     Some(value)
+}
+
+/// A counter exported as a `total`, or else as per-block counters `<prefix>*` summed
+/// (AMD's ECC counts); the fields read are recorded under `signal`.
+fn total_or_blocks(
+    r: &mut DeviceReading,
+    signal: &str,
+    v: &BTreeMap<String, f64>,
+    total: &str,
+    prefix: &str,
+) -> Option<f64> {
+    if let Some(t) = traced(r, signal, v, &[total]) {
+        return Some(t);
+    }
+    let blocks: Vec<(&String, f64)> = v
+        .iter()
+        .filter(|(k, _)| k.starts_with(prefix))
+        .filter_map(|(k, x)| x.is_finite().then_some((k, *x)))
+        .collect();
+    if blocks.is_empty() {
+        return None;
+    }
+    r.signal_fields.insert(
+        signal.to_string(),
+        blocks.iter().map(|(k, _)| k.to_string()).collect(),
+    );
+    Some(blocks.iter().map(|(_, x)| x).sum())
 }
 
 /// dcgm-exporter's XID collector: `DCGM_EXP_XID_ERRORS_COUNT{xid="79"}`, one series
@@ -190,7 +218,7 @@ fn dcgm_xid_count(r: &mut DeviceReading, name: &str, s: &Sample) {
         let count = r.xid_counts.entry(xid).or_insert(s.value);
         *count = count.max(s.value);
         r.signal_fields
-            .insert("xid".into(), "DCGM_EXP_XID_ERRORS_COUNT".into());
+            .insert("xid".into(), vec!["DCGM_EXP_XID_ERRORS_COUNT".into()]);
     }
 }
 
@@ -200,18 +228,28 @@ fn dcgm_xid_count(r: &mut DeviceReading, name: &str, s: &Sample) {
 /// clocks 0x100 are how a healthy card runs.
 pub(super) const DEGRADING_CLOCK_REASONS: u64 = 0x8 | 0x20 | 0x40 | 0x80;
 
+/// The last-XID field (renamed in DCGM 4.6).
+const DCGM_LAST_XID: [&str; 2] = ["DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_XID_ERROR"];
+
 fn fill_dcgm(r: &mut DeviceReading, v: &BTreeMap<String, f64>) {
-    r.temperature_c = num(v, "DCGM_FI_DEV_GPU_TEMP");
-    r.memory_temperature_c = num(v, "DCGM_FI_DEV_MEMORY_TEMP");
+    r.temperature_c = traced(r, "temperature", v, &["DCGM_FI_DEV_GPU_TEMP"]);
+    r.memory_temperature_c = traced(r, "memoryTemperature", v, &["DCGM_FI_DEV_MEMORY_TEMP"]);
     r.power_w = num(v, "DCGM_FI_DEV_POWER_USAGE");
     r.memory_used_mib = num(v, "DCGM_FI_DEV_FB_USED");
     r.utilization_percent = num(v, "DCGM_FI_DEV_GPU_UTIL");
     // DCGM 4.6 renamed some fields and keeps the old names; exporters use either.
-    r.last_xid =
-        first_num(v, &["DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_XID_ERROR"]).and_then(to_u64);
+    // The trend rules count XIDs from the per-XID counts when the exporter has them.
+    r.last_xid = if r.xid_counts.is_empty() {
+        traced(r, "xid", v, &DCGM_LAST_XID)
+    } else {
+        first_num(v, &DCGM_LAST_XID)
+    }
+    .and_then(to_u64);
     // Volatile (since the driver loaded) first; the aggregate (lifetime) count when
     // only that is exported.
-    r.ecc_uncorrectable = first_num(
+    r.ecc_uncorrectable = traced(
+        r,
+        "eccUncorrectable",
         v,
         &[
             "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
@@ -253,15 +291,6 @@ fn fill_dcgm(r: &mut DeviceReading, v: &BTreeMap<String, f64>) {
             "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL",
         ],
     );
-    traced(
-        r,
-        "eccUncorrectable",
-        v,
-        &[
-            "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
-            "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
-        ],
-    );
     r.row_remap_pending =
         traced(r, "rowRemapPending", v, &["DCGM_FI_DEV_ROW_REMAP_PENDING"]).map(|p| p != 0.0);
     // Renamed from THROTTLE to CLOCKS_EVENT in DCGM 3.2; exporters publish either.
@@ -276,21 +305,16 @@ fn fill_dcgm(r: &mut DeviceReading, v: &BTreeMap<String, f64>) {
     )
     .and_then(to_u64)
     .map(|reasons| reasons & DEGRADING_CLOCK_REASONS != 0);
-    traced(r, "temperature", v, &["DCGM_FI_DEV_GPU_TEMP"]);
-    traced(r, "memoryTemperature", v, &["DCGM_FI_DEV_MEMORY_TEMP"]);
-    if r.xid_counts.is_empty() {
-        traced(
-            r,
-            "xid",
-            v,
-            &["DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_XID_ERROR"],
-        );
-    }
 }
 
 fn fill_amd(r: &mut DeviceReading, v: &BTreeMap<String, f64>) {
     // MI3xx publish the junction (hotspot) temperature only, MI2xx the edge one.
-    r.temperature_c = first_num(v, &["gpu_junction_temperature", "gpu_edge_temperature"]);
+    r.temperature_c = traced(
+        r,
+        "temperature",
+        v,
+        &["gpu_junction_temperature", "gpu_edge_temperature"],
+    );
     r.memory_temperature_c = num(v, "gpu_memory_temperature");
     r.power_w = first_num(
         v,
@@ -302,41 +326,26 @@ fn fill_amd(r: &mut DeviceReading, v: &BTreeMap<String, f64>) {
     );
     r.memory_used_mib = num(v, "gpu_used_vram");
     r.utilization_percent = num(v, "gpu_gfx_activity");
-    // The total when exported, else the sum of the per-block counters.
-    r.ecc_uncorrectable = num(v, "gpu_ecc_uncorrect_total").or_else(|| {
-        let blocks: Vec<f64> = v
-            .iter()
-            .filter(|(k, _)| k.starts_with("gpu_ecc_uncorrect_"))
-            .filter_map(|(_, x)| x.is_finite().then_some(*x))
-            .collect();
-        (!blocks.is_empty()).then(|| blocks.iter().sum())
-    });
+    r.ecc_uncorrectable = total_or_blocks(
+        r,
+        "eccUncorrectable",
+        v,
+        "gpu_ecc_uncorrect_total",
+        "gpu_ecc_uncorrect_",
+    );
     r.vendor_healthy = num(v, "gpu_health").map(|h| h == 1.0);
     // A gauge holding a count (every AMD metric is a gauge): trend rules read its rise.
-    r.ecc_correctable = traced(r, "eccCorrectable", v, &["gpu_ecc_correct_total"]).or_else(|| {
-        let blocks: Vec<(&String, f64)> = v
-            .iter()
-            .filter(|(k, _)| k.starts_with("gpu_ecc_correct_"))
-            .filter_map(|(k, x)| x.is_finite().then_some((k, *x)))
-            .collect();
-        if blocks.is_empty() {
-            return None;
-        }
-        let names: Vec<&str> = blocks.iter().map(|(k, _)| k.as_str()).collect();
-        r.signal_fields
-            .insert("eccCorrectable".into(), names.join(","));
-        Some(blocks.iter().map(|(_, x)| x).sum())
-    });
-    traced(
+    r.ecc_correctable = total_or_blocks(
         r,
-        "temperature",
+        "eccCorrectable",
         v,
-        &["gpu_junction_temperature", "gpu_edge_temperature"],
+        "gpu_ecc_correct_total",
+        "gpu_ecc_correct_",
     );
 }
 
 fn fill_ascend(r: &mut DeviceReading, v: &BTreeMap<String, f64>) {
-    r.temperature_c = num(v, "npu_chip_info_temperature");
+    r.temperature_c = traced(r, "temperature", v, &["npu_chip_info_temperature"]);
     r.memory_temperature_c = num(v, "npu_chip_info_hbm_temperature");
     r.power_w = num(v, "npu_chip_info_power");
     // HBM on training chips; DDR (`used_memory`) on inference cards without HBM. MB.
@@ -363,7 +372,6 @@ fn fill_ascend(r: &mut DeviceReading, v: &BTreeMap<String, f64>) {
         ],
     )
     .filter(|n| *n >= 0.0);
-    traced(r, "temperature", v, &["npu_chip_info_temperature"]);
     traced(r, "faultCode", v, &["npu_chip_info_error_code"]);
     r.vendor_healthy = num(v, "npu_chip_info_health_status").map(|h| h == 1.0);
     let mut codes: Vec<String> = v

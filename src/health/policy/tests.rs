@@ -332,7 +332,7 @@ fn a_trend_verdict_takes_the_device_out_and_says_why() {
             r.ecc_correctable = Some(if rising { 30.0 * poll as f64 } else { 9000.0 });
             r.signal_fields.insert(
                 "eccCorrectable".into(),
-                "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL".into(),
+                vec!["DCGM_FI_DEV_ECC_SBE_VOL_TOTAL".into()],
             );
         }
         t.observe(SOURCE, readings, now, &policy);

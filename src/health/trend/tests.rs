@@ -54,7 +54,7 @@ fn ecc(values: &[f64]) -> Vec<(i64, DeviceReading)> {
             r.ecc_correctable = Some(*v);
             r.signal_fields.insert(
                 "eccCorrectable".into(),
-                "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL".into(),
+                vec!["DCGM_FI_DEV_ECC_SBE_VOL_TOTAL".into()],
             );
             (1000 + i as i64 * POLL, r)
         })
