@@ -876,25 +876,18 @@ async fn one_job_manifest_runs_on_whichever_vendor_the_class_admits() {
     with_env!("kjob", |env| one_job_manifest(&mut env, &store).await);
 }
 
-fn job_ar() -> ApiResource {
-    ApiResource::erase::<k8s_openapi::api::batch::v1::Job>(&())
-}
-
 async fn one_job_manifest(env: &mut Env, store: &str) -> Result<()> {
     let result = jobs_through_the_webhook(env, store).await;
     // The Jobs go before the teardown deletes their Workloads: while a Job
     // exists, Kueue makes it a new Workload, which would hold quota (and a
     // ClusterQueue) after this test.
-    let jobs: Api<DynamicObject> =
-        Api::namespaced_with(env.client.clone(), &format!("ns-{}", env.id), &job_ar());
+    let jobs: Api<DynamicObject> = Api::namespaced_with(
+        env.client.clone(),
+        &format!("ns-{}", env.id),
+        &support::job_ar(),
+    );
     for name in ["train-1", "train-2"] {
-        let _ = jobs
-            .delete(name, &kube::api::DeleteParams::background())
-            .await;
-        wait_for(&format!("Job {name} deleted"), WAIT, || async {
-            Ok(jobs.get_opt(name).await?.is_none().then_some(()))
-        })
-        .await?;
+        support::delete_job(&jobs, name).await?;
     }
     result
 }
@@ -911,20 +904,9 @@ async fn jobs_through_the_webhook(env: &mut Env, store: &str) -> Result<()> {
         ..
     } = webhook_fixture(env, store).await?;
     let client = env.client.clone();
-    let jobs: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &job_ar());
+    let jobs: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &support::job_ar());
     let workloads = env.workloads(&ns);
-    let manifest = |name: &str| {
-        json!({
-            "apiVersion": "batch/v1", "kind": "Job",
-            "metadata": {"name": name, "namespace": ns,
-                         "labels": {"kueue.x-k8s.io/queue-name": class}},
-            "spec": {"parallelism": 1, "completions": 1, "suspend": true,
-                "template": {"spec": {"restartPolicy": "Never", "containers": [{
-                    "name": "train", "image": "ghcr.io/acme/train:cuda",
-                    "resources": {"requests": {"cpu": "1", "memory": "1Gi", CLASS_RESOURCE: "8"},
-                                  "limits": {CLASS_RESOURCE: "8"}}}]}}}
-        })
-    };
+    let manifest = |name: &str| support::gpu_job(&ns, name, &class, CLASS_RESOURCE, 8);
     let mut placed = Vec::new();
     for (name, flavor, labels, resource) in [
         ("train-1", &nv_flavor, &nv_labels, "nvidia.com/gpu"),
@@ -948,16 +930,7 @@ async fn jobs_through_the_webhook(env: &mut Env, store: &str) -> Result<()> {
         let admitted_wl =
             support::wait_until(&workloads, &workload_name, "admitted", WAIT, admitted).await?;
         // The Job controller's pod, as the webhook left it.
-        let pod = wait_for(&format!("the pod of Job {name}"), WAIT, || async {
-            let list = pods
-                .list(
-                    &kube::api::ListParams::default()
-                        .labels(&format!("batch.kubernetes.io/job-name={name}")),
-                )
-                .await?;
-            Ok(list.items.into_iter().next())
-        })
-        .await?;
+        let pod = support::job_pod(&pods, name, WAIT).await?;
         let pod = serde_json::to_value(pod)?;
         let train = &pod["spec"]["containers"][0];
         ensure!(

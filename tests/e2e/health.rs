@@ -133,11 +133,17 @@ fn health_config(
         "rootCohort: {root}\ndebounceMs: 50\nmaxDelayMs: 300\nwatchResourceSlices: false\nleaderElection:\n  enabled: false\nhealth:\n  actions:\n    evictWorkloadsOnFailed: true\n    evictionGraceSeconds: {EVICTION_GRACE_SECONDS}\n  policy:\n    holdDownSeconds: {hold_down}\n{extra_policy}  sources:\n"
     );
     for (node, port) in sources {
-        s.push_str(&format!(
-            "    - {{name: dcgm-{node}, kind: dcgm-exporter, url: \"http://127.0.0.1:{port}/metrics\", node: {node}, intervalSeconds: 1, staleAfterSeconds: {STALE_AFTER_SECONDS}, timeoutSeconds: 1}}\n"
-        ));
+        s.push_str(&dcgm_source(node, *port));
     }
     s
+}
+
+/// One `health.sources` item (indented for `health: sources:`): the fake
+/// dcgm-exporter of `node` on loopback `port`, polled every second.
+pub fn dcgm_source(node: &str, port: u16) -> String {
+    format!(
+        "    - {{name: dcgm-{node}, kind: dcgm-exporter, url: \"http://127.0.0.1:{port}/metrics\", node: {node}, intervalSeconds: 1, staleAfterSeconds: {STALE_AFTER_SECONDS}, timeoutSeconds: 1}}\n"
+    )
 }
 
 pub async fn node_state(nodes: &Api<Node>, name: &str) -> Result<(bool, bool)> {
@@ -351,11 +357,16 @@ async fn fail_gpu_on_node_0(client: &Client, s: &Setup, spare_before: u64) -> Re
 
 /// `kaccel inventory --health-from <the controller> -o json`.
 pub async fn inventory_with_health(s: &Setup) -> Result<serde_json::Value> {
+    inventory_at(s.controller.port).await
+}
+
+/// `kaccel inventory --health-from <the controller on port> -o json`.
+pub async fn inventory_at(port: u16) -> Result<serde_json::Value> {
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_kaccel"))
         .args([
             "inventory",
             "--health-from",
-            &format!("http://127.0.0.1:{}", s.controller.port),
+            &format!("http://127.0.0.1:{port}"),
             "-o",
             "json",
         ])
@@ -926,7 +937,6 @@ async fn failed_node_evicts_and_requeues_its_workloads() {
 }
 
 async fn evict_requeue(client: &Client, s: &Setup, cleanup: &mut Cleanup) -> Result<()> {
-    use k8s_openapi::api::batch::v1::Job;
     use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
     let wait = Duration::from_secs(30);
     let ns = s.ns.clone();
@@ -940,17 +950,12 @@ async fn evict_requeue(client: &Client, s: &Setup, cleanup: &mut Cleanup) -> Res
     .ok();
     // A real batch/v1 Job through Kueue's Job integration: Kueue creates its
     // Workload, admits it and unsuspends the Job.
-    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
-    let job = jobs
-        .create(&PostParams::default(), &serde_json::from_value(json!({
-            "metadata": {"name": "trainer", "labels": {"kueue.x-k8s.io/queue-name": s.class}},
-            "spec": {"suspend": true, "parallelism": 1, "completions": 1, "template": {"spec": {
-                "restartPolicy": "Never",
-                "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
-                    "resources": {"requests": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "4"},
-                                  "limits": {"nvidia.com/gpu": "4"}}}]}}}
-        }))?)
-        .await?;
+    let jobs: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &support::job_ar());
+    let job = support::create(
+        &jobs,
+        support::gpu_job(&ns, "trainer", &s.class, "nvidia.com/gpu", 4),
+    )
+    .await?;
     let job_uid = job.metadata.uid.clone().unwrap();
     let wl: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &kueue("Workload"));
     let name = wait_for("the Job's Workload admitted", wait, || async {
@@ -968,17 +973,11 @@ async fn evict_requeue(client: &Client, s: &Setup, cleanup: &mut Cleanup) -> Res
     cleanup.add(Some(&ns), kueue("Workload"), &name);
     // Deleted before its Workload (cleanup runs in reverse), or Kueue would make a
     // new Workload for it; there is no garbage collector here.
-    cleanup.add(Some(&ns), ApiResource::erase::<Job>(&()), "trainer");
+    cleanup.add(Some(&ns), support::job_ar(), "trainer");
     // Its pod, created by the Job controller, bound to node 0 as a scheduler would
     // (a Binding; there is no scheduler or kubelet here).
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    let pod = wait_for("the Job controller's pod", wait, || async {
-        let list = pods
-            .list(&kube::api::ListParams::default().labels("batch.kubernetes.io/job-name=trainer"))
-            .await?;
-        Ok(list.items.into_iter().next().map(|p| p.name_any()))
-    })
-    .await?;
+    let pod = support::job_pod(&pods, "trainer", wait).await?.name_any();
     cleanup.add(Some(&ns), ApiResource::erase::<Pod>(&()), &pod);
     let binding = json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": pod},
                          "target": {"apiVersion": "v1", "kind": "Node", "name": n0}});

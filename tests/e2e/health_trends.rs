@@ -9,16 +9,17 @@ use anyhow::{Context, Result};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::core::v1::Pod;
 use kaccel::api::AcceleratorClass;
-use kube::api::{ApiResource, DeleteParams, DynamicObject, ListParams, PostParams};
+use kube::api::{DeleteParams, DynamicObject, ListParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::Value;
 use serde_json::json;
 
 use crate::controller::wait_for;
 use crate::health::{
-    Answer, FakeExporter, Setup, class_devices, h100_nodes, inventory_with_health, node_state,
-    settled, spare_h100, with_health_policy,
+    Answer, FakeExporter, Setup, class_devices, dcgm_source, h100_nodes, inventory_at,
+    inventory_with_health, node_state, settled, spare_h100, with_health_policy,
 };
+use crate::support;
 
 /// The default rules' shapes, with windows of seconds instead of minutes and hours.
 const RULES: &str = "    trendRules:
@@ -334,40 +335,19 @@ async fn trends(client: &Client, s: &Setup) -> Result<()> {
     who_holds_a_gpu(client, s, &script, &n0).await
 }
 
-fn job_ar() -> ApiResource {
-    ApiResource::erase::<k8s_openapi::api::batch::v1::Job>(&())
-}
-
 /// 5. A Job in the class's queue, admitted by Kueue, its pod made by the Job
 ///    controller; the exporter attributes GPU 4 of node 0 to that pod: `kaccel
 ///    inventory` shows the pod, its Workload, ClusterQueue and team.
 async fn who_holds_a_gpu(client: &Client, s: &Setup, script: &Shared, n0: &str) -> Result<()> {
-    let jobs: Api<DynamicObject> = Api::namespaced_with(client.clone(), &s.ns, &job_ar());
-    let job = json!({
-        "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": "finetune", "namespace": s.ns,
-                     "labels": {"kueue.x-k8s.io/queue-name": s.class}},
-        "spec": {"parallelism": 1, "completions": 1, "suspend": true,
-            "template": {"spec": {"restartPolicy": "Never", "containers": [{
-                "name": "main", "image": "ghcr.io/acme/train:cuda",
-                "resources": {"requests": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1"},
-                              "limits": {"nvidia.com/gpu": "1"}}}]}}}
-    });
-    jobs.create(&PostParams::default(), &serde_json::from_value(job)?)
-        .await?;
+    let jobs: Api<DynamicObject> = Api::namespaced_with(client.clone(), &s.ns, &support::job_ar());
+    support::create(
+        &jobs,
+        support::gpu_job(&s.ns, "finetune", &s.class, "nvidia.com/gpu", 1),
+    )
+    .await?;
     let result = async {
         let pods: Api<Pod> = Api::namespaced(client.clone(), &s.ns);
-        let pod = wait_for(
-            "the Job's pod, after Kueue admitted it",
-            Duration::from_secs(60),
-            || async {
-                let list = pods
-                    .list(&ListParams::default().labels("batch.kubernetes.io/job-name=finetune"))
-                    .await?;
-                Ok(list.items.into_iter().next())
-            },
-        )
-        .await?;
+        let pod = support::job_pod(&pods, "finetune", Duration::from_secs(60)).await?;
         let workload = pod
             .annotations()
             .get("kueue.x-k8s.io/workload")
@@ -398,7 +378,7 @@ async fn who_holds_a_gpu(client: &Client, s: &Setup, script: &Shared, n0: &str) 
         )
         .await?;
         let cqs: Api<DynamicObject> =
-            Api::all_with(client.clone(), &crate::support::kueue("ClusterQueue"));
+            Api::all_with(client.clone(), &support::kueue("ClusterQueue"));
         let team = cqs
             .get(&queue)
             .await?
@@ -436,13 +416,9 @@ async fn who_holds_a_gpu(client: &Client, s: &Setup, script: &Shared, n0: &str) 
     // The Job goes first (while it exists, Kueue would make it a new Workload),
     // then its Workload: there is no garbage collector here, and an admitted
     // Workload left behind would hold quota in later tests' ClusterQueues.
-    let _ = jobs.delete("finetune", &DeleteParams::background()).await;
-    wait_for("Job deleted", Duration::from_secs(30), || async {
-        Ok(jobs.get_opt("finetune").await?.is_none().then_some(()))
-    })
-    .await?;
+    support::delete_job(&jobs, "finetune").await?;
     let workloads: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), &s.ns, &crate::support::kueue("Workload"));
+        Api::namespaced_with(client.clone(), &s.ns, &support::kueue("Workload"));
     for w in workloads.list(&ListParams::default()).await?.items {
         let name = w.name_any();
         let _ = workloads.delete(&name, &DeleteParams::background()).await;
@@ -477,33 +453,18 @@ async fn ledger_devices(env: &mut crate::ledger::Env, store: &str) -> Result<()>
     let exporter = FakeExporter::start(Answer::Metrics(dcgm(&node, &row, &[]))).await;
     let port = exporter.port;
     env.start_with(store, |config| {
-        format!(
-            "{config}health:\n  sources:\n    - {{name: dcgm-{node}, kind: dcgm-exporter, url: \"http://127.0.0.1:{port}/metrics\", node: {node}, intervalSeconds: 1, staleAfterSeconds: 3, timeoutSeconds: 1}}\n"
-        )
+        format!("{config}health:\n  sources:\n{}", dcgm_source(&node, port))
     });
-    let jobs: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &job_ar());
-    let job = json!({
-        "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": "finetune", "namespace": ns,
-                     "labels": {"kueue.x-k8s.io/queue-name": class}},
-        "spec": {"parallelism": 1, "completions": 1, "suspend": true,
-            "template": {"spec": {"restartPolicy": "Never", "containers": [{
-                "name": "main", "image": "ghcr.io/acme/train:cuda",
-                "resources": {"requests": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "2"},
-                              "limits": {"nvidia.com/gpu": "2"}}}]}}}
-    });
-    jobs.create(&PostParams::default(), &serde_json::from_value(job)?)
-        .await?;
+    let jobs: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &support::job_ar());
+    support::create(
+        &jobs,
+        support::gpu_job(&ns, "finetune", &class, "nvidia.com/gpu", 2),
+    )
+    .await?;
     let result = async {
         let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
         let wait = Duration::from_secs(60);
-        let pod = wait_for("the Job's pod, after Kueue admitted it", wait, || async {
-            let list = pods
-                .list(&ListParams::default().labels("batch.kubernetes.io/job-name=finetune"))
-                .await?;
-            Ok(list.items.into_iter().next())
-        })
-        .await?;
+        let pod = support::job_pod(&pods, "finetune", wait).await?;
         let workload = pod
             .annotations()
             .get("kueue.x-k8s.io/workload")
@@ -520,17 +481,8 @@ async fn ledger_devices(env: &mut crate::ledger::Env, store: &str) -> Result<()>
             "the GPUs' holder resolved",
             Duration::from_secs(30),
             || async {
-                let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_kaccel"))
-                    .args([
-                        "inventory",
-                        "--health-from",
-                        &format!("http://127.0.0.1:{port}"),
-                        "-o",
-                        "json",
-                    ])
-                    .output()
-                    .await?;
-                let inv: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+                // Not answering yet reads as not resolved yet.
+                let inv = inventory_at(port).await.unwrap_or_default();
                 let resolved = inv["deviceHealth"]["devices"]
                     .as_array()
                     .into_iter()
@@ -586,33 +538,16 @@ async fn ledger_devices(env: &mut crate::ledger::Env, store: &str) -> Result<()>
             "kaccel inventory --device: {card}"
         );
         // The CSV export has them in its devices column.
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_kaccel"))
-            .args([
-                "ledger",
-                "export",
-                "--store",
-                store,
-                "--from",
-                "2026-01-01T00:00:00Z",
-                "--to",
-                "2030-01-01T00:00:00Z",
-                "--format",
-                "csv",
-            ])
-            .output()?;
-        let csv = String::from_utf8_lossy(&out.stdout);
+        let csv = crate::ledger::export_table(store, "csv", &[])?;
+        let joined = expected.join(" ");
         anyhow::ensure!(
-            csv.lines()
-                .any(|l| l.contains(",Post,") && l.ends_with(&expected.join(" "))),
-            "CSV export:\n{csv}"
+            csv.iter().any(|row| row["kind"].as_deref() == Some("Post")
+                && row["devices"].as_deref() == Some(joined.as_str())),
+            "CSV export: {csv:?}"
         );
         Ok(())
     }
     .await;
-    let _ = jobs.delete("finetune", &DeleteParams::background()).await;
-    wait_for("Job deleted", Duration::from_secs(30), || async {
-        Ok(jobs.get_opt("finetune").await?.is_none().then_some(()))
-    })
-    .await?;
+    support::delete_job(&jobs, "finetune").await?;
     result
 }

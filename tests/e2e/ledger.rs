@@ -360,7 +360,7 @@ pub fn export(store: &str, budget: Option<&str>) -> Result<Vec<Value>> {
 type Table = Vec<BTreeMap<String, Option<String>>>;
 
 /// `kaccel ledger export --format FORMAT` of the whole store, read back as rows.
-fn export_table(store: &str, format: &str, extra: &[&str]) -> Result<Table> {
+pub fn export_table(store: &str, format: &str, extra: &[&str]) -> Result<Table> {
     let mut args = vec![
         "ledger",
         "export",

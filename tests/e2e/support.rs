@@ -241,3 +241,50 @@ pub async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
     static LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
     LOCK.lock().await
 }
+
+/// batch/v1 Jobs, for `Api::namespaced_with`.
+pub fn job_ar() -> ApiResource {
+    ApiResource::erase::<k8s_openapi::api::batch::v1::Job>(&())
+}
+
+/// A suspended one-pod Job in Kueue's LocalQueue `queue` whose container `main`
+/// asks for `count` of `resource` (and 1 CPU, 1 GiB): Kueue admits and resumes it,
+/// and the Job controller makes its pod (there is no scheduler or kubelet here).
+pub fn gpu_job(ns: &str, name: &str, queue: &str, resource: &str, count: u32) -> Value {
+    json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name, "namespace": ns,
+                     "labels": {"kueue.x-k8s.io/queue-name": queue}},
+        "spec": {"parallelism": 1, "completions": 1, "suspend": true,
+            "template": {"spec": {"restartPolicy": "Never", "containers": [{
+                "name": "main", "image": "ghcr.io/acme/train:cuda",
+                "resources": {"requests": {"cpu": "1", "memory": "1Gi", resource: count.to_string()},
+                              "limits": {resource: count.to_string()}}}]}}}
+    })
+}
+
+/// The pod the Job controller made for Job `job` (after Kueue resumed the Job).
+pub async fn job_pod<K>(pods: &Api<K>, job: &str, wait: Duration) -> Result<K>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    crate::controller::wait_for(&format!("the pod of Job {job}"), wait, || async {
+        let list = pods
+            .list(&ListParams::default().labels(&format!("batch.kubernetes.io/job-name={job}")))
+            .await?;
+        Ok(list.items.into_iter().next())
+    })
+    .await
+}
+
+/// Deletes a Job and waits until it is gone. A test deletes its Jobs before their
+/// Workloads: while a Job exists, Kueue makes it a new Workload.
+pub async fn delete_job(jobs: &Api<DynamicObject>, name: &str) -> Result<()> {
+    let _ = jobs.delete(name, &DeleteParams::background()).await;
+    crate::controller::wait_for(
+        &format!("Job {name} deleted"),
+        Duration::from_secs(30),
+        || async { Ok(jobs.get_opt(name).await?.is_none().then_some(())) },
+    )
+    .await
+}
