@@ -9,9 +9,7 @@
 //!   rules, hysteresis), warmed so the rings are full (criterion).
 //!
 //!   cargo bench --bench health_trends
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicIsize, Ordering};
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use kaccel::api::Vendor;
@@ -19,30 +17,11 @@ use kaccel::health::exporters::DeviceReading;
 use kaccel::health::policy::{Policy, SourceState, Tracker};
 use kaccel::health::trend::DeviceHistory;
 
-struct Counting;
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-// SAFETY: forwards to the system allocator; only counts bytes.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE.fetch_add(
-            new_size as isize - layout.size() as isize,
-            Ordering::Relaxed,
-        );
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+#[path = "support/counting_alloc.rs"]
+mod counting_alloc;
 
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
+static ALLOCATOR: counting_alloc::Counting = counting_alloc::Counting;
 
 const GPUS_PER_NODE: usize = 8;
 const POLL: i64 = 15;
@@ -88,7 +67,7 @@ fn history_memory(nodes: usize, polls: i64) {
     let readings: Vec<Vec<DeviceReading>> = (0..nodes)
         .map(|n| (0..GPUS_PER_NODE).map(|g| reading(n, g, 0)).collect())
         .collect();
-    let before = LIVE.load(Ordering::Relaxed);
+    let before = counting_alloc::live_bytes();
     let mut history: BTreeMap<(String, String), DeviceHistory> = BTreeMap::new();
     for poll in 0..polls {
         for (n, node) in readings.iter().enumerate() {
@@ -107,7 +86,7 @@ fn history_memory(nodes: usize, polls: i64) {
             }
         }
     }
-    let bytes = LIVE.load(Ordering::Relaxed) - before;
+    let bytes = counting_alloc::live_bytes() - before;
     let devices = nodes * GPUS_PER_NODE;
     println!(
         "trend history: {devices} devices, {} default rules, {polls} polls of {POLL}s: \

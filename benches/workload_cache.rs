@@ -15,8 +15,6 @@
 //! five conditions with Kueue's messages, an admission and the credit check.
 //!
 //!   cargo bench --bench workload_cache [-- N]      # default 20000
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicIsize, Ordering};
 
 use kaccel::kueue::workload::Workload;
 use kube::api::DynamicObject;
@@ -25,30 +23,11 @@ use kube::runtime::reflector::store::Writer;
 use kube::runtime::watcher::Event;
 use serde_json::{Value, json};
 
-struct Counting;
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-// SAFETY: forwards to the system allocator; only counts bytes.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE.fetch_add(
-            new_size as isize - layout.size() as isize,
-            Ordering::Relaxed,
-        );
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+#[path = "support/counting_alloc.rs"]
+mod counting_alloc;
 
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
+static ALLOCATOR: counting_alloc::Counting = counting_alloc::Counting;
 
 fn finished_workload(i: usize) -> String {
     let t = |m: usize| format!("2026-11-{:02}T{:02}:{:02}:00Z", 1 + i % 28, i % 24, m);
@@ -128,13 +107,13 @@ where
     K::DynamicType: Clone + Eq + std::hash::Hash,
     F: Fn(&str) -> K,
 {
-    let before = LIVE.load(Ordering::Relaxed);
+    let before = counting_alloc::live_bytes();
     let mut writer = Writer::<K>::new(dyntype);
     for text in texts {
         writer.apply_watcher_event(&Event::Apply(parse(text)));
     }
     let reader = writer.as_reader();
-    let bytes = LIVE.load(Ordering::Relaxed) - before;
+    let bytes = counting_alloc::live_bytes() - before;
     println!(
         "| {name} | {} | {:.1} MiB | {} B |",
         reader.len(),
