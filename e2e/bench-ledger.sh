@@ -12,22 +12,10 @@
 # Uses a run folder and ports of its own and tears its cluster down at the end.
 set -euo pipefail
 N="${1:-200}"
-E2E_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-REPO_DIR="$(dirname "$E2E_DIR")"
-CACHE="${KACCEL_E2E_CACHE:-$HOME/.cache/kaccel-e2e}"
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/kaccel-target}"
-export KACCEL_E2E_RUN="$CACHE/bench-ledger-run"
-export KACCEL_E2E_ETCD_CLIENT_PORT=26791 KACCEL_E2E_ETCD_PEER_PORT=26792 \
-  KACCEL_E2E_APISERVER_PORT=28543 KACCEL_E2E_KUEUE_WEBHOOK_PORT=31543 \
-  KACCEL_E2E_KUEUE_METRICS_PORT=29644 KACCEL_E2E_KUEUE_HEALTH_PORT=29281
+# shellcheck source=e2e/bench-lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/bench-lib.sh"
 export KACCEL_BENCH_WORKLOADS="$N"
-cd "$REPO_DIR"
-"$E2E_DIR/build.sh" >/dev/null
-"$E2E_DIR/cluster.sh" down >/dev/null 2>&1 || true
-rm -rf "$KACCEL_E2E_RUN"
-"$E2E_DIR/cluster.sh" up >/dev/null
-trap '"$E2E_DIR/cluster.sh" down >/dev/null 2>&1 || true' EXIT
-eval "$("$E2E_DIR/cluster.sh" env)"
+bench_cluster bench-ledger 26791 26792 28543 31543 29644 29281
 out="$KACCEL_E2E_RUN/bench-ledger.out"
 status=0
 cargo test --features e2e --test e2e admission_latency_with_and_without_the_credit_check \
