@@ -105,7 +105,7 @@ impl Reconciler {
             )
             .await;
         }
-        self.evicted("", &due.evicted).await;
+        self.evicted(None, &due.evicted).await;
         self.evictions_pending
             .store(due.waiting > 0, Ordering::Relaxed);
         Ok(())
@@ -113,7 +113,7 @@ impl Reconciler {
 
     /// Record Workloads deactivated for eviction: metrics, the requeue to come,
     /// an Event on each (and on the node, when known).
-    async fn evicted(&self, node: &str, evicted: &[WorkloadRef]) {
+    async fn evicted(&self, node: Option<&str>, evicted: &[WorkloadRef]) {
         if evicted.is_empty() {
             return;
         }
@@ -123,7 +123,7 @@ impl Reconciler {
             .iter()
             .map(|(ns, n, _)| format!("{ns}/{n}"))
             .collect();
-        tracing::warn!(%node, workloads = ?names, "evicted Workloads from a node with a failed accelerator");
+        tracing::warn!(node = node.unwrap_or("-"), workloads = ?names, "evicted Workloads from a node with a failed accelerator");
         for (ns, name, uid) in evicted {
             self.publish(
                 &workload_reference(ns, name, uid),
@@ -133,7 +133,7 @@ impl Reconciler {
             )
             .await;
         }
-        if !node.is_empty() {
+        if let Some(node) = node {
             let reference = ObjectReference {
                 api_version: Some("v1".into()),
                 kind: Some("Node".into()),
@@ -200,7 +200,7 @@ impl Reconciler {
                     .await;
                 }
             }
-            self.evicted(node, &done.evicted).await;
+            self.evicted(Some(node), &done.evicted).await;
         }
         self.metrics.write("Node", verb);
         self.metrics
@@ -533,6 +533,7 @@ pub async fn deactivate_due(client: &Client, now: i64) -> Result<DueEvictions, k
     let all: Api<Workload> = Api::all(client.clone());
     let nodes: Api<Node> = Api::all(client.clone());
     let mut out = DueEvictions::default();
+    let mut held_out_nodes: std::collections::BTreeMap<String, bool> = Default::default();
     for wl in all.list(&ListParams::default()).await?.items {
         let (Some(at), Some(why)) = (
             wl.annotation(EVICT_AT_ANNOTATION),
@@ -545,9 +546,17 @@ pub async fn deactivate_due(client: &Client, now: i64) -> Result<DueEvictions, k
         let id = (ns.clone(), name.clone(), wl.uid().unwrap_or_default());
         let workloads: Api<Workload> = Api::namespaced(client.clone(), &ns);
         let node = why.split(": ").next().unwrap_or_default();
-        let held_out = match nodes.get_opt(node).await? {
-            Some(n) => n.annotations().contains_key(CORDONED_ANNOTATION),
-            None => false,
+        // Several Workloads on one node: read the node once per pass.
+        let held_out = match held_out_nodes.get(node) {
+            Some(held) => *held,
+            None => {
+                let held = nodes
+                    .get_opt(node)
+                    .await?
+                    .is_some_and(|n| n.annotations().contains_key(CORDONED_ANNOTATION));
+                held_out_nodes.insert(node.to_string(), held);
+                held
+            }
         };
         let still_running = wl.status.admission.is_some() && wl.active() && !wl.is_true("Finished");
         if !(held_out && still_running) {

@@ -89,9 +89,7 @@ pub fn classify(reading: &DeviceReading, policy: &Policy) -> (DeviceStatus, Vec<
     let mut status = DeviceStatus::Healthy;
     let mut reasons = Vec::new();
     let mut raise = |s: DeviceStatus, why: String| {
-        if severity(s) > severity(status) {
-            status = s;
-        }
+        status = worse(status, s);
         reasons.push(why);
     };
     if let Some(n) = reading.ecc_uncorrectable.filter(|n| *n > 0.0) {

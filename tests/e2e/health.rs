@@ -28,7 +28,9 @@ pub enum Answer {
     Garbage,
 }
 
-/// A dcgm-exporter stand-in on 127.0.0.1 serving whatever `answer` holds.
+/// A dcgm-exporter stand-in on 127.0.0.1 serving whatever `answer` holds (a
+/// clone answers for the same exporter).
+#[derive(Clone)]
 pub struct FakeExporter {
     pub port: u16,
     pub answer: Arc<Mutex<Answer>>,

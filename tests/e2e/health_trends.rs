@@ -123,14 +123,7 @@ impl Script {
         };
         setup(&mut script);
         let shared = Arc::new(Mutex::new(script));
-        let exporters: Vec<FakeExporter> = s
-            .exporters
-            .iter()
-            .map(|(_, e)| FakeExporter {
-                port: e.port,
-                answer: e.answer.clone(),
-            })
-            .collect();
+        let exporters: Vec<FakeExporter> = s.exporters.iter().map(|(_, e)| e.clone()).collect();
         let script = shared.clone();
         let task = tokio::spawn(async move {
             loop {
