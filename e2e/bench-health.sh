@@ -10,6 +10,6 @@
 set -euo pipefail
 # shellcheck source=e2e/bench-lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/bench-lib.sh"
-bench_cluster bench-health 25791 25792 27543 30543 29544 29181
+bench_cluster bench-health 25791 25792 27543 30543 29544 29181 29182
 cargo test --features e2e --test e2e reaction_time_over_20_faults -- --ignored --nocapture 2>&1 \
   | grep -E 'MEASURE|test result|panicked|timed out|Error:|error:'

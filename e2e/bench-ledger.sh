@@ -15,7 +15,7 @@ N="${1:-200}"
 # shellcheck source=e2e/bench-lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/bench-lib.sh"
 export KACCEL_BENCH_WORKLOADS="$N"
-bench_cluster bench-ledger 26791 26792 28543 31543 29644 29281
+bench_cluster bench-ledger 26791 26792 28543 31543 29644 29281 29282
 out="$KACCEL_E2E_RUN/bench-ledger.out"
 status=0
 cargo test --features e2e --test e2e admission_latency_with_and_without_the_credit_check \

@@ -14,7 +14,7 @@ N="${1:-1000}"
 # shellcheck source=e2e/bench-lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/bench-lib.sh"
 export KACCEL_BENCH_PODS="$N"
-bench_cluster bench-webhook 26891 26892 28643 31643 29744 29381
+bench_cluster bench-webhook 26891 26892 28643 31643 29744 29381 29382
 out="$KACCEL_E2E_RUN/bench-webhook.out"
 status=0
 cargo test --release --features e2e --test e2e webhook_latency_per_pod_creation \

@@ -3,7 +3,7 @@
 # work tree:
 #
 #   ${KACCEL_E2E_CACHE:-$HOME/.cache/kaccel-e2e}/bin-<hash>/
-#       etcd kube-apiserver kube-controller-manager kubectl kueue   (binaries)
+#       etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kueue
 #       kueue-crds/*.yaml                    (Kueue's CRDs, from the module)
 #       kueue-webhooks.yaml                  (Kueue's webhook manifests)
 #       VERSIONS                             (what was built, and how)
@@ -17,7 +17,7 @@ E2E_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source-path=SCRIPTDIR source=versions.env
 source "$E2E_DIR/versions.env"
 
-RECIPE=4 # bump when the build steps below change in a way that matters
+RECIPE=5 # bump when the build steps below change in a way that matters
 CACHE="${KACCEL_E2E_CACHE:-$HOME/.cache/kaccel-e2e}"
 HASH="$( { grep -E '^(KUBERNETES|ETCD|KUEUE)_' "$E2E_DIR/versions.env"; echo "recipe=$RECIPE"; } | sha256sum | cut -c1-12)"
 OUT="$CACHE/bin-$HASH"
@@ -125,12 +125,14 @@ build_k8s_go() {
     ld+=" -X $p.buildDate=1970-01-01T00:00:00Z"
   done
   (cd "$d" && go get "k8s.io/kubernetes/cmd/kube-apiserver@${KUBERNETES_VERSION}" "k8s.io/kubernetes/cmd/kubectl@${KUBERNETES_VERSION}" \
-    "k8s.io/kubernetes/cmd/kube-controller-manager@${KUBERNETES_VERSION}") >&2
+    "k8s.io/kubernetes/cmd/kube-controller-manager@${KUBERNETES_VERSION}" "k8s.io/kubernetes/cmd/kube-scheduler@${KUBERNETES_VERSION}") >&2
   timed kube-apiserver bash -c "cd '$d' && go build -ldflags='$ld' -o '$OUT/kube-apiserver' k8s.io/kubernetes/cmd/kube-apiserver"
   timed kubectl bash -c "cd '$d' && go build -ldflags='$ld' -o '$OUT/kubectl' k8s.io/kubernetes/cmd/kubectl"
   # Only its Job and ServiceAccount controllers run (e2e/cluster.sh): Jobs create pods.
   timed kube-controller-manager bash -c "cd '$d' && go build -ldflags='$ld' -o '$OUT/kube-controller-manager' k8s.io/kubernetes/cmd/kube-controller-manager"
-  note "kube-apiserver, kube-controller-manager, kubectl: k8s.io/kubernetes@${KUBERNETES_VERSION}, staging @${KUBERNETES_STAGING_VERSION}"
+  # One profile, for the pods that name it (e2e/cluster.sh): the real DRA allocator.
+  timed kube-scheduler bash -c "cd '$d' && go build -ldflags='$ld' -o '$OUT/kube-scheduler' k8s.io/kubernetes/cmd/kube-scheduler"
+  note "kube-apiserver, kube-controller-manager, kube-scheduler, kubectl: k8s.io/kubernetes@${KUBERNETES_VERSION}, staging @${KUBERNETES_STAGING_VERSION}"
 }
 
 # ---------------------------------------------------------------- kueue
@@ -153,7 +155,7 @@ build_kueue() {
 
 log "building into $OUT (work dir $WORK)"
 [[ -x "$OUT/etcd" ]] || build_etcd
-[[ -x "$OUT/kube-apiserver" && -x "$OUT/kubectl" && -x "$OUT/kube-controller-manager" ]] || build_k8s_go || die "Kubernetes ${KUBERNETES_VERSION} build failed"
+[[ -x "$OUT/kube-apiserver" && -x "$OUT/kubectl" && -x "$OUT/kube-controller-manager" && -x "$OUT/kube-scheduler" ]] || build_k8s_go || die "Kubernetes ${KUBERNETES_VERSION} build failed"
 [[ -x "$OUT/kueue" && -d "$OUT/kueue-crds" ]] || build_kueue || die "Kueue ${KUEUE_VERSION} build failed"
 
 "$OUT/kube-apiserver" --version >&2

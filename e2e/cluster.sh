@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # A real, local control plane for kaccel's end-to-end tests:
-# etcd + kube-apiserver + kube-controller-manager (Job and ServiceAccount
-# controllers only) + the Kueue manager, all built by e2e/build.sh.
-# No kubelet, no scheduler: Nodes are API objects (see nodes.sh), pods stay Pending.
+# etcd + kube-apiserver + kube-controller-manager (Job, ServiceAccount and
+# ResourceClaim controllers only) + kube-scheduler (only for pods that name
+# schedulerName kaccel-e2e-scheduler) + the Kueue manager, all built by e2e/build.sh.
+# No kubelet: Nodes are API objects (see nodes.sh), pods stay Pending (bound, for
+# the scheduler's pods).
 #
 #   e2e/cluster.sh up       start (idempotent: says so when already up)
 #   e2e/cluster.sh down     stop (SIGTERM, wait, SIGKILL); logs are kept
@@ -15,7 +17,8 @@
 #                                             (default $KACCEL_E2E_CACHE/run)
 #   KACCEL_E2E_ETCD_CLIENT_PORT, KACCEL_E2E_ETCD_PEER_PORT, KACCEL_E2E_APISERVER_PORT,
 #   KACCEL_E2E_KUEUE_WEBHOOK_PORT, KACCEL_E2E_KUEUE_METRICS_PORT,
-#   KACCEL_E2E_KUEUE_HEALTH_PORT             ports (defaults in versions.env)
+#   KACCEL_E2E_KUEUE_HEALTH_PORT, KACCEL_E2E_SCHEDULER_PORT
+#                                            ports (defaults in versions.env)
 #   KACCEL_E2E_TIMEOUT seconds to wait for each component (default 180)
 #   KACCEL_E2E_NO_KACCEL_CRDS=1  do not install crds/*.yaml (harness checks only)
 set -euo pipefail
@@ -33,6 +36,7 @@ API_PORT="${KACCEL_E2E_APISERVER_PORT:-$KACCEL_E2E_APISERVER_PORT_DEFAULT}"
 WEBHOOK_PORT="${KACCEL_E2E_KUEUE_WEBHOOK_PORT:-$KACCEL_E2E_KUEUE_WEBHOOK_PORT_DEFAULT}"
 METRICS_PORT="${KACCEL_E2E_KUEUE_METRICS_PORT:-$KACCEL_E2E_KUEUE_METRICS_PORT_DEFAULT}"
 HEALTH_PORT="${KACCEL_E2E_KUEUE_HEALTH_PORT:-$KACCEL_E2E_KUEUE_HEALTH_PORT_DEFAULT}"
+SCHEDULER_PORT="${KACCEL_E2E_SCHEDULER_PORT:-$KACCEL_E2E_SCHEDULER_PORT_DEFAULT}"
 TIMEOUT="${KACCEL_E2E_TIMEOUT:-180}"
 # Kueue v0.17.0 reads its metrics serving cert from this fixed path whenever
 # internalCertManagement is off (cmd/kueue/main.go); it is not configurable.
@@ -44,7 +48,13 @@ E2E_DRA_FLAVORS=(nvidia-e2e-dra-h100 amd-e2e-dra-mi300x)
 # device, one count): those of the example fleet and the tests' fleets, as
 # `kaccel plan -f examples --kueue-config` prints them (tests/manifests.rs checks).
 E2E_CLASS_COUNTED=(amd.com/gpu aws.amazon.com/neuron google.com/tpu habana.ai/gaudi huawei.com/Ascend910 nvidia.com/gpu nvidia.com/mig-1g.10gb)
-COMPONENTS=(etcd kube-apiserver kube-controller-manager kueue) # start order; stopped in reverse
+# The scheduler's only profile: pods that do not name it are never scheduled, so
+# the tests that count Pending pods see what they saw before it ran.
+E2E_SCHEDULER_NAME=kaccel-e2e-scheduler
+# DRA gates shared by the API server, the scheduler and the controller manager:
+# device taints (kaccel's DeviceTaintRules) and extended resources backed by DRA.
+E2E_DRA_GATES=DRADeviceTaints=true,DRADeviceTaintRules=true,DRAExtendedResource=true
+COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kueue) # start order; stopped in reverse
 
 PKI="$RUN/pki"
 KUBECONFIG_FILE="$RUN/kubeconfig"
@@ -130,7 +140,8 @@ check_ports() {
   local spec port var
   for spec in "$ETCD_PORT:KACCEL_E2E_ETCD_CLIENT_PORT" "$PEER_PORT:KACCEL_E2E_ETCD_PEER_PORT" \
     "$API_PORT:KACCEL_E2E_APISERVER_PORT" "$WEBHOOK_PORT:KACCEL_E2E_KUEUE_WEBHOOK_PORT" \
-    "$METRICS_PORT:KACCEL_E2E_KUEUE_METRICS_PORT" "$HEALTH_PORT:KACCEL_E2E_KUEUE_HEALTH_PORT"; do
+    "$METRICS_PORT:KACCEL_E2E_KUEUE_METRICS_PORT" "$HEALTH_PORT:KACCEL_E2E_KUEUE_HEALTH_PORT" \
+    "$SCHEDULER_PORT:KACCEL_E2E_SCHEDULER_PORT"; do
     port=${spec%%:*} var=${spec#*:}
     port_free "$port" || die "port $port is already in use on 127.0.0.1; stop whatever holds it or choose another port: export $var=<port>"
   done
@@ -282,6 +293,19 @@ $(for r in "${E2E_CLASS_COUNTED[@]}"; do printf '  - input: %s\n    strategy: Re
 EOF
 }
 
+write_scheduler_config() {
+  cat >"$RUN/kube-scheduler.yaml" <<EOF
+apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+clientConnection:
+  kubeconfig: ${KUBECONFIG_FILE}
+leaderElection:
+  leaderElect: false
+profiles:
+- schedulerName: ${E2E_SCHEDULER_NAME}
+EOF
+}
+
 curl_api() { curl -fsS --max-time 5 --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" "https://127.0.0.1:${API_PORT}$1"; }
 kc() { "$BIN/kubectl" --kubeconfig "$KUBECONFIG_FILE" "$@"; }
 
@@ -356,19 +380,30 @@ cmd_up() {
     --max-requests-inflight 800 --max-mutating-requests-inflight 400 \
     --disable-admission-plugins TaintNodesByCondition \
     --runtime-config resource.k8s.io/v1alpha3=true \
-    --feature-gates DRADeviceTaints=true,DRADeviceTaintRules=true \
+    --feature-gates "$E2E_DRA_GATES" \
     --profiling=false --v=1
   wait_for "kube-apiserver https://127.0.0.1:${API_PORT}/readyz" kube-apiserver curl_api /readyz
   log "API server version: $(curl_api /version | sed -n 's/.*"gitVersion": "\([^"]*\)".*/\1/p')"
 
-  # Jobs create their pods (the Job controller), and every namespace gets the
+  # Jobs create their pods (the Job controller), every namespace gets the
   # "default" ServiceAccount those pods run as (the ServiceAccount admission
-  # plugin refuses pods without it). No scheduler, no kubelet: pods stay Pending.
+  # plugin refuses pods without it), and a pod's ResourceClaimTemplates become
+  # ResourceClaims (the ResourceClaim controller). No kubelet: pods stay Pending.
   start kube-controller-manager "$BIN/kube-controller-manager" \
-    --kubeconfig "$KUBECONFIG_FILE" --controllers job-controller,serviceaccount-controller \
+    --kubeconfig "$KUBECONFIG_FILE" --controllers job-controller,serviceaccount-controller,resourceclaim-controller \
+    --feature-gates "$E2E_DRA_GATES" \
     --leader-elect=false --secure-port 0 --use-service-account-credentials=false --v=1
   wait_for "kube-controller-manager (the default ServiceAccount exists)" kube-controller-manager \
     kc -n default get serviceaccount default
+
+  # The real DRA allocator: it evaluates kaccel's DeviceClass CEL against the
+  # ResourceSlices and honours DeviceTaintRules, binding pods to simulated nodes.
+  write_scheduler_config
+  start kube-scheduler "$BIN/kube-scheduler" --config "$RUN/kube-scheduler.yaml" \
+    --feature-gates "$E2E_DRA_GATES" \
+    --bind-address 127.0.0.1 --secure-port "${SCHEDULER_PORT}" --cert-dir "$RUN/kube-scheduler-certs" --v=1
+  wait_for "kube-scheduler (serving its healthz)" kube-scheduler \
+    curl -fsSk --max-time 2 "https://127.0.0.1:${SCHEDULER_PORT}/healthz"
 
   kc apply --server-side -f - >/dev/null <<'EOF'
 apiVersion: v1

@@ -765,6 +765,20 @@ async fn quarantine_flow(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
             rule.data["spec"]
         );
 
+        // The real allocator honours the rule: eight of the node's GPUs cannot be
+        // had, seven can, and never GPU 3 (the foreign rule's effect is None).
+        let eight = probe(client, &ns, "eight", &node, &device_class, Some(8)).await?;
+        ensure!(eight.is_none(), "kube-scheduler allocated 8 with GPU 3 tainted: {eight:?}");
+        let allocated = probe(client, &ns, "seven-devices", &node, &device_class, Some(7)).await?;
+        let healthy: Vec<String> = (0..8)
+            .filter(|i| *i != 3)
+            .map(|i| format!("{node}/gpu-{i}"))
+            .collect();
+        ensure!(
+            allocated.as_ref() == Some(&healthy),
+            "kube-scheduler allocated {allocated:?} for 7, expected every GPU but 3"
+        );
+
         // Seven of the node's GPUs through one claim: admitted.
         create_template(client, cleanup, &ns, "h100-x7", &device_class, 7).await?;
         let wls: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &kueue("Workload"));
@@ -893,6 +907,275 @@ async fn unexpressible_flow(client: &Client, cleanup: &mut Cleanup) -> Result<()
             "a DeviceClass was written for a requirement CEL cannot express"
         );
         eprintln!("MEASURE unexpressible requirement -> DeviceClassesReady=False: {message}");
+        Ok(())
+    }
+    .await;
+    if result.is_err() {
+        eprintln!("kaccel log:\n{}", controller.log_tail());
+    }
+    result
+}
+
+// ---------------------------------------------------------------------------
+// The real allocator: kube-scheduler evaluates kaccel's DeviceClass CEL.
+
+/// kube-scheduler's one profile in the harness (e2e/cluster.sh): only pods that
+/// name it are scheduled.
+const SCHEDULER: &str = "kaccel-e2e-scheduler";
+
+fn claim_ar() -> ApiResource {
+    ApiResource::erase::<k8s_openapi::api::resource::v1::ResourceClaim>(&())
+}
+
+/// A ResourceClaim for `count` devices of `device_class`, or all of them on the
+/// node the pod lands on when `None`.
+fn resource_claim(ns: &str, name: &str, device_class: &str, count: Option<u32>) -> Value {
+    let exactly = match count {
+        Some(n) => {
+            json!({"deviceClassName": device_class, "allocationMode": "ExactCount", "count": n})
+        }
+        None => json!({"deviceClassName": device_class, "allocationMode": "All"}),
+    };
+    json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"devices": {"requests": [{"name": "gpus", "exactly": exactly}]}},
+    })
+}
+
+/// What kube-scheduler made of a probe: the devices allocated to its claim (the
+/// pod bound), or `None` when it found the pod unschedulable.
+type Placement = Option<Vec<String>>;
+
+/// A pod pinned to `node` that needs the devices of a fresh claim (`count` of
+/// `device_class`, or all): created, waited on until kube-scheduler binds it or
+/// finds it unschedulable, then deleted with its claim.
+async fn probe(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    node: &str,
+    device_class: &str,
+    count: Option<u32>,
+) -> Result<Placement> {
+    let claims: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &claim_ar());
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), ns);
+    support::create(&claims, resource_claim(ns, name, device_class, count)).await?;
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"schedulerName": SCHEDULER, "restartPolicy": "Never",
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "resourceClaims": [{"name": "gpus", "resourceClaimName": name}],
+            "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
+                "resources": {"requests": {"cpu": "100m"}, "claims": [{"name": "gpus"}]}}]},
+    }))?;
+    // The namespace's default ServiceAccount comes from kube-controller-manager
+    // a moment after the namespace: retry until admission finds it.
+    crate::controller::wait_for("the probe pod created", WAIT, || async {
+        Ok(pods
+            .create(&PostParams::default(), &pod)
+            .await
+            .ok()
+            .map(|_| ()))
+    })
+    .await?;
+    let placement = crate::controller::wait_for(
+        &format!("kube-scheduler decides on {name}"),
+        WAIT,
+        || async {
+            let p = pods.get(name).await?;
+            let bound = p.spec.as_ref().and_then(|s| s.node_name.clone());
+            if bound.is_some() {
+                let claim = claims.get(name).await?;
+                let results = claim.data["status"]["allocation"]["devices"]["results"].clone();
+                let mut devices: Vec<String> = results
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|r| {
+                        format!(
+                            "{}/{}",
+                            r["pool"].as_str().unwrap_or_default(),
+                            r["device"].as_str().unwrap_or_default()
+                        )
+                    })
+                    .collect();
+                devices.sort();
+                return Ok(Some(Some(devices)));
+            }
+            let unschedulable = p
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| {
+                    c.iter().any(|c| {
+                        c.type_ == "PodScheduled"
+                            && c.status == "False"
+                            && c.reason.as_deref() == Some("Unschedulable")
+                    })
+                });
+            Ok(unschedulable.then_some(None))
+        },
+    )
+    .await;
+    // A pod bound to a node with no kubelet is only gone when deleted at once.
+    let _ = pods
+        .delete(
+            name,
+            &kube::api::DeleteParams {
+                grace_period_seconds: Some(0),
+                ..Default::default()
+            },
+        )
+        .await;
+    let _ = claims.delete(name, &Default::default()).await;
+    crate::controller::wait_for(&format!("{name} and its claim gone"), WAIT, || async {
+        let gone = pods.get_opt(name).await?.is_none() && claims.get_opt(name).await?.is_none();
+        Ok(gone.then_some(()))
+    })
+    .await?;
+    placement
+}
+
+#[tokio::test]
+async fn the_schedulers_allocator_gives_a_device_class_exactly_its_flavors_devices() {
+    let _serial = support::serial().await;
+    let client = support::client().await;
+    let mut cleanup = Cleanup::default();
+    let result = allocator_flow(&client, &mut cleanup).await;
+    cleanup.run(&client).await;
+    result.unwrap();
+}
+
+async fn allocator_flow(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
+    let id = support::unique("alloc");
+    let product = format!("NVIDIA E2E {id}");
+    let model = format!("NVIDIA-E2E-{id}");
+    // The class's node: eight GPUs of its model on a driver new enough.
+    let good = format!("dra-{id}-a");
+    publish(
+        client,
+        cleanup,
+        &good,
+        &model,
+        nvidia_slice(&good, &product),
+    )
+    .await?;
+    // The same model on a driver older than the class allows.
+    let old = format!("dra-{id}-b");
+    let mut old_slice = nvidia_slice(&old, &product);
+    for d in old_slice["spec"]["devices"]
+        .as_array_mut()
+        .into_iter()
+        .flatten()
+    {
+        d["attributes"]["driverVersion"] = json!({"version": "535.104.5"});
+    }
+    publish(client, cleanup, &old, &model, old_slice).await?;
+    // Another model (more memory, another product name).
+    let other = format!("dra-{id}-c");
+    let mut other_slice = nvidia_slice(&other, &format!("{product} NVL"));
+    for d in other_slice["spec"]["devices"]
+        .as_array_mut()
+        .into_iter()
+        .flatten()
+    {
+        d["capacity"]["memory"] = json!({"value": "143771Mi"});
+    }
+    publish(
+        client,
+        cleanup,
+        &other,
+        &format!("{model}-NVL"),
+        other_slice,
+    )
+    .await?;
+    // Every NVIDIA device, for the control: the probes that find nothing through
+    // kaccel's class must find devices through this one.
+    let any_nvidia = format!("any-nvidia-{}.example.com", id.to_lowercase());
+    let dc_ar = ApiResource::erase::<k8s_openapi::api::resource::v1::DeviceClass>(&());
+    support::create(
+        &device_classes(client),
+        json!({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+               "metadata": {"name": any_nvidia},
+               "spec": {"selectors": [{"cel": {"expression": "device.driver == \"gpu.nvidia.com\""}}]}}),
+    )
+    .await?;
+    cleanup.add(None, dc_ar, &any_nvidia);
+
+    let class_name = format!("alloc-{id}");
+    let class: AcceleratorClass = serde_json::from_value(json!({
+        "apiVersion": "kaccel.io/v1alpha1", "kind": "AcceleratorClass",
+        "metadata": {"name": class_name},
+        "spec": {"sharing": "Whole",
+                 "selector": {"models": [model], "minMemoryMiB": 80000, "minDriverVersion": "550"},
+                 "credits": {"perDeviceHour": "1"}},
+    }))?;
+    let (ns, team) = class_with_budget(client, cleanup, &id, &class, 4).await?;
+    let root = format!("root-{id}");
+    cleanup.add(None, kueue("Cohort"), &root);
+    cleanup.add(None, kueue("Cohort"), &format!("{root}-{team}"));
+    let cq = format!("{team}-{class_name}");
+    cleanup.add(None, kueue("ClusterQueue"), &cq);
+    cleanup.add(Some(&ns), kueue("LocalQueue"), &class_name);
+    let flavor = format!("nvidia-e2e-{}", id.to_lowercase());
+    clean_flavor(cleanup, &flavor);
+    let device_class = format!("{flavor}.kaccel.io");
+    let controller = Controller::start(
+        &format!("ctl-{id}"),
+        free_port(),
+        &format!(
+            "rootCohort: {root}\ndebounceMs: 100\nmaxDelayMs: 500\nwatchResourceSlices: true\nleaderElection:\n  enabled: false\n"
+        ),
+    );
+    let result = async {
+        wait_obj(&device_classes(client), &device_class, "kaccel writes it", |_| true).await?;
+        // The quota is the flavor's devices: node a's eight, not the old driver's.
+        let resource = format!("dra.kaccel.io/{flavor}");
+        let cqs: Api<DynamicObject> = Api::all_with(client.clone(), &kueue("ClusterQueue"));
+        let classes: Api<DynamicObject> =
+            Api::all_with(client.clone(), &ApiResource::erase::<AcceleratorClass>(&()));
+        wait_obj(&classes, &class_name, "its flavor counted", |c| {
+            c["status"]["flavors"].to_string().contains(&flavor)
+        })
+        .await?;
+        let queue = wait_obj(&cqs, &cq, "quota in the flavor's DRA resource", |q| {
+            q["spec"]["resourceGroups"][0]["coveredResources"].to_string().contains(&resource)
+        })
+        .await?;
+        let root_quota = Api::<DynamicObject>::all_with(client.clone(), &kueue("Cohort"))
+            .get(&root)
+            .await?;
+        let nominal_in = |o: &Value| -> u64 {
+            o["spec"]["resourceGroups"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .flat_map(|g| g["flavors"].as_array().into_iter().flatten())
+                .filter(|f| f["name"] == flavor.as_str())
+                .flat_map(|f| f["resources"].as_array().into_iter().flatten())
+                .filter(|r| r["name"] == resource.as_str())
+                .filter_map(|r| r["nominalQuota"].as_str()?.parse::<u64>().ok())
+                .sum()
+        };
+        let planned = nominal_in(&queue) + nominal_in(&root_quota.data);
+        ensure!(planned == 8, "quota of {flavor}: {planned} (queue + root cohort), the allocator can give 8");
+
+        // All of the class's devices on node a: exactly its eight.
+        let all_good = probe(client, &ns, "all-a", &good, &device_class, None).await?;
+        let expected: Vec<String> = (0..8).map(|i| format!("{good}/gpu-{i}")).collect();
+        ensure!(all_good.as_ref() == Some(&expected), "node a through {device_class}: {all_good:?}");
+        // Not one device of the old driver or of the other model.
+        for (node, what) in [(&old, "the old driver"), (&other, "the other model")] {
+            let through_class = probe(client, &ns, &format!("one-{node}"), node, &device_class, Some(1)).await?;
+            ensure!(through_class.is_none(), "{what}'s node gave {through_class:?} through {device_class}");
+            let control = probe(client, &ns, &format!("ctl-{node}"), node, &any_nvidia, Some(1)).await?;
+            ensure!(control.is_some_and(|d| d.len() == 1), "{what}'s node gave nothing through {any_nvidia}: the probe proves nothing");
+        }
+        eprintln!(
+            "MEASURE kube-scheduler allocated through {device_class}: node a all 8, the old driver's node 0, the other model's node 0 (1 each through {any_nvidia}); quota {planned}"
+        );
         Ok(())
     }
     .await;
