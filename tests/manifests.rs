@@ -109,6 +109,13 @@ fn cluster_role_is_exactly_what_the_controller_calls() {
                 &[],
                 &["list", "watch"]
             ),
+            // Who holds each DRA device: a watch cache of ResourceClaims.
+            rule(
+                &["resource.k8s.io"],
+                &["resourceclaims"],
+                &[],
+                &["list", "watch"]
+            ),
             // The DeviceClasses of DRA-only flavors: owned like the Kueue objects.
             rule(
                 &["resource.k8s.io"],

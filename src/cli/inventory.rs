@@ -118,6 +118,9 @@ pub struct InventoryReport {
     /// The DeviceTaintRules kaccel holds on single DRA devices.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub taint_rules: Vec<HeldTaintRule>,
+    /// The DRA devices pods hold through ResourceClaims (cluster mode).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub claimed: Vec<crate::inventory::holders::ClaimedDevice>,
 }
 
 /// A DeviceTaintRule kaccel wrote to take one DRA device out.
@@ -153,6 +156,7 @@ impl InventoryReport {
             notes: Vec::new(),
             device_health: None,
             taint_rules: Vec::new(),
+            claimed: Vec::new(),
         }
     }
 }

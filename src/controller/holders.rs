@@ -2,7 +2,12 @@
 //! pod's metadata (Kueue's Workload annotation and queue labels) and the team label of
 //! its ClusterQueue, and keep the result in the tracker for `/devices`.
 //!
-//! Only pods that exporters name are read (one metadata GET when a pod first appears,
+//! On DRA nodes, the pods come from the ResourceClaims devices are allocated
+//! through (a watch kept to their allocation and reservations), each device tied to
+//! its node, UUID and PCI address by its ResourceSlice, so the tracker can match it
+//! to the exporter's reading and the ledger can name it.
+//!
+//! Only pods that exporters or claims name are read (one metadata GET when a pod first appears,
 //! again every [`REFRESH_SECONDS`] while it holds a device), so the cost follows the
 //! busy devices, never the cluster's pods. What cannot be read stays unresolved, with
 //! why; nothing is guessed (`src/inventory/holders.rs`).
@@ -11,12 +16,17 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
 use kube::api::Api;
 use kube::core::PartialObjectMeta;
+use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
 
 use super::health_poller::{SharedTracker, now_seconds};
-use crate::inventory::holders::{Holder, holder, pod_ownership};
+use crate::inventory::holders::{
+    ClaimedDevice, DraDeviceId, Holder, claimed_devices, holder, pod_ownership,
+};
+use crate::inventory::published_ids;
 use crate::k8s::labels::TEAM_LABEL;
 
 /// How often the resolver looks for newly attributed pods.
@@ -26,10 +36,19 @@ const INTERVAL: Duration = Duration::from_secs(5);
 const REFRESH_SECONDS: i64 = 60;
 
 /// Resolve holders until the process ends.
-pub async fn run(client: Client, tracker: SharedTracker) {
+pub async fn run(
+    client: Client,
+    tracker: SharedTracker,
+    claims: Option<Store<ResourceClaim>>,
+    slices: Option<Store<ResourceSlice>>,
+) {
     let mut resolved_at: BTreeMap<(String, String), i64> = BTreeMap::new();
     let mut teams: BTreeMap<String, (String, i64)> = BTreeMap::new();
     loop {
+        if let Some(claims) = &claims {
+            let claimed = claimed_with_ids(claims, slices.as_ref());
+            tracker.lock().expect("tracker lock").set_claimed(claimed);
+        }
         resolve_once(&client, &tracker, &mut resolved_at, &mut teams).await;
         tokio::time::sleep(INTERVAL).await;
     }
@@ -84,6 +103,45 @@ async fn resolve_once(
     for h in found {
         t.holders.insert((h.namespace.clone(), h.pod.clone()), h);
     }
+}
+
+/// The devices pods hold through ResourceClaims, each with the node, UUID and PCI
+/// address its ResourceSlice publishes (the newest generation of its pool).
+fn claimed_with_ids(
+    claims: &Store<ResourceClaim>,
+    slices: Option<&Store<ResourceSlice>>,
+) -> BTreeMap<DraDeviceId, ClaimedDevice> {
+    let claims = claims.state();
+    let mut claimed = claimed_devices(claims.iter().map(|c| c.as_ref()));
+    if claimed.is_empty() {
+        return claimed;
+    }
+    let slices = slices.map(|s| s.state()).unwrap_or_default();
+    let mut pools: BTreeMap<(&str, &str), Vec<&ResourceSlice>> = BTreeMap::new();
+    for slice in &slices {
+        let pool = pools
+            .entry((slice.spec.driver.as_str(), slice.spec.pool.name.as_str()))
+            .or_default();
+        let newest = pool.first().map(|s| s.spec.pool.generation);
+        match newest {
+            Some(g) if g > slice.spec.pool.generation => {}
+            Some(g) if g < slice.spec.pool.generation => *pool = vec![slice.as_ref()],
+            _ => pool.push(slice.as_ref()),
+        }
+    }
+    for c in claimed.values_mut() {
+        let found = pools
+            .get(&(c.id.driver.as_str(), c.id.pool.as_str()))
+            .into_iter()
+            .flatten()
+            .find_map(|slice| published_ids(slice, &c.id.device));
+        if let Some(ids) = found {
+            c.node = ids.node;
+            c.uuid = ids.uuid;
+            c.pci_address = ids.pci_address;
+        }
+    }
+    claimed
 }
 
 /// The `kaccel.io/team` label of a ClusterQueue (cached for [`REFRESH_SECONDS`]).

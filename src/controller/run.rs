@@ -93,9 +93,24 @@ pub async fn run(config: Config) -> Result<(), Error> {
         metrics.clone(),
         wake_tx,
     );
-    if !config.health.sources.is_empty() {
-        // Who holds each device the exporters attribute to a pod (read-only).
-        tokio::spawn(super::holders::run(client.clone(), tracker.clone()));
+    // Who holds each device: the pods exporters attribute devices to, and on DRA
+    // nodes the pods ResourceClaims are reserved for (read-only).
+    let claims = caches.slices.as_ref().map(|_| {
+        let (store, events) = super::watches::watch_claims(&client);
+        tokio::spawn(events.for_each(|e| async move {
+            if let Err(e) = e {
+                tracing::debug!(error = %e, "ResourceClaim watch");
+            }
+        }));
+        store
+    });
+    if !config.health.sources.is_empty() || claims.is_some() {
+        tokio::spawn(super::holders::run(
+            client.clone(),
+            tracker.clone(),
+            claims,
+            caches.slices.clone(),
+        ));
     }
     let health_events = tokio_stream_from(wake_rx);
     let events: Events = stream::select(watch_events, health_events).boxed();

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use futures::stream::{self, BoxStream, StreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
-use k8s_openapi::api::resource::v1::ResourceSlice;
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -65,6 +65,31 @@ where
         .map(|e| e.map(|_| ()))
         .boxed();
     (store, events)
+}
+
+/// ResourceClaims, for who holds each DRA device: only their allocation and the
+/// pods they are reserved for are kept (the spec and device statuses are dropped),
+/// and their changes never wake the planner. Run the events to keep the store
+/// current.
+pub(super) fn watch_claims(client: &Client) -> (Store<ResourceClaim>, Events) {
+    watch_slimmed(
+        Api::<ResourceClaim>::all(client.clone()),
+        Default::default(),
+        |c: &mut ResourceClaim| {
+            c.spec = Default::default();
+            c.metadata.annotations = None;
+            c.metadata.labels = None;
+            if let Some(status) = c.status.as_mut() {
+                status.devices = None;
+                if let Some(a) = status.allocation.as_mut() {
+                    a.node_selector = None;
+                    if let Some(d) = a.devices.as_mut() {
+                        d.config = None;
+                    }
+                }
+            }
+        },
+    )
 }
 
 /// What kubelets report that the inventory and health loop never read: the

@@ -89,6 +89,40 @@ pub(crate) use driver::{
     device_class_of, is_device_class, requirement_attributes, selector_attributes,
 };
 
+/// A DRA device's node and the identities its driver publishes (UUID, PCI
+/// address), read exactly as the inventory reads them; `None` when the slice does
+/// not hold the device or its driver is not one kaccel reads.
+pub fn published_ids(slice: &ResourceSlice, device: &str) -> Option<PublishedIds> {
+    let driver = Driver::of(&slice.spec.driver)?;
+    let published = slice
+        .spec
+        .devices
+        .iter()
+        .flatten()
+        .find(|d| d.name == device)?;
+    let read = device::DraDevice::read(
+        driver,
+        published,
+        &BTreeMap::new(),
+        &mut Vec::new(),
+        slice.metadata.name.as_deref().unwrap_or_default(),
+        &slice.spec.pool.name,
+    );
+    Some(PublishedIds {
+        node: slice.spec.node_name.clone(),
+        uuid: read.record.uuid,
+        pci_address: read.record.pci_address,
+    })
+}
+
+/// What [`published_ids`] reads.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PublishedIds {
+    pub node: Option<String>,
+    pub uuid: Option<String>,
+    pub pci_address: Option<String>,
+}
+
 /// Merge ResourceSlices into the inventory: the newest generation of each pool, each
 /// device once.
 pub(crate) fn merge_slices<'a>(

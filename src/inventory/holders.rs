@@ -13,11 +13,18 @@
 //! - label `kueue.x-k8s.io/cluster-queue-name` (the AssignQueueLabelsForPods gate, on
 //!   by default since 0.17; absent when the name is not a DNS label).
 //!
+//! On DRA nodes the pod comes from the ResourceClaim its devices were allocated to
+//! (`status.allocation.devices.results`: driver, pool, device) and the pods the claim
+//! is reserved for (`status.reservedFor`, written by kube-scheduler when it binds a
+//! pod that uses the claim); an allocated claim reserved for no pod holds its devices
+//! for nobody running, so it names no holder.
+//!
 //! The team is the `kaccel.io/team` label on the ClusterQueue kaccel made for it.
 //! Whatever is not known stays None: a holder is never guessed.
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::resource::v1::ResourceClaim;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 
@@ -42,6 +49,10 @@ pub struct Holder {
     pub cluster_queue: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub team: Option<String>,
+    /// The ResourceClaim (in the pod's namespace) the device was allocated through,
+    /// on DRA nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claim: Option<String>,
     /// Why the pod's facts are missing, when they are (e.g. "pod not found").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unresolved: Option<String>,
@@ -74,6 +85,93 @@ fn non_empty(map: Option<&BTreeMap<String, String>>, key: &str) -> Option<String
         .map(str::to_string)
 }
 
+/// A DRA device's identity in the cluster: what a claim's allocation names.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct DraDeviceId {
+    pub driver: String,
+    pub pool: String,
+    pub device: String,
+}
+
+/// A DRA device allocated through a claim, and the pods the claim is reserved for.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimedDevice {
+    pub id: DraDeviceId,
+    pub namespace: String,
+    pub claim: String,
+    /// Sorted; a claim shared by several pods names them all.
+    pub pods: Vec<String>,
+    /// The node and identities the driver publishes for the device (filled from
+    /// its ResourceSlice; `None` when the slice is gone or does not say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pci_address: Option<String>,
+}
+
+impl ClaimedDevice {
+    /// The name the ledger and `kaccel inventory --device` know it by: its UUID,
+    /// else driver/pool/device.
+    pub fn ledger_id(&self) -> String {
+        self.uuid
+            .clone()
+            .unwrap_or_else(|| format!("{}/{}/{}", self.id.driver, self.id.pool, self.id.device))
+    }
+}
+
+/// The devices allocated through `claims` that pods hold: every allocation result
+/// of a claim reserved for at least one pod. A device allocated twice (admin
+/// access) keeps the first claim read.
+pub fn claimed_devices<'a>(
+    claims: impl IntoIterator<Item = &'a ResourceClaim>,
+) -> BTreeMap<DraDeviceId, ClaimedDevice> {
+    let mut claimed = BTreeMap::new();
+    for claim in claims {
+        let Some(status) = &claim.status else {
+            continue;
+        };
+        let mut pods: Vec<String> = status
+            .reserved_for
+            .iter()
+            .flatten()
+            .filter(|r| {
+                r.resource == "pods" && r.api_group.as_deref().unwrap_or_default().is_empty()
+            })
+            .map(|r| r.name.clone())
+            .collect();
+        if pods.is_empty() {
+            continue;
+        }
+        pods.sort();
+        pods.dedup();
+        let results = status
+            .allocation
+            .iter()
+            .filter_map(|a| a.devices.as_ref())
+            .flat_map(|d| d.results.iter().flatten());
+        for r in results {
+            let id = DraDeviceId {
+                driver: r.driver.clone(),
+                pool: r.pool.clone(),
+                device: r.device.clone(),
+            };
+            claimed.entry(id.clone()).or_insert_with(|| ClaimedDevice {
+                id,
+                namespace: claim.metadata.namespace.clone().unwrap_or_default(),
+                claim: claim.metadata.name.clone().unwrap_or_default(),
+                pods: pods.clone(),
+                node: None,
+                uuid: None,
+                pci_address: None,
+            });
+        }
+    }
+    claimed
+}
+
 /// A holder from the exporter's pod and what is known of it. `teams` maps a
 /// ClusterQueue to the team its `kaccel.io/team` label names.
 pub fn holder(
@@ -91,6 +189,7 @@ pub fn holder(
         workload: ownership.and_then(|o| o.workload.clone()),
         team: cluster_queue.as_ref().and_then(|cq| teams.get(cq).cloned()),
         cluster_queue,
+        claim: None,
         unresolved: None,
     }
 }
@@ -142,6 +241,64 @@ mod tests {
         assert_eq!(pod_ownership(&group).workload.as_deref(), Some("grp-1"));
         let lws = meta(&[("kueue.x-k8s.io/prebuilt-workload-name", "lws-0")], &[]);
         assert_eq!(pod_ownership(&lws).workload.as_deref(), Some("lws-0"));
+    }
+
+    /// A claim as kube-scheduler leaves it after binding `pods` (k8s.io/api
+    /// resource/v1 `ResourceClaimStatus`).
+    fn claim(name: &str, devices: &[&str], reserved_for: serde_json::Value) -> ResourceClaim {
+        let results: Vec<serde_json::Value> = devices
+            .iter()
+            .map(|d| serde_json::json!({"request": "gpus", "driver": "gpu.nvidia.com", "pool": "node-a", "device": d}))
+            .collect();
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": "ml"},
+            "spec": {"devices": {"requests": [{"name": "gpus", "exactly": {"deviceClassName": "x.kaccel.io"}}]}},
+            "status": {"allocation": {"devices": {"results": results}}, "reservedFor": reserved_for},
+        }))
+        .expect("a ResourceClaim")
+    }
+
+    #[test]
+    fn an_allocated_claim_names_the_pods_it_is_reserved_for() {
+        let held = claim(
+            "train-0-gpus-x7k2p",
+            &["gpu-0", "gpu-1"],
+            serde_json::json!([{"resource": "pods", "name": "train-0", "uid": "u1"},
+                               {"resource": "pods", "name": "train-0b", "uid": "u2"}]),
+        );
+        // Allocated, but the pod is gone: no holder.
+        let idle = claim("idle", &["gpu-2"], serde_json::json!([]));
+        // Reserved for something that is not a pod: not a pod holder.
+        let other = claim(
+            "other",
+            &["gpu-3"],
+            serde_json::json!([{"apiGroup": "example.com", "resource": "pods", "name": "x", "uid": "u3"}]),
+        );
+        let claimed = claimed_devices([&held, &idle, &other]);
+        assert_eq!(
+            claimed
+                .keys()
+                .map(|k| k.device.as_str())
+                .collect::<Vec<_>>(),
+            ["gpu-0", "gpu-1"]
+        );
+        let gpu0 = &claimed[&DraDeviceId {
+            driver: "gpu.nvidia.com".into(),
+            pool: "node-a".into(),
+            device: "gpu-0".into(),
+        }];
+        assert_eq!(gpu0.pods, ["train-0", "train-0b"]);
+        assert_eq!(
+            (gpu0.namespace.as_str(), gpu0.claim.as_str()),
+            ("ml", "train-0-gpus-x7k2p")
+        );
+        assert_eq!(gpu0.ledger_id(), "gpu.nvidia.com/node-a/gpu-0");
+        let known = ClaimedDevice {
+            uuid: Some("GPU-1".into()),
+            ..gpu0.clone()
+        };
+        assert_eq!(known.ledger_id(), "GPU-1");
     }
 
     #[test]

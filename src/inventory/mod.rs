@@ -55,6 +55,7 @@ pub fn dra_requirement_attributes(driver: &str) -> DraRequirementAttributes {
     dra::requirement_attributes(driver)
 }
 pub use dra::RequirementAttributes as DraRequirementAttributes;
+pub use dra::{PublishedIds, published_ids};
 
 /// Well-known topology labels, read into [`Topology`] when present.
 pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
@@ -587,5 +588,24 @@ pub fn read_node(node: &Node) -> NodeInventory {
         unclassified,
         warnings,
         labels,
+    }
+}
+
+/// A device UUID as compared across sources (exporters and DRA drivers differ
+/// in case and spacing).
+pub fn uuid_key(uuid: &str) -> String {
+    uuid.trim().to_ascii_lowercase()
+}
+
+/// A PCI address as `domain:bus:device.function`, lower case, with the domain
+/// as 4 hex digits (DCGM writes `00000000:18:00.0`, drivers `0000:18:00.0`).
+pub fn pci_key(address: &str) -> String {
+    let a = address.trim().to_ascii_lowercase();
+    match a.split_once(':') {
+        Some((domain, rest)) if rest.contains(':') => {
+            let domain = domain.trim_start_matches('0');
+            format!("{domain:0>4}:{rest}")
+        }
+        _ => format!("0000:{a}"),
     }
 }

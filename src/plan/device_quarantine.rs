@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 use super::nodes::{HeldBack, NodeActionPolicy, UNHEALTHY_TAINT};
 use super::{FlavorReport, MANAGED_BY, MANAGED_BY_LABEL};
 use crate::health::DeviceStatus;
-use crate::inventory::{DeviceGroup, DeviceRecord, Inventory, NodeInventory};
+use crate::inventory::{DeviceGroup, DeviceRecord, Inventory, NodeInventory, pci_key, uuid_key};
 
 /// The node a rule's device is on, for people and for `kaccel inventory`.
 pub const NODE_LABEL: &str = "kaccel.io/node";
@@ -124,11 +124,11 @@ pub fn decide(
     }
     let by_uuid: BTreeMap<(&str, String), &DeviceHealth> = health
         .iter()
-        .filter_map(|h| Some(((h.node.as_str(), normalise(h.uuid.as_deref()?)), h)))
+        .filter_map(|h| Some(((h.node.as_str(), uuid_key(h.uuid.as_deref()?)), h)))
         .collect();
     let by_pci: BTreeMap<(&str, String), &DeviceHealth> = health
         .iter()
-        .filter_map(|h| Some(((h.node.as_str(), pci(h.pci_address.as_deref()?)), h)))
+        .filter_map(|h| Some(((h.node.as_str(), pci_key(h.pci_address.as_deref()?)), h)))
         .collect();
     let takes_out = |s: DeviceStatus| {
         s == DeviceStatus::Failed
@@ -147,9 +147,9 @@ pub fn decide(
                 let reading = device
                     .uuid
                     .as_deref()
-                    .and_then(|u| by_uuid.get(&(node.name.as_str(), normalise(u))))
+                    .and_then(|u| by_uuid.get(&(node.name.as_str(), uuid_key(u))))
                     .or_else(|| {
-                        let p = pci(device.pci_address.as_deref()?);
+                        let p = pci_key(device.pci_address.as_deref()?);
                         by_pci.get(&(node.name.as_str(), p))
                     })
                     .copied();
@@ -342,23 +342,6 @@ fn label_value(node: &str) -> String {
         node.to_string()
     } else {
         crate::k8s::names::bounded(&[node], 63)
-    }
-}
-
-fn normalise(uuid: &str) -> String {
-    uuid.trim().to_ascii_lowercase()
-}
-
-/// PCI addresses as `domain:bus:device.function`, lower case, with the domain
-/// as 4 hex digits (DCGM writes `00000000:18:00.0`, drivers `0000:18:00.0`).
-fn pci(address: &str) -> String {
-    let a = address.trim().to_ascii_lowercase();
-    match a.split_once(':') {
-        Some((domain, rest)) if rest.contains(':') => {
-            let domain = domain.trim_start_matches('0');
-            format!("{domain:0>4}:{rest}")
-        }
-        _ => format!("0000:{a}"),
     }
 }
 

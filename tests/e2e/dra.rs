@@ -1184,3 +1184,230 @@ async fn allocator_flow(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
     }
     result
 }
+
+// ---------------------------------------------------------------------------
+// Who holds a DRA GPU: the pod its ResourceClaim is reserved for.
+
+#[tokio::test]
+async fn a_dra_jobs_gpus_are_held_by_its_pod_and_named_in_the_ledger() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("ledger.db").display());
+    crate::ledger::with_env!("kdhold", |env| dra_holders(&mut env, &store).await);
+}
+
+/// A Job whose pod asks for two DRA H100s through a claim template: Kueue admits
+/// it, the ResourceClaim controller makes its claim, kube-scheduler allocates two
+/// GPUs and binds the pod. The exporter of the node attributes no pod (as on a
+/// DRA node whose exporter lacks the kubelet's pod-resources view): the claim
+/// tells kaccel who holds the two GPUs, and the ledger names them.
+async fn dra_holders(env: &mut crate::ledger::Env, store: &str) -> Result<()> {
+    use crate::health::{Answer, FakeExporter, dcgm, dcgm_source, inventory_at};
+    let id = env.id.clone();
+    let client = env.client.clone();
+    let node = format!("dra-h100-{id}");
+    publish(
+        &client,
+        &mut env.cleanup,
+        &node,
+        DRA_H100_MODEL,
+        nvidia_slice(&node, DRA_H100_PRODUCT),
+    )
+    .await?;
+    let device_class = format!("{DRA_H100_FLAVOR}.kaccel.io");
+    clean_flavor(&mut env.cleanup, DRA_H100_FLAVOR);
+    let class = format!("dra-{id}");
+    env.create_class(json!({
+        "apiVersion": "kaccel.io/v1alpha1", "kind": "AcceleratorClass",
+        "metadata": {"name": class},
+        "spec": {"sharing": "Whole", "selector": {"models": [DRA_H100_MODEL]},
+                 "credits": {"perDeviceHour": "3600"}},
+    }))
+    .await?;
+    let ns = format!("ns-{id}");
+    let budget = format!("b-{id}");
+    env.create_budget(json!({
+        "apiVersion": "kaccel.io/v1alpha1", "kind": "CreditBudget",
+        "metadata": {"name": budget},
+        "spec": {"team": "vision", "namespaces": [ns],
+            "classes": [{"name": class, "guaranteedDevices": 8}],
+            "credits": {"perPeriod": "100000", "period": {"start": "2026-12-01T00:00:00Z", "days": 30}}},
+    }))
+    .await?;
+    let exporter = FakeExporter::start(Answer::Metrics(dcgm(&node, 8, &[]))).await;
+    let kueue_config = kueue_config_file();
+    let port = exporter.port;
+    env.start_with(store, |config| {
+        config.replace("watchResourceSlices: false", "watchResourceSlices: true")
+            + &format!("kueue:\n  configFile: {kueue_config}\n")
+            + &format!("health:\n  sources:\n{}", dcgm_source(&node, port))
+    });
+    wait_obj(
+        &device_classes(&client),
+        &device_class,
+        "kaccel writes it",
+        |_| true,
+    )
+    .await?;
+    create_template(&client, &mut env.cleanup, &ns, "h100-x2", &device_class, 2).await?;
+    let jobs: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &support::job_ar());
+    support::create(
+        &jobs,
+        json!({
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "finetune", "namespace": ns,
+                         "labels": {"kueue.x-k8s.io/queue-name": class}},
+            "spec": {"parallelism": 1, "completions": 1, "suspend": true,
+                "template": {"spec": {"schedulerName": SCHEDULER, "restartPolicy": "Never",
+                    "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "h100-x2"}],
+                    "containers": [{"name": "main", "image": "ghcr.io/acme/train:cuda",
+                        "resources": {"requests": {"cpu": "1", "memory": "1Gi"},
+                                      "claims": [{"name": "gpus"}]}}]}}},
+        }),
+    )
+    .await?;
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), &ns);
+    let claims: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &claim_ar());
+    let mut pod_name = String::new();
+    let result = async {
+        let pod = support::job_pod(&pods, "finetune", WAIT).await?;
+        pod_name = pod.name_any();
+        let workload = pod
+            .annotations()
+            .get("kueue.x-k8s.io/workload")
+            .cloned()
+            .unwrap_or_default();
+        env.track_workload(&ns, &workload);
+        // Bound by kube-scheduler, its claim allocated two of the node's GPUs.
+        let (claim, gpus) = crate::controller::wait_for("the pod bound, its claim allocated", WAIT, || async {
+            let p = pods.get(&pod_name).await?;
+            let bound = p.spec.as_ref().and_then(|s| s.node_name.clone());
+            let claim = p
+                .status
+                .as_ref()
+                .and_then(|s| s.resource_claim_statuses.as_ref())
+                .and_then(|c| c.first())
+                .and_then(|c| c.resource_claim_name.clone());
+            let (Some(bound), Some(claim)) = (bound, claim) else {
+                return Ok(None);
+            };
+            ensure!(bound == node, "bound to {bound}");
+            let c = claims.get(&claim).await?;
+            let mut gpus: Vec<String> = c.data["status"]["allocation"]["devices"]["results"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|r| r["device"].as_str().map(str::to_string))
+                .collect();
+            gpus.sort();
+            Ok((gpus.len() == 2).then_some((claim, gpus)))
+        })
+        .await?;
+        let mut expected: Vec<String> = gpus
+            .iter()
+            .map(|g| format!("GPU-{node}-{:04}", g.trim_start_matches("gpu-").parse::<u32>().unwrap_or(99)))
+            .collect();
+        expected.sort();
+
+        // /devices: the two GPUs are held by the pod, through its claim, for its
+        // Workload, queue and team; the other six by nobody.
+        let cq = format!("{budget}-{class}");
+        let port = env.controller().port;
+        let held = crate::controller::wait_for("the GPUs' holder resolved", WAIT, || async {
+            let inv = inventory_at(port).await.unwrap_or_default();
+            let on_node: Vec<Value> = inv["deviceHealth"]["devices"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|d| d["node"] == node.as_str())
+                .cloned()
+                .collect();
+            let held: Vec<Value> = on_node
+                .iter()
+                .filter(|d| d["holder"]["workload"].is_string())
+                .cloned()
+                .collect();
+            Ok((on_node.len() == 8 && held.len() == 2).then_some((held, on_node)))
+        })
+        .await;
+        let (held, on_node) = held?;
+        let mut held_uuids: Vec<String> = held
+            .iter()
+            .map(|d| d["reading"]["uuid"].as_str().unwrap_or_default().to_string())
+            .collect();
+        held_uuids.sort();
+        ensure!(held_uuids == expected, "held {held_uuids:?}, allocated {expected:?}");
+        for d in &held {
+            let h = &d["holder"];
+            ensure!(
+                h["pod"] == pod_name.as_str()
+                    && h["namespace"] == ns.as_str()
+                    && h["claim"] == claim.as_str()
+                    && h["workload"] == workload.as_str()
+                    && h["clusterQueue"] == cq.as_str()
+                    && h["team"] == "vision",
+                "holder {h} (pod {pod_name}, claim {claim}, Workload {workload}, queue {cq})"
+            );
+        }
+        ensure!(
+            on_node.iter().filter(|d| d["holder"].is_null()).count() == 6,
+            "six GPUs are held by nobody: {on_node:?}"
+        );
+
+        // `kaccel inventory` on the cluster reads the claims itself.
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_kaccel"))
+            .args(["inventory", "-o", "json"])
+            .output()
+            .await?;
+        ensure!(out.status.success(), "kaccel inventory: {}", String::from_utf8_lossy(&out.stderr));
+        let inventory: Value = serde_json::from_slice(&out.stdout)?;
+        let mut listed: Vec<String> = inventory["claimed"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|c| c["id"]["pool"] == node.as_str() && c["claim"] == claim.as_str())
+            .filter(|c| c["pods"] == json!([pod_name]))
+            .filter_map(|c| c["id"]["device"].as_str().map(str::to_string))
+            .collect();
+        listed.sort();
+        ensure!(listed == gpus, "kaccel inventory lists {listed:?} as held by {pod_name}, allocated {gpus:?}");
+
+        // The settlement names the two GPUs.
+        let workloads = env.workloads(&ns);
+        let uid = workloads.get(&workload).await?.metadata.uid.unwrap_or_default();
+        crate::ledger::finish(&workloads, &workload).await?;
+        let posts = crate::controller::wait_for("the settlement", WAIT, || async {
+            let posts: Vec<Value> = crate::ledger::export(store, None)?
+                .into_iter()
+                .filter(|e| e["workloadUid"] == uid.as_str() && e["kind"] == "Post")
+                .collect();
+            Ok((!posts.is_empty()).then_some(posts))
+        })
+        .await?;
+        for post in &posts {
+            ensure!(post["devices"] == json!(expected), "the Post names the GPUs the claim held: {post}");
+        }
+        eprintln!(
+            "MEASURE DRA Job {workload}: claim {claim} allocated {gpus:?} by kube-scheduler; /devices holder pod {pod_name}, queue {cq}, team vision; Post devices {expected:?}"
+        );
+        Ok(())
+    }
+    .await;
+    support::delete_job(&jobs, "finetune").await?;
+    if !pod_name.is_empty() {
+        // Bound to a node with no kubelet: gone only when deleted at once. Its
+        // claim (no garbage collector here) is deleted by hand.
+        let _ = pods
+            .delete(
+                &pod_name,
+                &kube::api::DeleteParams {
+                    grace_period_seconds: Some(0),
+                    ..Default::default()
+                },
+            )
+            .await;
+        for c in claims.list(&Default::default()).await?.items {
+            let _ = claims.delete(&c.name_any(), &Default::default()).await;
+        }
+    }
+    result
+}

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::api::resource::v1::ResourceSlice;
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
 use kube::Client;
 use kube::api::{Api, DynamicObject, ListParams};
 use serde_json::Value;
@@ -141,6 +141,21 @@ pub async fn read_cluster() -> Result<InventoryReport, InventoryError> {
             }
             Err(e) => notes.push(format!(
                 "DeviceTaintRules (resource.k8s.io/v1alpha3) not read: {}",
+                short(&e)
+            )),
+        }
+        // Who holds each DRA device: the pods its ResourceClaim is reserved for.
+        match Api::<ResourceClaim>::all(client.clone())
+            .list(&ListParams::default())
+            .await
+        {
+            Ok(list) => {
+                report.claimed = crate::inventory::holders::claimed_devices(&list.items)
+                    .into_values()
+                    .collect();
+            }
+            Err(e) => notes.push(format!(
+                "ResourceClaims (resource.k8s.io/v1) not read: {}",
                 short(&e)
             )),
         }

@@ -326,6 +326,7 @@ fn dra_device_rows(report: &InventoryReport) -> Vec<Vec<String>> {
             "DRIVER VERSION",
             "IN SERVICE",
             "KACCEL TAINT RULE",
+            "HELD BY",
         ]
         .map(String::from)
         .to_vec(),
@@ -337,6 +338,14 @@ fn dra_device_rows(report: &InventoryReport) -> Vec<Vec<String>> {
             .iter()
             .find(|r| r.driver == d.driver && r.pool == d.pool && r.device == d.name)
             .map(|r| format!("{} ({}: {})", r.name, r.effect, r.reason))
+            .unwrap_or_else(|| "-".into())
+    };
+    let held_by = |d: &crate::inventory::DeviceRecord| {
+        report
+            .claimed
+            .iter()
+            .find(|c| c.id.driver == d.driver && c.id.pool == d.pool && c.id.device == d.name)
+            .map(|c| format!("{}/{} (claim {})", c.namespace, c.pods.join(","), c.claim))
             .unwrap_or_else(|| "-".into())
     };
     for (node, group) in report.inventory.groups() {
@@ -359,6 +368,7 @@ fn dra_device_rows(report: &InventoryReport) -> Vec<Vec<String>> {
                     _ => "yes".into(),
                 },
                 rule_of(d),
+                held_by(d),
             ]);
         }
     }

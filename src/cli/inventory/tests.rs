@@ -388,6 +388,18 @@ fn table_lists_each_dra_device_with_its_identity() {
         })).unwrap())
         .unwrap(),
     ];
+    // A pod holds gpu-1 through its claim (as kube-scheduler leaves the claim).
+    let claim: k8s_openapi::api::resource::v1::ResourceClaim = serde_json::from_value(json!({
+        "metadata": {"name": "train-0-gpus-x7k2p", "namespace": "ml"},
+        "spec": {},
+        "status": {"allocation": {"devices": {"results": [
+                       {"request": "gpus", "driver": "gpu.nvidia.com", "pool": "dra-a-pool", "device": "gpu-1"}]}},
+                   "reservedFor": [{"resource": "pods", "name": "train-0", "uid": "u1"}]},
+    }))
+    .unwrap();
+    report.claimed = crate::inventory::holders::claimed_devices([&claim])
+        .into_values()
+        .collect();
     let text = render(&report);
     assert!(text.contains("DRA devices (2)"), "{text}");
     let row = |device: &str| -> Vec<String> {
@@ -413,18 +425,25 @@ fn table_lists_each_dra_device_with_its_identity() {
             "81559 MiB",
             "550.54.15",
             "no (kaccel's taint rule)",
-            "kaccel-gpu-nvidia-com-dra-a-pool-gpu-0-1234abcd (NoSchedule: Failed: XID 79)"
+            "kaccel-gpu-nvidia-com-dra-a-pool-gpu-0-1234abcd (NoSchedule: Failed: XID 79)",
+            "-"
         ]
     );
     let gpu1 = row("gpu-1");
-    assert_eq!(gpu1[gpu1.len() - 2], "no (tainted or unhealthy)");
-    assert_eq!(gpu1.last().unwrap(), "-");
+    assert_eq!(gpu1[gpu1.len() - 3], "no (tainted or unhealthy)");
+    assert_eq!(gpu1[gpu1.len() - 2], "-");
+    assert_eq!(
+        gpu1.last().unwrap(),
+        "ml/train-0 (claim train-0-gpus-x7k2p)"
+    );
     // The JSON carries the same identity.
     let json = serde_json::to_value(&report).unwrap();
     let devices = &json["nodes"]["dra-a"]["groups"][0]["devices"];
     assert_eq!(devices[0]["driver"], "gpu.nvidia.com");
     assert_eq!(devices[0]["pool"], "dra-a-pool");
     assert_eq!(devices[0]["driverVersion"], "550.54.15");
+    assert_eq!(json["claimed"][0]["pods"], json!(["train-0"]));
+    assert_eq!(json["claimed"][0]["id"]["device"], "gpu-1");
 }
 
 #[test]

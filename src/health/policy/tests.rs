@@ -413,3 +413,121 @@ fn status_changes_are_kept_per_device_and_bounded() {
         (Some(DeviceStatus::Degraded), DeviceStatus::Healthy)
     );
 }
+
+/// GPU `i` of the watched node as DCGM reports it, with its UUID and PCI address.
+fn identified(i: u32, pod: Option<&str>) -> DeviceReading {
+    use crate::health::exporters::PodRef;
+    use crate::health::policy::testing::NODE;
+    DeviceReading {
+        uuid: Some(format!("GPU-{i:04}")),
+        pci_bus_id: Some(format!("00000000:{:02X}:00.0", 0x18 + i)),
+        pod: pod.map(|p| PodRef {
+            namespace: "ml".into(),
+            name: p.into(),
+            container: Some("main".into()),
+        }),
+        ..reading(NODE, &i.to_string())
+    }
+}
+
+/// A DRA device of the watched node allocated through `claim` to `pods`.
+fn claimed(
+    device: &str,
+    uuid: Option<&str>,
+    pci: Option<&str>,
+    claim: &str,
+    pods: &[&str],
+) -> crate::inventory::holders::ClaimedDevice {
+    use crate::health::policy::testing::NODE;
+    crate::inventory::holders::ClaimedDevice {
+        id: crate::inventory::holders::DraDeviceId {
+            driver: "gpu.nvidia.com".into(),
+            pool: NODE.into(),
+            device: device.into(),
+        },
+        namespace: "ml".into(),
+        claim: claim.into(),
+        pods: pods.iter().map(|p| p.to_string()).collect(),
+        node: Some(NODE.into()),
+        uuid: uuid.map(str::to_string),
+        pci_address: pci.map(str::to_string),
+    }
+}
+
+#[test]
+fn a_claimed_dra_device_is_held_by_its_claims_pod_and_named_for_the_ledger() {
+    use crate::health::policy::testing::{NODE, SOURCE, watched};
+    use crate::inventory::holders::Holder;
+    let mut t = watched();
+    // GPU 0: the exporter names its pod. GPU 1: matched to its claim by UUID (the
+    // driver writes it in lower case). GPU 2: by PCI address (the driver's form,
+    // DCGM's is 8-digit). GPU 3: nobody. A DRA device no exporter reports (gpu-9)
+    // is still named for the ledger.
+    let readings = vec![
+        identified(0, Some("infer-0")),
+        identified(1, None),
+        identified(2, None),
+        identified(3, None),
+    ];
+    t.observe(SOURCE, readings, 1000, &Policy::default());
+    let devices = [
+        claimed(
+            "gpu-1",
+            Some("gpu-0001"),
+            None,
+            "train-0-gpus",
+            &["train-0"],
+        ),
+        claimed(
+            "gpu-2",
+            None,
+            Some("0000:1a:00.0"),
+            "train-0-gpus",
+            &["train-0"],
+        ),
+        claimed("gpu-9", None, None, "train-0-gpus", &["train-0"]),
+        claimed("gpu-5", Some("GPU-0005"), None, "other", &["other-0"]),
+    ];
+    t.set_claimed(devices.into_iter().map(|c| (c.id.clone(), c)).collect());
+    for (pod, workload) in [("train-0", "job-train"), ("infer-0", "job-infer")] {
+        t.holders.insert(
+            ("ml".into(), pod.into()),
+            Holder {
+                namespace: "ml".into(),
+                pod: pod.into(),
+                workload: Some(workload.into()),
+                ..Default::default()
+            },
+        );
+    }
+    let holder = |i: &str| t.holder_of(&t.devices[&(NODE.to_string(), i.to_string())]);
+    let h0 = holder("0").expect("the exporter's pod");
+    assert_eq!((h0.pod.as_str(), h0.claim), ("infer-0", None));
+    for gpu in ["1", "2"] {
+        let h = holder(gpu).expect("the claim's pod");
+        assert_eq!(
+            (h.pod.as_str(), h.claim.as_deref(), h.workload.as_deref()),
+            ("train-0", Some("train-0-gpus"), Some("job-train")),
+            "GPU {gpu}"
+        );
+    }
+    assert_eq!(holder("3"), None, "nobody holds GPU 3: nothing guessed");
+    // The ledger names GPUs 1 and 2 as the exporter does (not the driver's
+    // spelling), and gpu-9, which no exporter reports, by its DRA identity.
+    assert_eq!(
+        t.devices_held_by("ml", "job-train"),
+        [
+            "GPU-0001".to_string(),
+            "GPU-0002".into(),
+            format!("gpu.nvidia.com/{NODE}/gpu-9")
+        ]
+    );
+    assert_eq!(t.devices_held_by("ml", "job-infer"), ["GPU-0000"]);
+    let pods: Vec<String> = t.attributed_pods().into_iter().map(|(_, p)| p).collect();
+    assert_eq!(pods, ["infer-0", "other-0", "train-0"]);
+    // The claims are released: GPU 1 and 2 are held by nobody again.
+    t.set_claimed(Default::default());
+    let gpu1 = &t.devices[&(NODE.to_string(), "1".to_string())];
+    assert_eq!(t.holder_of(gpu1), None);
+    assert!(t.devices_held_by("ml", "job-train").is_empty());
+}

@@ -7,10 +7,11 @@ use serde::{Deserialize, Serialize};
 use super::{Policy, classify};
 use crate::api::{HealthCounts, SharingMode, Vendor};
 use crate::health::exporters::DeviceReading;
+use crate::health::exporters::PodRef;
 use crate::health::trend::{DeviceHistory, TrendVerdict};
 use crate::health::{DeviceStatus, HealthSnapshot};
-use crate::inventory::Inventory;
-use crate::inventory::holders::Holder;
+use crate::inventory::holders::{ClaimedDevice, DraDeviceId, Holder};
+use crate::inventory::{Inventory, pci_key, uuid_key};
 
 /// Status changes kept per device (for `kaccel inventory --device`).
 pub const TRANSITIONS_KEPT: usize = 16;
@@ -228,8 +229,9 @@ pub struct DeviceView {
     /// [`TrackedDevice::status_text`] when served.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub status_text: String,
-    /// The pod holding it (as its exporter says) and that pod's Workload,
-    /// ClusterQueue and team where kaccel resolved them.
+    /// The pod holding it (as its exporter says, or the pod its ResourceClaim is
+    /// reserved for) and that pod's Workload, ClusterQueue and team where kaccel
+    /// resolved them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub holder: Option<Holder>,
 }
@@ -299,6 +301,11 @@ pub struct Tracker {
     /// What kaccel found about the pods exporters attribute devices to, by
     /// (namespace, pod); filled by the controller's holder resolver.
     pub holders: BTreeMap<(String, String), Holder>,
+    /// DRA devices allocated through ResourceClaims that pods hold (set by the
+    /// controller's holder resolver), and how to find them from a tracked device.
+    claimed: BTreeMap<DraDeviceId, ClaimedDevice>,
+    claimed_by_uuid: BTreeMap<(String, String), DraDeviceId>,
+    claimed_by_pci: BTreeMap<(String, String), DraDeviceId>,
     /// Counts [`Tracker::observe`] calls: a device whose `seen_in` is the current
     /// one was in the answer being read.
     generation: u64,
@@ -444,9 +451,65 @@ impl Tracker {
             .collect()
     }
 
-    /// The holder of a device: the exporter's pod, with what the resolver found.
+    /// Replace what ResourceClaims say DRA devices are held by.
+    pub fn set_claimed(&mut self, claimed: BTreeMap<DraDeviceId, ClaimedDevice>) {
+        let key = |c: &ClaimedDevice, id: &Option<String>, f: fn(&str) -> String| {
+            Some((c.node.clone()?, f(id.as_deref()?)))
+        };
+        self.claimed_by_uuid = claimed
+            .values()
+            .filter_map(|c| Some((key(c, &c.uuid, uuid_key)?, c.id.clone())))
+            .collect();
+        self.claimed_by_pci = claimed
+            .values()
+            .filter_map(|c| Some((key(c, &c.pci_address, pci_key)?, c.id.clone())))
+            .collect();
+        self.claimed = claimed;
+    }
+
+    /// The DRA devices pods hold through ResourceClaims.
+    pub fn claimed(&self) -> impl Iterator<Item = &ClaimedDevice> {
+        self.claimed.values()
+    }
+
+    /// The claim a tracked device was allocated through, matched by node and
+    /// UUID, else PCI address.
+    fn claim_of(&self, d: &TrackedDevice) -> Option<&ClaimedDevice> {
+        let by_uuid = d
+            .reading
+            .uuid
+            .as_deref()
+            .and_then(|u| self.claimed_by_uuid.get(&(d.node.clone(), uuid_key(u))));
+        let id = by_uuid.or_else(|| {
+            let pci = d.reading.pci_bus_id.as_deref()?;
+            self.claimed_by_pci.get(&(d.node.clone(), pci_key(pci)))
+        })?;
+        self.claimed.get(id)
+    }
+
+    /// The pod holding a device: the exporter's attribution, else the first pod
+    /// of the ResourceClaim it was allocated through (with the claim's name).
+    fn pod_of(&self, d: &TrackedDevice) -> Option<(PodRef, Option<String>)> {
+        if let Some(pod) = &d.reading.pod {
+            return Some((pod.clone(), None));
+        }
+        let c = self.claim_of(d)?;
+        let pod = PodRef {
+            namespace: c.namespace.clone(),
+            name: c.pods.first()?.clone(),
+            container: None,
+        };
+        Some((pod, Some(c.claim.clone())))
+    }
+
+    /// The holder of a device: the exporter's pod, or the pod of its
+    /// ResourceClaim, with what the resolver found.
     pub fn holder_of(&self, d: &TrackedDevice) -> Option<Holder> {
-        let pod = d.reading.pod.as_ref()?;
+        let (pod, claim) = self.pod_of(d)?;
+        Some(self.holder_of_pod(&pod, claim))
+    }
+
+    fn holder_of_pod(&self, pod: &PodRef, claim: Option<String>) -> Holder {
         let mut holder = self
             .holders
             .get(&(pod.namespace.clone(), pod.name.clone()))
@@ -458,39 +521,62 @@ impl Tracker {
                 ..Default::default()
             });
         holder.container = pod.container.clone();
-        Some(holder)
+        holder.claim = claim;
+        holder
     }
 
-    /// The devices (UUIDs, else the exporter's id) the pods of a Workload hold now,
-    /// as exporters attribute them and the resolver tied them to it; sorted.
+    /// The devices (UUIDs, else the exporter's id, else a DRA device's
+    /// driver/pool/device) the pods of a Workload hold now, as exporters attribute
+    /// them or ResourceClaims allocate them, tied to it by the resolver; sorted. A
+    /// claimed device the exporter also reports goes by the exporter's name for it,
+    /// as it does when the exporter attributes it.
     pub fn devices_held_by(&self, namespace: &str, workload: &str) -> Vec<String> {
-        let mut held: Vec<String> = self
-            .devices
-            .values()
-            .filter(|d| {
-                d.reading.pod.as_ref().is_some_and(|p| {
-                    p.namespace == namespace
-                        && self
-                            .holders
-                            .get(&(p.namespace.clone(), p.name.clone()))
-                            .is_some_and(|h| h.workload.as_deref() == Some(workload))
-                })
-            })
-            .map(|d| d.reading.uuid.clone().unwrap_or_else(|| d.device.clone()))
-            .filter(|id| !id.is_empty() && !id.contains([',', ';', ' ']))
-            .collect();
+        let runs_it = |pod: &str| {
+            self.holders
+                .get(&(namespace.to_string(), pod.to_string()))
+                .is_some_and(|h| h.workload.as_deref() == Some(workload))
+        };
+        let mut held = Vec::new();
+        let mut reported = BTreeSet::new();
+        for d in self.devices.values() {
+            let Some((pod, claim)) = self.pod_of(d) else {
+                continue;
+            };
+            if claim.is_some()
+                && let Some(c) = self.claim_of(d)
+            {
+                reported.insert(&c.id);
+            }
+            if pod.namespace == namespace && runs_it(&pod.name) {
+                held.push(d.reading.uuid.clone().unwrap_or_else(|| d.device.clone()));
+            }
+        }
+        held.extend(
+            self.claimed
+                .values()
+                .filter(|c| !reported.contains(&c.id) && c.namespace == namespace)
+                .filter(|c| c.pods.iter().any(|p| runs_it(p)))
+                .map(ClaimedDevice::ledger_id),
+        );
+        held.retain(|id| !id.is_empty() && !id.contains([',', ';', ' ']));
         held.sort();
         held.dedup();
         held
     }
 
-    /// The pods exporters attribute devices to now, as (namespace, pod).
+    /// The pods exporters attribute devices to and ResourceClaims are reserved
+    /// for now, as (namespace, pod).
     pub fn attributed_pods(&self) -> BTreeSet<(String, String)> {
-        self.devices
+        let attributed = self
+            .devices
             .values()
             .filter_map(|d| d.reading.pod.as_ref())
-            .map(|p| (p.namespace.clone(), p.name.clone()))
-            .collect()
+            .map(|p| (p.namespace.clone(), p.name.clone()));
+        let claimed = self
+            .claimed
+            .values()
+            .flat_map(|c| c.pods.iter().map(|p| (c.namespace.clone(), p.clone())));
+        attributed.chain(claimed).collect()
     }
 
     /// The planner's view: per node and device group, devices by status. A device
