@@ -245,6 +245,10 @@ pub(crate) fn read(view: &NodeView<'_>, warnings: &mut Vec<String>) -> Vec<Devic
         g.memory_mib = vram_mib;
         g.architecture = architecture.clone();
         g.driver_version = driver.clone();
+        if let Some(v) = &driver {
+            g.version_labels
+                .insert(DRIVER_VERSION.to_string(), v.clone());
+        }
         g.pin_labels = pins;
         g.vendor_taint_keys = taints.clone();
         g.raw_labels = raw_labels.clone();

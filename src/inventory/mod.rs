@@ -108,6 +108,11 @@ pub struct DeviceGroup {
     pub driver_version: Option<String>,
     /// CUDA driver API version (NVIDIA), e.g. `12.4`.
     pub cuda_version: Option<String>,
+    /// The node labels `driver_version` and `cuda_version` were read from, with
+    /// their values: what pins a flavor to nodes of one version when a class's
+    /// minimum version splits a variant (empty when no label carries them).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub version_labels: BTreeMap<String, String>,
     /// Node labels that select exactly this variant; a ResourceFlavor's `nodeLabels`.
     pub pin_labels: BTreeMap<String, String>,
     /// Taint keys the vendor's installation puts on such nodes (tolerated by flavors).
@@ -137,6 +142,7 @@ impl DeviceGroup {
             compute_capability: None,
             driver_version: None,
             cuda_version: None,
+            version_labels: BTreeMap::new(),
             pin_labels: BTreeMap::new(),
             vendor_taint_keys: Vec::new(),
             raw_labels: BTreeMap::new(),

@@ -295,6 +295,8 @@ struct Common {
     compute_capability: Option<String>,
     driver_version: Option<String>,
     cuda_version: Option<String>,
+    /// The labels the two versions were read from.
+    version_labels: BTreeMap<String, String>,
 }
 
 impl Common {
@@ -303,55 +305,51 @@ impl Common {
         let architecture = view.label(FAMILY).map(str::to_ascii_lowercase);
         let compute_capability =
             version_from_parts(view, COMPUTE_MAJOR, COMPUTE_MINOR, None, warnings);
-        let driver_version = view
-            .label("nvidia.com/cuda.driver-version.full")
-            .map(str::to_string)
-            .or_else(|| {
-                version_from_parts(
-                    view,
+        let mut version_labels = BTreeMap::new();
+        let driver_version = version_from(
+            view,
+            "nvidia.com/cuda.driver-version.full",
+            &[
+                (
                     "nvidia.com/cuda.driver-version.major",
                     "nvidia.com/cuda.driver-version.minor",
                     Some("nvidia.com/cuda.driver-version.revision"),
-                    warnings,
-                )
-            })
-            .or_else(|| {
+                ),
                 // Deprecated GFD names, still written alongside the new ones.
-                version_from_parts(
-                    view,
+                (
                     "nvidia.com/cuda.driver.major",
                     "nvidia.com/cuda.driver.minor",
                     Some("nvidia.com/cuda.driver.rev"),
-                    warnings,
-                )
-            });
-        let cuda_version = view
-            .label("nvidia.com/cuda.runtime-version.full")
-            .map(str::to_string)
-            .or_else(|| {
-                version_from_parts(
-                    view,
+                ),
+            ],
+            &mut version_labels,
+            warnings,
+        );
+        let cuda_version = version_from(
+            view,
+            "nvidia.com/cuda.runtime-version.full",
+            &[
+                (
                     "nvidia.com/cuda.runtime-version.major",
                     "nvidia.com/cuda.runtime-version.minor",
                     None,
-                    warnings,
-                )
-            })
-            .or_else(|| {
-                version_from_parts(
-                    view,
+                ),
+                (
                     "nvidia.com/cuda.runtime.major",
                     "nvidia.com/cuda.runtime.minor",
                     None,
-                    warnings,
-                )
-            });
+                ),
+            ],
+            &mut version_labels,
+            warnings,
+        );
         Common {
             memory_mib,
             architecture,
             compute_capability,
             driver_version,
             cuda_version,
+            version_labels,
         }
     }
 
@@ -360,7 +358,32 @@ impl Common {
         g.compute_capability = self.compute_capability.clone();
         g.driver_version = self.driver_version.clone();
         g.cuda_version = self.cuda_version.clone();
+        g.version_labels = self.version_labels.clone();
     }
+}
+
+/// A version from the first spelling GFD writes it in (one `full` label, else
+/// major/minor[/revision] labels), recording the labels it was read from.
+fn version_from(
+    view: &NodeView<'_>,
+    full: &str,
+    parts: &[(&str, &str, Option<&str>)],
+    read_from: &mut BTreeMap<String, String>,
+    warnings: &mut Vec<String>,
+) -> Option<String> {
+    if let Some(v) = view.label(full) {
+        read_from.insert(full.to_string(), v.to_string());
+        return Some(v.to_string());
+    }
+    parts.iter().find_map(|&(major, minor, rev)| {
+        let version = version_from_parts(view, major, minor, rev, warnings)?;
+        for key in [Some(major), Some(minor), rev].into_iter().flatten() {
+            if let Some(v) = view.label(key) {
+                read_from.insert(key.to_string(), v.to_string());
+            }
+        }
+        Some(version)
+    })
 }
 
 /// `major.minor[.rev]` from separate numeric labels; `None` (with a warning) if a

@@ -238,6 +238,7 @@ pub(super) fn resolve(
     class_reports: &mut BTreeMap<String, ClassReport>,
 ) -> ResolvedFlavors {
     let fleet = Fleet::index(nodes);
+    let version_split = version_split(&fleet, classes, class_reports);
     let mut pool = Pool {
         interned: HashMap::new(),
         keys: Vec::new(),
@@ -253,7 +254,14 @@ pub(super) fn resolve(
         }
         let mut found = ClassMatch::default();
         let candidates = candidates(&fleet, &class.spec, &mut found);
-        pool_members(&fleet, &class.spec, &candidates, &mut pool, &mut found);
+        pool_members(
+            &fleet,
+            &class.spec,
+            &candidates,
+            &version_split,
+            &mut pool,
+            &mut found,
+        );
         for &idx in &found.flavors {
             pool.accs[idx].classes.insert(cname.clone());
         }
@@ -331,17 +339,69 @@ fn candidates<'a>(
     candidates
 }
 
+/// The variants (with their pins) whose nodes some class's minimum driver or CUDA
+/// version splits: some of their device groups meet every requirement of that
+/// class, others fail only the version. Their flavors are pinned to the version
+/// labels (for every class, so classes sharing the hardware share the flavors):
+/// otherwise the flavor's `nodeLabels` would let Kueue place the class's pods on
+/// the older drivers the planner did not count. DRA-only groups need no pin: the
+/// DeviceClass's CEL keeps claims off those devices.
+fn version_split<'a>(
+    fleet: &Fleet<'a>,
+    classes: &[&AcceleratorClass],
+    class_reports: &BTreeMap<String, ClassReport>,
+) -> BTreeSet<(&'a DeviceVariant, &'a BTreeMap<String, String>)> {
+    let mut split = BTreeSet::new();
+    for class in classes {
+        let spec = &class.spec;
+        let sel = &spec.selector;
+        let valid = class_reports
+            .get(&name_of(&class.metadata))
+            .is_some_and(|r| r.valid);
+        if !valid || (sel.min_driver_version.is_none() && sel.min_cuda_version.is_none()) {
+            continue;
+        }
+        let relaxed = api::HardwareSelector {
+            min_driver_version: None,
+            min_cuda_version: None,
+            ..sel.clone()
+        };
+        let mut passing = BTreeSet::new();
+        let mut version_failing = BTreeSet::new();
+        for (sig, members) in &fleet.signatures {
+            let dra_only = members
+                .first()
+                .is_some_and(|&(n, g)| g.is_some_and(|g| fleet.nodes[n].groups[g].is_dra_only()));
+            if dra_only {
+                continue;
+            }
+            let key = (sig.variant, sig.pins);
+            if hardware_mismatch(sel, spec.sharing, sig).is_none() {
+                passing.insert(key);
+            } else if hardware_mismatch(&relaxed, spec.sharing, sig).is_none() {
+                version_failing.insert(key);
+            }
+        }
+        split.extend(passing.intersection(&version_failing).copied());
+    }
+    split
+}
+
 /// Puts each candidate member into its flavor: one flavor per signature, or, with
-/// class node labels or `pooling.splitBy`, one per distinct label values.
-fn pool_members(
-    fleet: &Fleet<'_>,
+/// class node labels, `pooling.splitBy` or a version split ([`version_split`]), one
+/// per distinct label values.
+fn pool_members<'a>(
+    fleet: &Fleet<'a>,
     spec: &AcceleratorClassSpec,
-    candidates: &[Candidate<'_>],
+    candidates: &[Candidate<'a>],
+    version_split: &BTreeSet<(&'a DeviceVariant, &'a BTreeMap<String, String>)>,
     pool: &mut Pool,
     found: &mut ClassMatch<'_>,
 ) {
-    let per_node = !spec.selector.node_labels.is_empty() || !spec.pooling.split_by.is_empty();
+    let per_class = !spec.selector.node_labels.is_empty() || !spec.pooling.split_by.is_empty();
     for &(variant, pins, members) in candidates {
+        let by_version = variant.is_some_and(|v| version_split.contains(&(v, pins)));
+        let per_node = per_class || by_version;
         let whole_signature = (!per_node).then(|| {
             pool.intern(FlavorKey {
                 variant: variant.cloned(),
@@ -383,6 +443,22 @@ fn pool_members(
                                 )
                             });
                         continue;
+                    }
+                    if by_version {
+                        let versions = member
+                            .1
+                            .map(|g| &node.groups[g].version_labels)
+                            .filter(|v| !v.is_empty());
+                        let Some(versions) = versions else {
+                            found
+                                .rejected
+                                .entry(format!("node {}", node.name))
+                                .or_insert_with(|| {
+                                    "its driver version is on no node label: a flavor could not keep pods of a class with a minimum version off older drivers".into()
+                                });
+                            continue;
+                        };
+                        extra.extend(versions.iter().map(|(k, v)| (k.clone(), v.clone())));
                     }
                     pool.intern(FlavorKey {
                         variant: variant.cloned(),

@@ -21,6 +21,7 @@ use crate::inventory::{DeviceGroup, DeviceVariant};
 
 mod capacity;
 mod conflicts;
+mod driver_versions;
 mod examples;
 mod invariants;
 mod purity_nvidia_amd;
@@ -181,7 +182,7 @@ pub(super) fn open_to(flavor: &ResourceFlavor, node: &NodeInventory) -> bool {
 /// Invariant 1, recounted from scratch: for each flavor, the nominal quota of its
 /// resource across every ClusterQueue and the root Cohort is at most the healthy,
 /// schedulable devices on nodes carrying all of the flavor's node labels.
-fn assert_quota_within_healthy_capacity(
+pub(super) fn assert_quota_within_healthy_capacity(
     plan: &Plan,
     inventory: &Inventory,
     health: &HealthSnapshot,
@@ -275,7 +276,7 @@ pub(super) fn kueue_admits_at_most(
 
 /// Per flavor, the most devices Kueue admits through every name its quotas are
 /// in (see [`kueue_admits_at_most`]).
-fn quota_per_flavor(plan: &Plan) -> BTreeMap<String, u64> {
+pub(super) fn quota_per_flavor(plan: &Plan) -> BTreeMap<String, u64> {
     let quota = device_quota(plan);
     let transformed = kueue_counting::class_counted_resources(&plan.flavors);
     let mut by_flavor: BTreeMap<&str, BTreeMap<&str, u64>> = BTreeMap::new();

@@ -6,7 +6,7 @@ use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, bail, ensure};
 use k8s_openapi::api::core::v1::Node;
 use kaccel::api::{AcceleratorClass, CreditBudget};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
@@ -850,5 +850,141 @@ async fn name_taken(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
         eprintln!("kaccel log:\n{}", controller.log_tail());
     }
     controller.kill();
+    result
+}
+
+// ---------------------------------------------------------------------------
+// A minimum driver version mid-rollout: the class's pods never reach the old driver.
+
+/// An 8-GPU node labelled as NVIDIA's GPU feature discovery labels it, with the
+/// driver version `driver` (`nvidia.com/cuda.driver-version.*`).
+fn gfd_node(name: &str, product: &str, driver: &str) -> Node {
+    let major = driver.split('.').next().unwrap_or_default();
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": {
+            "kubernetes.io/hostname": name,
+            "nvidia.com/gpu.present": "true",
+            "nvidia.com/gpu.product": product,
+            "nvidia.com/gpu.count": "8",
+            "nvidia.com/gpu.replicas": "1",
+            "nvidia.com/gpu.memory": "81559",
+            "nvidia.com/gpu.family": "hopper",
+            "nvidia.com/cuda.driver-version.full": driver,
+            "nvidia.com/cuda.driver-version.major": major,
+        }},
+        "status": {
+            "capacity": {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": "8"},
+            "allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": "8"},
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                            "lastHeartbeatTime": "2026-12-01T00:00:00Z", "lastTransitionTime": "2026-12-01T00:00:00Z"}],
+        },
+    }))
+    .expect("a Node")
+}
+
+#[tokio::test]
+async fn a_minimum_driver_version_keeps_the_classs_pods_off_older_drivers() {
+    let _serial = support::serial().await;
+    let client = support::client().await;
+    let mut cleanup = Cleanup::default();
+    let result = driver_rollout_flow(&client, &mut cleanup).await;
+    cleanup.run(&client).await;
+    result.unwrap();
+}
+
+async fn driver_rollout_flow(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
+    let id = support::unique("drv");
+    // A product only this test's nodes carry, so no other class pools them.
+    let product = format!("NVIDIA-E2E-{}", id.to_uppercase());
+    let nodes: Api<Node> = Api::all(client.clone());
+    let (new, old) = (format!("drv-new-{id}"), format!("drv-old-{id}"));
+    for (name, driver) in [(&new, "550.54.15"), (&old, "535.104.05")] {
+        nodes
+            .create(&PostParams::default(), &gfd_node(name, &product, driver))
+            .await?;
+        cleanup.add(None, ApiResource::erase::<Node>(&()), name);
+    }
+    let class_name = format!("drv-{id}");
+    let class: AcceleratorClass = serde_json::from_value(json!({
+        "apiVersion": "kaccel.io/v1alpha1", "kind": "AcceleratorClass",
+        "metadata": {"name": class_name},
+        "spec": {"sharing": "Whole", "selector": {"models": [product], "minDriverVersion": "550"},
+                 "credits": {"perDeviceHour": "1"}},
+    }))?;
+    let (ns, team) = class_with_budget(client, cleanup, &id, &class, 8).await?;
+    let root = format!("root-{id}");
+    cleanup.add(None, kueue("Cohort"), &root);
+    cleanup.add(None, kueue("Cohort"), &format!("{root}-{team}"));
+    cleanup.add(None, kueue("ClusterQueue"), &format!("{team}-{class_name}"));
+    cleanup.add(Some(&ns), kueue("LocalQueue"), &class_name);
+    let controller = Controller::start(
+        &format!("ctl-{id}"),
+        free_port(),
+        &format!(
+            "rootCohort: {root}\ndebounceMs: 100\nmaxDelayMs: 500\nleaderElection:\n  enabled: false\n"
+        ),
+    );
+    let jobs: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &support::job_ar());
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), &ns);
+    let mut pod_name = String::new();
+    let mut workload = String::new();
+    let result = async {
+        let classes: Api<DynamicObject> =
+            Api::all_with(client.clone(), &ApiResource::erase::<AcceleratorClass>(&()));
+        let status = wait_obj(&classes, &class_name, "one flavor resolved", |c| {
+            c["status"]["flavors"].as_array().is_some_and(|f| f.len() == 1)
+        })
+        .await?;
+        let flavor = status["status"]["flavors"][0]["name"].as_str().unwrap_or_default().to_string();
+        cleanup.add(None, kueue("ResourceFlavor"), &flavor);
+        let flavors: Api<DynamicObject> = Api::all_with(client.clone(), &kueue("ResourceFlavor"));
+        let rf = wait_obj(&flavors, &flavor, "written", |_| true).await?;
+        let labels = &rf["spec"]["nodeLabels"];
+        ensure!(
+            labels["nvidia.com/cuda.driver-version.full"] == "550.54.15",
+            "{flavor}'s nodeLabels do not pin the driver: {labels}"
+        );
+        // A Job of the class: Kueue admits it onto that flavor and injects its
+        // nodeLabels; kube-scheduler can only bind it to the 550 node.
+        let mut job = support::gpu_job(&ns, "train", &class_name, "nvidia.com/gpu", 8);
+        job["spec"]["template"]["spec"]["schedulerName"] = json!("kaccel-e2e-scheduler");
+        support::create(&jobs, job).await?;
+        let pod = support::job_pod(&pods, "train", WAIT).await?;
+        pod_name = pod.name_any();
+        workload = pod.annotations().get("kueue.x-k8s.io/workload").cloned().unwrap_or_default();
+        let selector = pod.spec.as_ref().and_then(|s| s.node_selector.clone()).unwrap_or_default();
+        ensure!(
+            selector.get("nvidia.com/cuda.driver-version.full").map(String::as_str) == Some("550.54.15"),
+            "the pod's nodeSelector does not pin the driver: {selector:?}"
+        );
+        let bound = wait_for("kube-scheduler binds the pod", WAIT, || async {
+            Ok(pods.get(&pod_name).await?.spec.and_then(|s| s.node_name))
+        })
+        .await?;
+        ensure!(bound == new, "the pod was bound to {bound}, not the 550 node {new}");
+        eprintln!("MEASURE minDriverVersion 550 over a 550 and a 535 node: flavor {flavor} pins {labels}; the Job's pod bound to {bound}");
+        Ok(())
+    }
+    .await;
+    support::delete_job(&jobs, "train").await?;
+    if !pod_name.is_empty() {
+        let _ = pods
+            .delete(
+                &pod_name,
+                &DeleteParams {
+                    grace_period_seconds: Some(0),
+                    ..Default::default()
+                },
+            )
+            .await;
+    }
+    if !workload.is_empty() {
+        let wls: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &kueue("Workload"));
+        let _ = wls.delete(&workload, &DeleteParams::default()).await;
+    }
+    if result.is_err() {
+        eprintln!("kaccel log:\n{}", controller.log_tail());
+    }
     result
 }
