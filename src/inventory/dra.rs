@@ -141,6 +141,7 @@ pub(crate) fn merge_slices<'a>(
     // (node, source, reason) -> devices not classified.
     let mut unclassified: BTreeMap<(String, String, String), u32> = BTreeMap::new();
     let mut touched: BTreeSet<String> = BTreeSet::new();
+    let mut shapes = groups::Shapes::default();
     for slice in slices {
         let spec = &slice.spec;
         if newest.get(&(spec.driver.as_str(), spec.pool.name.as_str()))
@@ -162,9 +163,14 @@ pub(crate) fn merge_slices<'a>(
             Some(driver) => {
                 let slice_name = slice.metadata.name.as_deref().unwrap_or("<unnamed>");
                 for device in fresh {
-                    if let Err(reason) =
-                        merge_device(node, driver, device, slice_name, &spec.pool.name)
-                    {
+                    if let Err(reason) = merge_device(
+                        node,
+                        driver,
+                        device,
+                        slice_name,
+                        &spec.pool.name,
+                        &mut shapes,
+                    ) {
                         *unclassified
                             .entry((node.name.clone(), source(driver.name()), reason))
                             .or_default() += 1;

@@ -342,6 +342,47 @@ mod tests {
         Inventory::from_nodes_and_slices(&nodes, &slices)
     }
 
+    /// Two nodes publishing devices of one shape: the shapes are one allocation
+    /// each, fleet-wide, so the planner reads each once however many nodes carry it.
+    #[test]
+    fn devices_of_one_shape_share_it_across_the_fleet() {
+        let name = "gaudi2-dra";
+        let twin_name = "gaudi2-dra-twin";
+        let mut twin = node(name);
+        twin.metadata.name = Some(twin_name.into());
+        let mut slices = slices_of(name);
+        let twins: Vec<ResourceSlice> = slices
+            .iter()
+            .cloned()
+            .map(|mut s| {
+                s.metadata.name = s.metadata.name.map(|n| format!("{n}-twin"));
+                s.spec.node_name = Some(twin_name.into());
+                s.spec.pool.name = format!("{}-twin", s.spec.pool.name);
+                s
+            })
+            .collect();
+        slices.extend(twins);
+        let inv = Inventory::from_nodes_and_slices(&[node(name), twin], &slices);
+        let first_device = |n: &str| {
+            inv.nodes[n]
+                .groups
+                .iter()
+                .find_map(|g| g.devices.first())
+                .cloned()
+                .expect("a DRA device")
+        };
+        let (a, b) = (first_device(name), first_device(twin_name));
+        assert_ne!(a.pool, b.pool);
+        assert!(std::sync::Arc::ptr_eq(
+            &a.attribute_kinds,
+            &b.attribute_kinds
+        ));
+        assert!(std::sync::Arc::ptr_eq(
+            &a.selector_values,
+            &b.selector_values
+        ));
+    }
+
     /// Gaudi DRA (gaudi-v0.7.2 `GetResources`): one group of the healthy and
     /// unhealthy Gaudi2, counted from the slice, the unhealthy one (healthy false)
     /// not allocatable; the `Unknown` model listed as unclassified, never a Gaudi2.

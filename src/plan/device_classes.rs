@@ -72,17 +72,19 @@ pub(super) fn build(
         BTreeMap::new();
     let mut by_driver: BTreeMap<&str, Vec<&DeviceRecord>> = BTreeMap::new();
     for g in nodes.iter().flat_map(|n| n.groups.iter()) {
-        let dra_only = g.is_dra_only();
-        let mut published = g.devices.iter().filter(|d| !d.driver.is_empty());
-        let Some(first) = published.next() else {
+        let mut published = g.devices.iter().filter(|d| !d.driver.is_empty()).peekable();
+        let Some(first) = published.peek() else {
             continue;
         };
         let of_driver = by_driver.entry(first.driver.as_str()).or_default();
-        for d in std::iter::once(first).chain(published) {
-            if dra_only {
-                by_variant.entry(&g.variant).or_default().push(d);
-            }
-            of_driver.push(d);
+        let start = of_driver.len();
+        of_driver.extend(published);
+        // The group's variant looked up once, not once per device.
+        if g.is_dra_only() {
+            by_variant
+                .entry(&g.variant)
+                .or_default()
+                .extend_from_slice(&of_driver[start..]);
         }
     }
     let kinds: BTreeMap<&str, AttributeKinds> = by_driver
@@ -106,11 +108,13 @@ pub(super) fn build(
         if acc.members.is_empty() {
             continue;
         }
-        let drivers: BTreeSet<&str> = devices.iter().map(|d| d.driver.as_str()).collect();
         // One driver per DRA-only variant (its resource is the driver's class).
-        let [driver] = drivers.into_iter().collect::<Vec<_>>()[..] else {
+        let Some(driver) = devices.first().map(|d| d.driver.as_str()) else {
             continue;
         };
+        if devices.iter().any(|d| d.driver != driver) {
+            continue;
+        }
         let fleet = kinds.get(driver).unwrap_or(&no_kinds);
         let variant_kinds = AttributeKinds::new(devices.clone());
         let flavor = &flavor_names[key];
@@ -181,13 +185,16 @@ impl<'a> AttributeKinds<'a> {
             .or_insert_with(|| {
                 let mut kinds = BTreeSet::new();
                 let mut lacking = false;
-                let mut previous: Option<&std::sync::Arc<BTreeMap<String, AttributeKind>>> = None;
+                // Shapes are shared fleet-wide when read: each distinct one once.
+                let mut seen: Vec<&std::sync::Arc<BTreeMap<String, AttributeKind>>> = Vec::new();
                 for d in &self.devices {
-                    // The same shape as the device before (shared when read): seen.
-                    if previous.is_some_and(|p| std::sync::Arc::ptr_eq(p, &d.attribute_kinds)) {
+                    if seen
+                        .iter()
+                        .any(|p| std::sync::Arc::ptr_eq(p, &d.attribute_kinds))
+                    {
                         continue;
                     }
-                    previous = Some(&d.attribute_kinds);
+                    seen.push(&d.attribute_kinds);
                     match d.attribute_kinds.get(id) {
                         Some(k) => {
                             kinds.insert(*k);
@@ -229,13 +236,16 @@ fn selector<'a>(
     {
         let mut values: BTreeSet<&str> = BTreeSet::new();
         let mut some_lack_it = false;
-        let mut previous: Option<&std::sync::Arc<[Option<String>]>> = None;
+        // Values are shared fleet-wide when read: each distinct set once.
+        let mut seen: Vec<&std::sync::Arc<[Option<String>]>> = Vec::new();
         for d in devices {
-            // The same values as the device before (shared when read): seen.
-            if previous.is_some_and(|p| std::sync::Arc::ptr_eq(p, &d.selector_values)) {
+            if seen
+                .iter()
+                .any(|p| std::sync::Arc::ptr_eq(p, &d.selector_values))
+            {
                 continue;
             }
-            previous = Some(&d.selector_values);
+            seen.push(&d.selector_values);
             match d.selector_values.get(i).and_then(|v| v.as_deref()) {
                 Some(v) => {
                     values.insert(v);
@@ -261,10 +271,17 @@ fn selector<'a>(
     }
     let mut per_class: Vec<String> = Vec::new();
     let mut unconstrained = false;
+    // Counted once for the flavor, not once per class.
+    let memory_published = devices.iter().filter(|d| d.memory_mib.is_some()).count();
     for (name, class) in classes {
-        let requirements =
-            class_requirements(driver, devices, variant_kinds, fleet, &class.spec.selector)
-                .map_err(|(field, why)| (*name, field, why))?;
+        let requirements = class_requirements(
+            driver,
+            (devices.len(), memory_published),
+            variant_kinds,
+            fleet,
+            &class.spec.selector,
+        )
+        .map_err(|(field, why)| (*name, field, why))?;
         if requirements.is_empty() {
             unconstrained = true;
         } else {
@@ -302,9 +319,11 @@ fn selector<'a>(
 const MAX_SELECTOR_BYTES: usize = 10 * 1024;
 
 /// One class's hard requirements as CEL clauses on one device of `driver`.
+/// `(devices, memory_published)`: how many devices the flavor has, and how many
+/// of them publish their memory capacity.
 fn class_requirements(
     driver: &str,
-    devices: &[&DeviceRecord],
+    (devices, memory_published): (usize, usize),
     variant_kinds: &AttributeKinds<'_>,
     fleet: &AttributeKinds<'_>,
     selector: &HardwareSelector,
@@ -317,8 +336,8 @@ fn class_requirements(
     let mut clauses = Vec::new();
     let spec = crate::inventory::dra_requirement_attributes(driver);
     if let Some(min) = selector.min_memory_mib {
-        let publishing = devices.iter().filter(|d| d.memory_mib.is_some()).count();
-        if publishing == devices.len() {
+        let publishing = memory_published;
+        if publishing == devices {
             let memory = format!("device.capacity[{}].memory", literal(driver));
             clauses.push(format!(
                 "has({memory}) && {memory}.compareTo(quantity(\"{min}Mi\")) >= 0"

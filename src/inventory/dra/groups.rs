@@ -1,13 +1,15 @@
 //! Attaching a DRA device to its node's group, or forming a DRA-only group for it.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::api::resource::v1::Device;
 
 use super::device::DraDevice;
 use super::driver::{Driver, TPU_ACCELERATOR_LABEL, TPU_TOPOLOGY_LABEL};
 use crate::inventory::{
-    DeviceGroup, DeviceVariant, MODEL_LABEL, NodeInventory, SharingMode, google, intel,
+    AttributeKind, DeviceGroup, DeviceVariant, MODEL_LABEL, NodeInventory, SharingMode, google,
+    intel,
 };
 
 /// Attach one device to its group (or a new DRA-only group); `Err(reason)` when the
@@ -18,6 +20,7 @@ pub(super) fn merge_device(
     device: &Device,
     slice_name: &str,
     pool: &str,
+    shapes: &mut Shapes,
 ) -> Result<(), String> {
     let dev = DraDevice::read(
         driver,
@@ -107,19 +110,55 @@ pub(super) fn merge_device(
         group.memory_mib = dev.record.memory_mib;
     }
     let mut record = dev.record;
-    // Devices of one group publish the same shapes, almost always: share them, so
-    // the planner reads each once (it skips a device whose shapes are its
-    // predecessor's).
-    if let Some(last) = group.devices.last() {
-        if last.attribute_kinds == record.attribute_kinds {
+    // Devices of one group publish the same shapes, almost always, and so do the
+    // groups of one variant across the fleet: share them (one allocation each), so
+    // the planner reads each shape once (it skips a device whose shapes it saw).
+    match group.devices.last() {
+        Some(last) if last.attribute_kinds == record.attribute_kinds => {
             record.attribute_kinds = last.attribute_kinds.clone();
         }
-        if last.selector_values == record.selector_values {
+        _ => record.attribute_kinds = shapes.kinds(record.attribute_kinds),
+    }
+    match group.devices.last() {
+        Some(last) if last.selector_values == record.selector_values => {
             record.selector_values = last.selector_values.clone();
         }
+        _ => record.selector_values = shapes.values(record.selector_values),
     }
     group.devices.push(record);
     Ok(())
+}
+
+/// The distinct shapes DRA devices publish, shared fleet-wide while slices merge.
+#[derive(Default)]
+pub(super) struct Shapes {
+    kinds: std::collections::BTreeSet<Arc<BTreeMap<String, AttributeKind>>>,
+    values: std::collections::BTreeSet<Arc<[Option<String>]>>,
+}
+
+impl Shapes {
+    fn kinds(
+        &mut self,
+        shape: Arc<BTreeMap<String, AttributeKind>>,
+    ) -> Arc<BTreeMap<String, AttributeKind>> {
+        match self.kinds.get(&shape) {
+            Some(seen) => seen.clone(),
+            None => {
+                self.kinds.insert(shape.clone());
+                shape
+            }
+        }
+    }
+
+    fn values(&mut self, shape: Arc<[Option<String>]>) -> Arc<[Option<String>]> {
+        match self.values.get(&shape) {
+            Some(seen) => seen.clone(),
+            None => {
+                self.values.insert(shape.clone());
+                shape
+            }
+        }
+    }
 }
 
 /// A DRA-only group's model, spelled as the vendor's node labels spell it where kaccel
