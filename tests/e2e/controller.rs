@@ -181,6 +181,38 @@ pub async fn class_with_budget(
     Ok((ns, team))
 }
 
+/// What kaccel plans for a class and the budget [`class_with_budget`] grants it,
+/// under the root Cohort `root-<id>` the test's controller is started with.
+pub struct Planned {
+    pub ns: String,
+    pub root: String,
+    pub cluster_queue: String,
+}
+
+/// [`class_with_budget`], with the Cohorts, ClusterQueue and LocalQueue kaccel
+/// writes for them deleted by `cleanup` too.
+pub async fn class_with_queues(
+    client: &Client,
+    cleanup: &mut Cleanup,
+    id: &str,
+    class: &AcceleratorClass,
+    guaranteed: u32,
+) -> Result<Planned> {
+    let (ns, team) = class_with_budget(client, cleanup, id, class, guaranteed).await?;
+    let root = format!("root-{id}");
+    let class_name = class.name_any();
+    let cluster_queue = format!("{team}-{class_name}");
+    cleanup.add(None, kueue("Cohort"), &root);
+    cleanup.add(None, kueue("Cohort"), &format!("{root}-{team}"));
+    cleanup.add(None, kueue("ClusterQueue"), &cluster_queue);
+    cleanup.add(Some(&ns), kueue("LocalQueue"), &class_name);
+    Ok(Planned {
+        ns,
+        root,
+        cluster_queue,
+    })
+}
+
 fn budget(name: &str, namespace: &str, grants: &[(&str, u32)]) -> CreditBudget {
     serde_json::from_value(json!({
         "apiVersion": "kaccel.io/v1alpha1", "kind": "CreditBudget",
@@ -912,12 +944,7 @@ async fn driver_rollout_flow(client: &Client, cleanup: &mut Cleanup) -> Result<(
         "spec": {"sharing": "Whole", "selector": {"models": [product], "minDriverVersion": "550"},
                  "credits": {"perDeviceHour": "1"}},
     }))?;
-    let (ns, team) = class_with_budget(client, cleanup, &id, &class, 8).await?;
-    let root = format!("root-{id}");
-    cleanup.add(None, kueue("Cohort"), &root);
-    cleanup.add(None, kueue("Cohort"), &format!("{root}-{team}"));
-    cleanup.add(None, kueue("ClusterQueue"), &format!("{team}-{class_name}"));
-    cleanup.add(Some(&ns), kueue("LocalQueue"), &class_name);
+    let Planned { ns, root, .. } = class_with_queues(client, cleanup, &id, &class, 8).await?;
     let controller = Controller::start(
         &format!("ctl-{id}"),
         free_port(),

@@ -12,7 +12,7 @@ use kube::core::ApiResource;
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
-use crate::controller::{Controller, class_with_budget, free_port, wait_obj};
+use crate::controller::{Controller, Planned, class_with_queues, free_port, wait_obj};
 use crate::support::{self, Cleanup, kueue};
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -145,11 +145,7 @@ async fn device_class_flow(client: &Client, cleanup: &mut Cleanup) -> Result<()>
             "credits": {"perDeviceHour": "1"},
         },
     }))?;
-    class_with_budget(client, cleanup, &id, &class, 8).await?;
-
-    let root = format!("root-{id}");
-    cleanup.add(None, kueue("Cohort"), &root);
-    cleanup.add(None, kueue("Cohort"), &format!("{root}-team-{id}"));
+    let Planned { root, .. } = class_with_queues(client, cleanup, &id, &class, 8).await?;
     let port = free_port();
     let controller = Controller::start(
         &format!("ctl-{id}"),
@@ -161,11 +157,6 @@ async fn device_class_flow(client: &Client, cleanup: &mut Cleanup) -> Result<()>
     let flavor = format!("nvidia-e2e-{}", id.to_lowercase());
     let device_class = format!("{flavor}.kaccel.io");
     clean_flavor(cleanup, &flavor);
-    cleanup.add(
-        None,
-        kueue("ClusterQueue"),
-        &format!("team-{id}-{class_name}"),
-    );
     let result = async {
         let dcs = device_classes(client);
         let written = wait_obj(&dcs, &device_class, "kaccel writes it", |dc| {
@@ -246,6 +237,34 @@ pub(crate) fn kueue_config_file() -> String {
         .to_string()
 }
 
+/// An 8-GPU node of `DRA_H100_MODEL` that only NVIDIA's DRA driver publishes, for
+/// the flavor Kueue is started mapping: the node's name and the flavor's
+/// DeviceClass (node, slice, DeviceClass and flavor deleted by the teardown).
+async fn dra_h100_node(env: &mut crate::ledger::Env) -> Result<(String, String)> {
+    let node = format!("dra-h100-{}", env.id);
+    let client = env.client.clone();
+    publish(
+        &client,
+        &mut env.cleanup,
+        &node,
+        DRA_H100_MODEL,
+        nvidia_slice(&node, DRA_H100_PRODUCT),
+    )
+    .await?;
+    clean_flavor(&mut env.cleanup, DRA_H100_FLAVOR);
+    Ok((node, format!("{DRA_H100_FLAVOR}.kaccel.io")))
+}
+
+/// A class of the DRA H100s at 3600 credits per device-hour.
+fn dra_h100_class(name: &str) -> Value {
+    json!({
+        "apiVersion": "kaccel.io/v1alpha1", "kind": "AcceleratorClass",
+        "metadata": {"name": name},
+        "spec": {"sharing": "Whole", "selector": {"models": [DRA_H100_MODEL]},
+                 "credits": {"perDeviceHour": "3600"}},
+    })
+}
+
 fn claim_template(ns: &str, name: &str, device_class: &str, count: u32) -> Value {
     json!({
         "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
@@ -307,29 +326,13 @@ async fn claims_counted(env: &mut crate::ledger::Env, store: &str) -> Result<()>
     let id = env.id.clone();
     let client = env.client.clone();
     // An 8-GPU node published only by NVIDIA's DRA driver.
-    let node = format!("dra-h100-{id}");
-    publish(
-        &client,
-        &mut env.cleanup,
-        &node,
-        DRA_H100_MODEL,
-        nvidia_slice(&node, DRA_H100_PRODUCT),
-    )
-    .await?;
-    let device_class = format!("{DRA_H100_FLAVOR}.kaccel.io");
-    clean_flavor(&mut env.cleanup, DRA_H100_FLAVOR);
+    let (_, device_class) = dra_h100_node(env).await?;
 
     // Two classes at the same rate: the DRA H100s, and the device-plugin H100s of
     // the example nodes; one budget for both.
     let dra_class = format!("dra-{id}");
     let plugin_class = format!("h100-{id}");
-    env.create_class(json!({
-        "apiVersion": "kaccel.io/v1alpha1", "kind": "AcceleratorClass",
-        "metadata": {"name": dra_class},
-        "spec": {"sharing": "Whole", "selector": {"models": [DRA_H100_MODEL]},
-                 "credits": {"perDeviceHour": "3600"}},
-    }))
-    .await?;
+    env.create_class(dra_h100_class(&dra_class)).await?;
     env.class(&plugin_class).await?;
     let ns = format!("ns-{id}");
     let team = format!("team-{id}");
@@ -668,13 +671,12 @@ async fn quarantine_flow(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
         "spec": {"sharing": "Whole", "selector": {"models": [DRA_H100_MODEL]},
                  "credits": {"perDeviceHour": "1"}},
     }))?;
-    let (ns, team) = class_with_budget(client, cleanup, &id, &class, 8).await?;
-    let root = format!("root-{id}");
-    cleanup.add(None, kueue("Cohort"), &root);
-    cleanup.add(None, kueue("Cohort"), &format!("{root}-{team}"));
-    let cq = format!("{team}-{class_name}");
-    cleanup.add(None, kueue("ClusterQueue"), &cq);
-    cleanup.add(Some(&ns), kueue("LocalQueue"), &class_name);
+    let Planned {
+        ns,
+        root,
+        cluster_queue: cq,
+        ..
+    } = class_with_queues(client, cleanup, &id, &class, 8).await?;
 
     let exporter = FakeExporter::start(Answer::Metrics(dcgm(&node, 8, &[]))).await;
     let hold_down: u32 = 2;
@@ -867,12 +869,8 @@ async fn unexpressible_flow(client: &Client, cleanup: &mut Cleanup) -> Result<()
         "spec": {"sharing": "Whole", "selector": {"models": [model], "minDriverVersion": "550"},
                  "credits": {"perDeviceHour": "1"}},
     }))?;
-    let (_, team) = class_with_budget(client, cleanup, &id, &class, 8).await?;
-    let root = format!("root-{id}");
-    cleanup.add(None, kueue("Cohort"), &root);
-    cleanup.add(None, kueue("Cohort"), &format!("{root}-{team}"));
+    let Planned { root, .. } = class_with_queues(client, cleanup, &id, &class, 8).await?;
     let flavor = format!("nvidia-e2e-{}", id.to_lowercase());
-    cleanup.add(None, kueue("ClusterQueue"), &format!("{team}-{class_name}"));
     clean_flavor(cleanup, &flavor);
     let device_class = format!("{flavor}.kaccel.io");
     let controller = Controller::start(
@@ -1112,13 +1110,12 @@ async fn allocator_flow(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
                  "selector": {"models": [model], "minMemoryMiB": 80000, "minDriverVersion": "550"},
                  "credits": {"perDeviceHour": "1"}},
     }))?;
-    let (ns, team) = class_with_budget(client, cleanup, &id, &class, 4).await?;
-    let root = format!("root-{id}");
-    cleanup.add(None, kueue("Cohort"), &root);
-    cleanup.add(None, kueue("Cohort"), &format!("{root}-{team}"));
-    let cq = format!("{team}-{class_name}");
-    cleanup.add(None, kueue("ClusterQueue"), &cq);
-    cleanup.add(Some(&ns), kueue("LocalQueue"), &class_name);
+    let Planned {
+        ns,
+        root,
+        cluster_queue: cq,
+        ..
+    } = class_with_queues(client, cleanup, &id, &class, 4).await?;
     let flavor = format!("nvidia-e2e-{}", id.to_lowercase());
     clean_flavor(cleanup, &flavor);
     let device_class = format!("{flavor}.kaccel.io");
@@ -1204,25 +1201,9 @@ async fn dra_holders(env: &mut crate::ledger::Env, store: &str) -> Result<()> {
     use crate::health::{Answer, FakeExporter, dcgm, dcgm_source, inventory_at};
     let id = env.id.clone();
     let client = env.client.clone();
-    let node = format!("dra-h100-{id}");
-    publish(
-        &client,
-        &mut env.cleanup,
-        &node,
-        DRA_H100_MODEL,
-        nvidia_slice(&node, DRA_H100_PRODUCT),
-    )
-    .await?;
-    let device_class = format!("{DRA_H100_FLAVOR}.kaccel.io");
-    clean_flavor(&mut env.cleanup, DRA_H100_FLAVOR);
+    let (node, device_class) = dra_h100_node(env).await?;
     let class = format!("dra-{id}");
-    env.create_class(json!({
-        "apiVersion": "kaccel.io/v1alpha1", "kind": "AcceleratorClass",
-        "metadata": {"name": class},
-        "spec": {"sharing": "Whole", "selector": {"models": [DRA_H100_MODEL]},
-                 "credits": {"perDeviceHour": "3600"}},
-    }))
-    .await?;
+    env.create_class(dra_h100_class(&class)).await?;
     let ns = format!("ns-{id}");
     let budget = format!("b-{id}");
     env.create_budget(json!({
