@@ -26,7 +26,7 @@ use super::health_poller::{SharedTracker, now_seconds};
 use crate::inventory::holders::{
     ClaimedDevice, DraDeviceId, Holder, claimed_devices, holder, pod_ownership,
 };
-use crate::inventory::published_ids;
+use crate::inventory::{PublishedIds, published_ids};
 use crate::k8s::labels::TEAM_LABEL;
 
 /// How often the resolver looks for newly attributed pods.
@@ -44,9 +44,10 @@ pub async fn run(
 ) {
     let mut resolved_at: BTreeMap<(String, String), i64> = BTreeMap::new();
     let mut teams: BTreeMap<String, (String, i64)> = BTreeMap::new();
+    let mut ids = IdsCache::new();
     loop {
         if let Some(claims) = &claims {
-            let claimed = claimed_with_ids(claims, slices.as_ref());
+            let claimed = claimed_with_ids(claims, slices.as_ref(), &mut ids);
             tracker.lock().expect("tracker lock").set_claimed(claimed);
         }
         resolve_once(&client, &tracker, &mut resolved_at, &mut teams).await;
@@ -105,14 +106,20 @@ async fn resolve_once(
     }
 }
 
+/// What each claimed device's slice said of it, by the slice's resourceVersion:
+/// a device is read again only when its slice changed.
+type IdsCache = BTreeMap<DraDeviceId, (String, Option<PublishedIds>)>;
+
 /// The devices pods hold through ResourceClaims, each with the node, UUID and PCI
 /// address its ResourceSlice publishes (the newest generation of its pool).
 fn claimed_with_ids(
     claims: &Store<ResourceClaim>,
     slices: Option<&Store<ResourceSlice>>,
+    cache: &mut IdsCache,
 ) -> BTreeMap<DraDeviceId, ClaimedDevice> {
     let claims = claims.state();
     let mut claimed = claimed_devices(claims.iter().map(|c| c.as_ref()));
+    cache.retain(|id, _| claimed.contains_key(id));
     if claimed.is_empty() {
         return claimed;
     }
@@ -129,12 +136,32 @@ fn claimed_with_ids(
             _ => pool.push(slice.as_ref()),
         }
     }
+    // Each pool's slices' versions: what a cached reading was taken from.
+    let versions: BTreeMap<(&str, &str), String> = pools
+        .iter()
+        .map(|(k, slices)| {
+            let version = slices
+                .iter()
+                .map(|s| s.metadata.resource_version.as_deref().unwrap_or_default())
+                .collect::<Vec<_>>()
+                .join(",");
+            (*k, version)
+        })
+        .collect();
     for c in claimed.values_mut() {
-        let found = pools
-            .get(&(c.id.driver.as_str(), c.id.pool.as_str()))
-            .into_iter()
-            .flatten()
-            .find_map(|slice| published_ids(slice, &c.id.device));
+        let key = (c.id.driver.as_str(), c.id.pool.as_str());
+        let pool = pools.get(&key).map(Vec::as_slice).unwrap_or_default();
+        let version = versions.get(&key).map(String::as_str).unwrap_or_default();
+        let found = match cache.get(&c.id) {
+            Some((seen, ids)) if seen == version => ids.clone(),
+            _ => {
+                let ids = pool
+                    .iter()
+                    .find_map(|slice| published_ids(slice, &c.id.device));
+                cache.insert(c.id.clone(), (version.to_string(), ids.clone()));
+                ids
+            }
+        };
         if let Some(ids) = found {
             c.node = ids.node;
             c.uuid = ids.uuid;
@@ -170,4 +197,80 @@ async fn team_of(
     };
     teams.insert(cluster_queue.to_string(), (team.clone(), now));
     (!team.is_empty()).then_some(team)
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::runtime::{reflector, watcher};
+    use serde_json::json;
+
+    use super::*;
+
+    fn store<K>(objects: &[K]) -> Store<K>
+    where
+        K: kube::Resource<DynamicType = ()> + Clone + 'static,
+    {
+        let (reader, mut writer) = reflector::store();
+        for o in objects {
+            writer.apply_watcher_event(&watcher::Event::Apply(o.clone()));
+        }
+        reader
+    }
+
+    /// gpu-1 of node-a as NVIDIA's DRA driver publishes it, in a slice at `version`.
+    fn slice(version: &str, uuid: &str) -> ResourceSlice {
+        serde_json::from_value(json!({
+            "metadata": {"name": "node-a-gpu", "resourceVersion": version},
+            "spec": {"driver": "gpu.nvidia.com", "nodeName": "node-a",
+                     "pool": {"name": "node-a", "generation": 1, "resourceSliceCount": 1},
+                     "devices": [{"name": "gpu-1", "attributes": {
+                         "type": {"string": "gpu"}, "uuid": {"string": uuid},
+                         "productName": {"string": "NVIDIA H100 80GB HBM3"}}}]},
+        }))
+        .expect("a ResourceSlice")
+    }
+
+    fn claim() -> ResourceClaim {
+        serde_json::from_value(json!({
+            "metadata": {"name": "train-0-gpus", "namespace": "ml"},
+            "spec": {},
+            "status": {"allocation": {"devices": {"results": [
+                           {"request": "gpus", "driver": "gpu.nvidia.com", "pool": "node-a", "device": "gpu-1"}]}},
+                       "reservedFor": [{"resource": "pods", "name": "train-0", "uid": "u1"}]},
+        }))
+        .expect("a ResourceClaim")
+    }
+
+    #[test]
+    fn a_claimed_device_is_tied_to_its_node_and_uuid_and_read_again_when_its_slice_changes() {
+        let claims = store(&[claim()]);
+        let mut cache = IdsCache::new();
+        let uuid_of = |slices: &Store<ResourceSlice>, cache: &mut IdsCache| {
+            let claimed = claimed_with_ids(&claims, Some(slices), cache);
+            let c = claimed.values().next().expect("one claimed device").clone();
+            (c.node, c.uuid, c.pods)
+        };
+        let v1 = store(&[slice("1", "GPU-aaaa")]);
+        assert_eq!(
+            uuid_of(&v1, &mut cache),
+            (
+                Some("node-a".into()),
+                Some("GPU-aaaa".into()),
+                vec!["train-0".to_string()]
+            )
+        );
+        assert_eq!(cache.len(), 1);
+        // A new version of the slice is read again (the cache is not trusted).
+        let v2 = store(&[slice("2", "GPU-bbbb")]);
+        assert_eq!(uuid_of(&v2, &mut cache).1.as_deref(), Some("GPU-bbbb"));
+        // The slice gone: the device is still held, its identity unknown.
+        let none = store::<ResourceSlice>(&[]);
+        assert_eq!(
+            uuid_of(&none, &mut cache),
+            (None, None, vec!["train-0".to_string()])
+        );
+        // The claim released: nothing held, nothing cached.
+        let released = claimed_with_ids(&store::<ResourceClaim>(&[]), Some(&v2), &mut cache);
+        assert!(released.is_empty() && cache.is_empty());
+    }
 }
