@@ -151,6 +151,17 @@ pub fn write(
             view.status_text.clone()
         };
         let _ = writeln!(s, "NODE   {}", d.node);
+        // What the card says of itself, as its exporter reports it.
+        let r = &d.reading;
+        let fact = |v: &Option<String>| v.as_deref().unwrap_or("-").to_string();
+        let _ = writeln!(
+            s,
+            "CARD   model={} uuid={} driver={} firmware={}",
+            fact(&r.model),
+            fact(&r.uuid),
+            fact(&r.driver_version),
+            fact(&r.firmware_version)
+        );
         let _ = writeln!(s, "STATUS {status}");
         if !d.reasons.is_empty() {
             let _ = writeln!(s, "WHY    {}", d.reasons.join("; "));
@@ -158,11 +169,15 @@ pub fn write(
         if let Some(h) = &view.holder {
             let _ = writeln!(
                 s,
-                "NOW    {}/{} workload={} team={}",
+                "NOW    {}/{} workload={} team={}{}",
                 h.namespace,
                 h.pod,
                 h.workload.as_deref().unwrap_or("-"),
-                h.team.as_deref().unwrap_or("-")
+                h.team.as_deref().unwrap_or("-"),
+                h.claim
+                    .as_deref()
+                    .map(|c| format!(" claim={c}"))
+                    .unwrap_or_default()
             );
         }
         let _ = writeln!(s);
@@ -213,6 +228,42 @@ pub fn write(
 mod tests {
     use super::*;
     use crate::ledger::conformance::lifecycle;
+
+    #[test]
+    fn the_text_view_names_the_cards_facts_and_its_claim() {
+        let reading = crate::health::exporters::DeviceReading {
+            device: "3".into(),
+            uuid: Some("GPU-0003".into()),
+            model: Some("NVIDIA H100 80GB HBM3".into()),
+            driver_version: Some("550.54.15".into()),
+            firmware_version: Some("96.00.89.00.01".into()),
+            ..Default::default()
+        };
+        let view: DeviceView = serde_json::from_value(serde_json::json!({
+            "node": "gpu-h100-01", "vendor": "nvidia", "device": "3", "status": "Healthy",
+            "reasons": [], "observedAt": 1_764_547_200, "lastUnhealthyAt": null, "source": "dcgm",
+            "reading": reading,
+            "holder": {"namespace": "ml", "pod": "train-0", "workload": "job-train",
+                       "team": "vision", "claim": "train-0-gpus"},
+        }))
+        .expect("a /devices entry");
+        let report = DeviceReport {
+            device: "GPU-0003".into(),
+            health: Some(view),
+            ..Default::default()
+        };
+        let mut out = Vec::new();
+        write(&report, InventoryOutput::Table, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            text.contains("CARD   model=NVIDIA H100 80GB HBM3 uuid=GPU-0003 driver=550.54.15 firmware=96.00.89.00.01"),
+            "{text}"
+        );
+        assert!(
+            text.contains("NOW    ml/train-0 workload=job-train team=vision claim=train-0-gpus"),
+            "{text}"
+        );
+    }
 
     #[test]
     fn posts_fold_into_one_row_per_admission_newest_first() {
