@@ -200,6 +200,43 @@ fn a_node_whose_driver_is_on_no_label_is_left_out_of_a_split_variant() {
     assert_eq!(quota_per_flavor(&plan).values().sum::<u64>(), 16);
 }
 
+#[test]
+fn amds_driver_version_label_pins_the_flavor_too() {
+    // The ROCm labeller's SPX node (amd.com/gpu.driver-version 6.10.5) and a copy
+    // of it one driver behind.
+    let new = crate::inventory::vendor_fleet_nvidia_amd::fleet()
+        .into_iter()
+        .find(|n| n.metadata.name.as_deref() == Some("amd-mi300x-spx"))
+        .expect("fixture");
+    let mut old = new.clone();
+    old.metadata.name = Some("amd-mi300x-spx-old".into());
+    old.metadata
+        .labels
+        .as_mut()
+        .unwrap()
+        .insert("amd.com/gpu.driver-version".into(), "6.8.5".into());
+    let classes = [
+        min_driver("rocm-6-10", Some("6.10")),
+        min_driver("any", None),
+    ];
+    let budgets = [budget("team", &["team"], &[("rocm-6-10", 8), ("any", 16)])];
+    let nodes = [new, old];
+    let (plan, inventory) = run(&classes, &budgets, &nodes, &HealthSnapshot::default());
+    let flavors = flavors_of(&plan, "rocm-6-10");
+    assert_eq!(flavors.len(), 1);
+    assert_eq!(
+        flavors[0]
+            .spec
+            .node_labels
+            .get("amd.com/gpu.driver-version")
+            .map(String::as_str),
+        Some("6.10.5")
+    );
+    assert!(!selects(flavors[0], &inventory.nodes["amd-mi300x-spx-old"]));
+    assert_eq!(flavors_of(&plan, "any").len(), 2);
+    assert_eq!(quota_per_flavor(&plan).values().sum::<u64>(), 16);
+}
+
 proptest! {
     /// Whatever the versions, their spellings and the minimum: every flavor of the
     /// constrained class selects only nodes whose driver meets it, and invariant 1
