@@ -336,13 +336,12 @@ fn class_requirements(
     let mut clauses = Vec::new();
     let spec = crate::inventory::dra_requirement_attributes(driver);
     if let Some(min) = selector.min_memory_mib {
-        let publishing = memory_published;
-        if publishing == devices {
+        if memory_published == devices {
             let memory = format!("device.capacity[{}].memory", literal(driver));
             clauses.push(format!(
                 "has({memory}) && {memory}.compareTo(quantity(\"{min}Mi\")) >= 0"
             ));
-        } else if !(spec.memory_from_model && publishing == 0) {
+        } else if !(spec.memory_from_model && memory_published == 0) {
             // (From the model: kaccel's table, which the product pin decides.)
             return Err((
                 "spec.selector.minMemoryMiB",

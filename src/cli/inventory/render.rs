@@ -234,12 +234,7 @@ pub fn render(report: &InventoryReport) -> String {
                 }
             })
             .collect();
-        let width = statuses
-            .iter()
-            .map(|t| t.chars().count())
-            .max()
-            .unwrap_or(0)
-            .max(9);
+        let width = widest(&statuses, 9);
         let _ = writeln!(s);
         // Who holds it: namespace/pod, the Workload and team where known.
         let holders: Vec<String> = h
@@ -259,12 +254,7 @@ pub fn render(report: &InventoryReport) -> String {
                 }
             })
             .collect();
-        let held_width = holders
-            .iter()
-            .map(|t| t.chars().count())
-            .max()
-            .unwrap_or(0)
-            .max(7);
+        let held_width = widest(&holders, 7);
         let _ = writeln!(
             s,
             "{:<20} {:<28} {:<7} {:<width$} {:>6} {:<held_width$} {:<22} REASONS",
@@ -373,6 +363,16 @@ fn dra_device_rows(report: &InventoryReport) -> Vec<Vec<String>> {
         }
     }
     rows
+}
+
+/// The width of a column of `texts`, at least `header` wide.
+fn widest(texts: &[String], header: usize) -> usize {
+    texts
+        .iter()
+        .map(|t| t.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(header)
 }
 
 /// NODE, SOURCE and COUNT aligned; the (long) reason runs to the end of the line.

@@ -117,13 +117,13 @@ pub(super) fn merge_device(
         Some(last) if last.attribute_kinds == record.attribute_kinds => {
             record.attribute_kinds = last.attribute_kinds.clone();
         }
-        _ => record.attribute_kinds = shapes.kinds(record.attribute_kinds),
+        _ => record.attribute_kinds = intern(&mut shapes.kinds, record.attribute_kinds),
     }
     match group.devices.last() {
         Some(last) if last.selector_values == record.selector_values => {
             record.selector_values = last.selector_values.clone();
         }
-        _ => record.selector_values = shapes.values(record.selector_values),
+        _ => record.selector_values = intern(&mut shapes.values, record.selector_values),
     }
     group.devices.push(record);
     Ok(())
@@ -136,27 +136,13 @@ pub(super) struct Shapes {
     values: std::collections::BTreeSet<Arc<[Option<String>]>>,
 }
 
-impl Shapes {
-    fn kinds(
-        &mut self,
-        shape: Arc<BTreeMap<String, AttributeKind>>,
-    ) -> Arc<BTreeMap<String, AttributeKind>> {
-        match self.kinds.get(&shape) {
-            Some(seen) => seen.clone(),
-            None => {
-                self.kinds.insert(shape.clone());
-                shape
-            }
-        }
-    }
-
-    fn values(&mut self, shape: Arc<[Option<String>]>) -> Arc<[Option<String>]> {
-        match self.values.get(&shape) {
-            Some(seen) => seen.clone(),
-            None => {
-                self.values.insert(shape.clone());
-                shape
-            }
+/// The shared allocation of a shape equal to `shape`, `shape` itself when new.
+fn intern<T: Ord + ?Sized>(seen: &mut std::collections::BTreeSet<Arc<T>>, shape: Arc<T>) -> Arc<T> {
+    match seen.get(&shape) {
+        Some(shared) => shared.clone(),
+        None => {
+            seen.insert(shape.clone());
+            shape
         }
     }
 }
