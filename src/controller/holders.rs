@@ -26,7 +26,7 @@ use super::health_poller::{SharedTracker, now_seconds};
 use crate::inventory::holders::{
     ClaimedDevice, DraDeviceId, Holder, claimed_devices, holder, pod_ownership,
 };
-use crate::inventory::{PublishedIds, published_ids};
+use crate::inventory::{PublishedIds, newest_generations, published_ids};
 use crate::k8s::labels::TEAM_LABEL;
 
 /// How often the resolver looks for newly attributed pods.
@@ -124,16 +124,12 @@ fn claimed_with_ids(
         return claimed;
     }
     let slices = slices.map(|s| s.state()).unwrap_or_default();
+    let newest = newest_generations(slices.iter().map(|s| s.as_ref()));
     let mut pools: BTreeMap<(&str, &str), Vec<&ResourceSlice>> = BTreeMap::new();
     for slice in &slices {
-        let pool = pools
-            .entry((slice.spec.driver.as_str(), slice.spec.pool.name.as_str()))
-            .or_default();
-        let newest = pool.first().map(|s| s.spec.pool.generation);
-        match newest {
-            Some(g) if g > slice.spec.pool.generation => {}
-            Some(g) if g < slice.spec.pool.generation => *pool = vec![slice.as_ref()],
-            _ => pool.push(slice.as_ref()),
+        let pool = (slice.spec.driver.as_str(), slice.spec.pool.name.as_str());
+        if newest.get(&pool) == Some(&slice.spec.pool.generation) {
+            pools.entry(pool).or_default().push(slice.as_ref());
         }
     }
     // Each pool's slices' versions: what a cached reading was taken from.
@@ -162,11 +158,7 @@ fn claimed_with_ids(
                 ids
             }
         };
-        if let Some(ids) = found {
-            c.node = ids.node;
-            c.uuid = ids.uuid;
-            c.pci_address = ids.pci_address;
-        }
+        c.ids = found.unwrap_or_default();
     }
     claimed
 }
@@ -248,7 +240,7 @@ mod tests {
         let uuid_of = |slices: &Store<ResourceSlice>, cache: &mut IdsCache| {
             let claimed = claimed_with_ids(&claims, Some(slices), cache);
             let c = claimed.values().next().expect("one claimed device").clone();
-            (c.node, c.uuid, c.pods)
+            (c.ids.node, c.ids.uuid, c.pods)
         };
         let v1 = store(&[slice("1", "GPU-aaaa")]);
         assert_eq!(

@@ -116,11 +116,30 @@ pub fn published_ids(slice: &ResourceSlice, device: &str) -> Option<PublishedIds
 }
 
 /// What [`published_ids`] reads.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct PublishedIds {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uuid: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pci_address: Option<String>,
+}
+
+/// The newest generation of each pool, by (driver, pool): a consumer reads only the
+/// slices of that generation (a driver replacing its slices bumps it).
+pub fn newest_generations<'a>(
+    slices: impl IntoIterator<Item = &'a ResourceSlice>,
+) -> BTreeMap<(&'a str, &'a str), i64> {
+    let mut newest: BTreeMap<(&str, &str), i64> = BTreeMap::new();
+    for s in slices {
+        let g = newest
+            .entry((s.spec.driver.as_str(), s.spec.pool.name.as_str()))
+            .or_insert(s.spec.pool.generation);
+        *g = (*g).max(s.spec.pool.generation);
+    }
+    newest
 }
 
 /// Merge ResourceSlices into the inventory: the newest generation of each pool, each
@@ -130,13 +149,7 @@ pub(crate) fn merge_slices<'a>(
     slices: impl IntoIterator<Item = &'a ResourceSlice>,
 ) {
     let slices: Vec<&ResourceSlice> = slices.into_iter().collect();
-    let mut newest: BTreeMap<(&str, &str), i64> = BTreeMap::new();
-    for s in &slices {
-        let g = newest
-            .entry((s.spec.driver.as_str(), s.spec.pool.name.as_str()))
-            .or_insert(s.spec.pool.generation);
-        *g = (*g).max(s.spec.pool.generation);
-    }
+    let newest = newest_generations(slices.iter().copied());
     let mut seen: BTreeSet<(String, String, String)> = BTreeSet::new();
     // (node, source, reason) -> devices not classified.
     let mut unclassified: BTreeMap<(String, String, String), u32> = BTreeMap::new();

@@ -28,6 +28,8 @@ use k8s_openapi::api::resource::v1::ResourceClaim;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 
+use super::PublishedIds;
+
 /// Kueue's keys on an admitted pod.
 pub const WORKLOAD_ANNOTATION: &str = "kueue.x-k8s.io/workload";
 pub const POD_GROUP_NAME: &str = "kueue.x-k8s.io/pod-group-name";
@@ -103,20 +105,17 @@ pub struct ClaimedDevice {
     /// Sorted; a claim shared by several pods names them all.
     pub pods: Vec<String>,
     /// The node and identities the driver publishes for the device (filled from
-    /// its ResourceSlice; `None` when the slice is gone or does not say).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub node: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub uuid: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pci_address: Option<String>,
+    /// its ResourceSlice; empty when the slice is gone or does not say).
+    #[serde(flatten)]
+    pub ids: PublishedIds,
 }
 
 impl ClaimedDevice {
     /// The name the ledger and `kaccel inventory --device` know it by: its UUID,
     /// else driver/pool/device.
     pub fn ledger_id(&self) -> String {
-        self.uuid
+        self.ids
+            .uuid
             .clone()
             .unwrap_or_else(|| format!("{}/{}/{}", self.id.driver, self.id.pool, self.id.device))
     }
@@ -163,9 +162,7 @@ pub fn claimed_devices<'a>(
                 namespace: claim.metadata.namespace.clone().unwrap_or_default(),
                 claim: claim.metadata.name.clone().unwrap_or_default(),
                 pods: pods.clone(),
-                node: None,
-                uuid: None,
-                pci_address: None,
+                ids: PublishedIds::default(),
             });
         }
     }
@@ -295,7 +292,10 @@ mod tests {
         );
         assert_eq!(gpu0.ledger_id(), "gpu.nvidia.com/node-a/gpu-0");
         let known = ClaimedDevice {
-            uuid: Some("GPU-1".into()),
+            ids: PublishedIds {
+                uuid: Some("GPU-1".into()),
+                ..Default::default()
+            },
             ..gpu0.clone()
         };
         assert_eq!(known.ledger_id(), "GPU-1");

@@ -55,7 +55,7 @@ pub fn dra_requirement_attributes(driver: &str) -> DraRequirementAttributes {
     dra::requirement_attributes(driver)
 }
 pub use dra::RequirementAttributes as DraRequirementAttributes;
-pub use dra::{PublishedIds, published_ids};
+pub use dra::{PublishedIds, newest_generations, published_ids};
 
 /// Well-known topology labels, read into [`Topology`] when present.
 pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
@@ -613,5 +613,56 @@ pub fn pci_key(address: &str) -> String {
             format!("{domain:0>4}:{rest}")
         }
         _ => format!("0000:{a}"),
+    }
+}
+
+/// Values found by what two sources both know of a card: its node and UUID, else
+/// its node and PCI address, each compared as [`uuid_key`] and [`pci_key`] spell
+/// it. Joins an exporter's readings to DRA devices and back.
+#[derive(Clone, Debug)]
+pub struct ByIdentity<T> {
+    by_uuid: BTreeMap<String, BTreeMap<String, T>>,
+    by_pci: BTreeMap<String, BTreeMap<String, T>>,
+}
+
+impl<T> Default for ByIdentity<T> {
+    fn default() -> Self {
+        ByIdentity {
+            by_uuid: BTreeMap::new(),
+            by_pci: BTreeMap::new(),
+        }
+    }
+}
+
+impl<T: Clone> ByIdentity<T> {
+    /// Index (node, UUID, PCI address, value); a later entry with the same key
+    /// wins.
+    pub fn new<'a>(
+        entries: impl IntoIterator<Item = (&'a str, Option<&'a str>, Option<&'a str>, T)>,
+    ) -> Self {
+        let mut index = ByIdentity::default();
+        for (node, uuid, pci, value) in entries {
+            if let Some(u) = uuid {
+                index
+                    .by_uuid
+                    .entry(node.to_string())
+                    .or_default()
+                    .insert(uuid_key(u), value.clone());
+            }
+            if let Some(p) = pci {
+                index
+                    .by_pci
+                    .entry(node.to_string())
+                    .or_default()
+                    .insert(pci_key(p), value);
+            }
+        }
+        index
+    }
+
+    /// The value of the card on `node` with this UUID, else this PCI address.
+    pub fn get(&self, node: &str, uuid: Option<&str>, pci: Option<&str>) -> Option<&T> {
+        let by_uuid = uuid.and_then(|u| self.by_uuid.get(node)?.get(&uuid_key(u)));
+        by_uuid.or_else(|| self.by_pci.get(node)?.get(&pci_key(pci?)))
     }
 }

@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 use super::nodes::{HeldBack, NodeActionPolicy, UNHEALTHY_TAINT};
 use super::{FlavorReport, MANAGED_BY, MANAGED_BY_LABEL};
 use crate::health::DeviceStatus;
-use crate::inventory::{DeviceGroup, DeviceRecord, Inventory, NodeInventory, pci_key, uuid_key};
+use crate::inventory::{ByIdentity, DeviceGroup, DeviceRecord, Inventory, NodeInventory};
 
 /// The node a rule's device is on, for people and for `kaccel inventory`.
 pub const NODE_LABEL: &str = "kaccel.io/node";
@@ -122,14 +122,14 @@ pub fn decide(
     if !policy.device_taint_rules {
         return out;
     }
-    let by_uuid: BTreeMap<(&str, String), &DeviceHealth> = health
-        .iter()
-        .filter_map(|h| Some(((h.node.as_str(), uuid_key(h.uuid.as_deref()?)), h)))
-        .collect();
-    let by_pci: BTreeMap<(&str, String), &DeviceHealth> = health
-        .iter()
-        .filter_map(|h| Some(((h.node.as_str(), pci_key(h.pci_address.as_deref()?)), h)))
-        .collect();
+    let readings = ByIdentity::new(health.iter().map(|h| {
+        (
+            h.node.as_str(),
+            h.uuid.as_deref(),
+            h.pci_address.as_deref(),
+            h,
+        )
+    }));
     let takes_out = |s: DeviceStatus| {
         s == DeviceStatus::Failed
             || (policy.device_taint_on_degraded && s == DeviceStatus::Degraded)
@@ -144,14 +144,12 @@ pub fn decide(
             };
             for device in group.devices.iter().filter(|d| !d.driver.is_empty()) {
                 let name = rule_name(device);
-                let reading = device
-                    .uuid
-                    .as_deref()
-                    .and_then(|u| by_uuid.get(&(node.name.as_str(), uuid_key(u))))
-                    .or_else(|| {
-                        let p = pci_key(device.pci_address.as_deref()?);
-                        by_pci.get(&(node.name.as_str(), p))
-                    })
+                let reading = readings
+                    .get(
+                        &node.name,
+                        device.uuid.as_deref(),
+                        device.pci_address.as_deref(),
+                    )
                     .copied();
                 let rule = match reading {
                     Some(h) if takes_out(h.status) => Some((

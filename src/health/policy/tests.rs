@@ -448,9 +448,11 @@ fn claimed(
         namespace: "ml".into(),
         claim: claim.into(),
         pods: pods.iter().map(|p| p.to_string()).collect(),
-        node: Some(NODE.into()),
-        uuid: uuid.map(str::to_string),
-        pci_address: pci.map(str::to_string),
+        ids: crate::inventory::PublishedIds {
+            node: Some(NODE.into()),
+            uuid: uuid.map(str::to_string),
+            pci_address: pci.map(str::to_string),
+        },
     }
 }
 

@@ -11,7 +11,7 @@ use crate::health::exporters::PodRef;
 use crate::health::trend::{DeviceHistory, TrendVerdict};
 use crate::health::{DeviceStatus, HealthSnapshot};
 use crate::inventory::holders::{ClaimedDevice, DraDeviceId, Holder};
-use crate::inventory::{Inventory, pci_key, uuid_key};
+use crate::inventory::{ByIdentity, Inventory};
 
 /// Status changes kept per device (for `kaccel inventory --device`).
 pub const TRANSITIONS_KEPT: usize = 16;
@@ -304,8 +304,7 @@ pub struct Tracker {
     /// DRA devices allocated through ResourceClaims that pods hold (set by the
     /// controller's holder resolver), and how to find them from a tracked device.
     claimed: BTreeMap<DraDeviceId, ClaimedDevice>,
-    claimed_by_uuid: BTreeMap<(String, String), DraDeviceId>,
-    claimed_by_pci: BTreeMap<(String, String), DraDeviceId>,
+    claimed_index: ByIdentity<DraDeviceId>,
     /// Counts [`Tracker::observe`] calls: a device whose `seen_in` is the current
     /// one was in the answer being read.
     generation: u64,
@@ -453,43 +452,31 @@ impl Tracker {
 
     /// Replace what ResourceClaims say DRA devices are held by.
     pub fn set_claimed(&mut self, claimed: BTreeMap<DraDeviceId, ClaimedDevice>) {
-        let key = |c: &ClaimedDevice, id: &Option<String>, f: fn(&str) -> String| {
-            Some((c.node.clone()?, f(id.as_deref()?)))
-        };
-        self.claimed_by_uuid = claimed
-            .values()
-            .filter_map(|c| Some((key(c, &c.uuid, uuid_key)?, c.id.clone())))
-            .collect();
-        self.claimed_by_pci = claimed
-            .values()
-            .filter_map(|c| Some((key(c, &c.pci_address, pci_key)?, c.id.clone())))
-            .collect();
+        self.claimed_index = ByIdentity::new(claimed.values().filter_map(|c| {
+            Some((
+                c.ids.node.as_deref()?,
+                c.ids.uuid.as_deref(),
+                c.ids.pci_address.as_deref(),
+                c.id.clone(),
+            ))
+        }));
         self.claimed = claimed;
-    }
-
-    /// The DRA devices pods hold through ResourceClaims.
-    pub fn claimed(&self) -> impl Iterator<Item = &ClaimedDevice> {
-        self.claimed.values()
     }
 
     /// The claim a tracked device was allocated through, matched by node and
     /// UUID, else PCI address.
     fn claim_of(&self, d: &TrackedDevice) -> Option<&ClaimedDevice> {
-        let by_uuid = d
-            .reading
-            .uuid
-            .as_deref()
-            .and_then(|u| self.claimed_by_uuid.get(&(d.node.clone(), uuid_key(u))));
-        let id = by_uuid.or_else(|| {
-            let pci = d.reading.pci_bus_id.as_deref()?;
-            self.claimed_by_pci.get(&(d.node.clone(), pci_key(pci)))
-        })?;
+        let id = self.claimed_index.get(
+            &d.node,
+            d.reading.uuid.as_deref(),
+            d.reading.pci_bus_id.as_deref(),
+        )?;
         self.claimed.get(id)
     }
 
     /// The pod holding a device: the exporter's attribution, else the first pod
-    /// of the ResourceClaim it was allocated through (with the claim's name).
-    fn pod_of(&self, d: &TrackedDevice) -> Option<(PodRef, Option<String>)> {
+    /// of the ResourceClaim it was allocated through (with that claim).
+    fn pod_of(&self, d: &TrackedDevice) -> Option<(PodRef, Option<&ClaimedDevice>)> {
         if let Some(pod) = &d.reading.pod {
             return Some((pod.clone(), None));
         }
@@ -499,14 +486,14 @@ impl Tracker {
             name: c.pods.first()?.clone(),
             container: None,
         };
-        Some((pod, Some(c.claim.clone())))
+        Some((pod, Some(c)))
     }
 
     /// The holder of a device: the exporter's pod, or the pod of its
     /// ResourceClaim, with what the resolver found.
     pub fn holder_of(&self, d: &TrackedDevice) -> Option<Holder> {
         let (pod, claim) = self.pod_of(d)?;
-        Some(self.holder_of_pod(&pod, claim))
+        Some(self.holder_of_pod(&pod, claim.map(|c| c.claim.clone())))
     }
 
     fn holder_of_pod(&self, pod: &PodRef, claim: Option<String>) -> Holder {
@@ -542,9 +529,7 @@ impl Tracker {
             let Some((pod, claim)) = self.pod_of(d) else {
                 continue;
             };
-            if claim.is_some()
-                && let Some(c) = self.claim_of(d)
-            {
+            if let Some(c) = claim {
                 reported.insert(&c.id);
             }
             if pod.namespace == namespace && runs_it(&pod.name) {
