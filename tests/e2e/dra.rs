@@ -1356,14 +1356,7 @@ async fn dra_holders(env: &mut crate::ledger::Env, store: &str) -> Result<()> {
         let workloads = env.workloads(&ns);
         let uid = workloads.get(&workload).await?.metadata.uid.unwrap_or_default();
         crate::ledger::finish(&workloads, &workload).await?;
-        let posts = crate::controller::wait_for("the settlement", WAIT, || async {
-            let posts: Vec<Value> = crate::ledger::export(store, None)?
-                .into_iter()
-                .filter(|e| e["workloadUid"] == uid.as_str() && e["kind"] == "Post")
-                .collect();
-            Ok((!posts.is_empty()).then_some(posts))
-        })
-        .await?;
+        let posts = crate::ledger::posts_of(store, &uid, WAIT).await?;
         for post in &posts {
             ensure!(post["devices"] == json!(expected), "the Post names the GPUs the claim held: {post}");
         }

@@ -491,15 +491,7 @@ async fn ledger_devices(env: &mut crate::ledger::Env, store: &str) -> Result<()>
         let uid = wl.metadata.uid.clone().unwrap_or_default();
         crate::ledger::finish(&workloads, &workload).await?;
         let expected = vec![format!("GPU-{node}-0002"), format!("GPU-{node}-0005")];
-        let settled = wait_for("the settlement, naming the GPUs", wait, || async {
-            let entries = crate::ledger::export(store, None)?;
-            let posts: Vec<Value> = entries
-                .into_iter()
-                .filter(|e| e["workloadUid"] == uid.as_str() && e["kind"] == "Post")
-                .collect();
-            Ok((!posts.is_empty()).then_some(posts))
-        })
-        .await?;
+        let settled = crate::ledger::posts_of(store, &uid, wait).await?;
         for post in &settled {
             anyhow::ensure!(
                 post["devices"] == json!(expected),

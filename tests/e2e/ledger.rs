@@ -252,6 +252,19 @@ pub fn transition(wl: &Value, type_: &str) -> Result<i64> {
     seconds(c["lastTransitionTime"].as_str().unwrap_or_default())
 }
 
+/// The Post entries of the Workload with `uid`, once its settlement wrote any
+/// (at most `wait`).
+pub async fn posts_of(store: &str, uid: &str, wait: Duration) -> Result<Vec<Value>> {
+    crate::controller::wait_for("the settlement", wait, || async {
+        let posts: Vec<Value> = export(store, None)?
+            .into_iter()
+            .filter(|e| e["workloadUid"] == uid && e["kind"] == "Post")
+            .collect();
+        Ok((!posts.is_empty()).then_some(posts))
+    })
+    .await
+}
+
 /// Finishes a Workload as a job integration would (there is none here): the
 /// `Finished` condition, stamped now; returns that time in Unix seconds.
 pub async fn finish(api: &Api<DynamicObject>, name: &str) -> Result<i64> {
