@@ -285,9 +285,13 @@ featureGates:
   DynamicResourceAllocation: true
 # Kueue reads these only when it starts: the DRA flavors the e2e tests plan, as
 # kaccel plan --kueue-config prints them (E2E_DRA_FLAVORS; tests/e2e/dra.rs).
+# Every kaccel DeviceClass's claims count as the class resource (one device, one
+# count: a DRA flavor's quota is in kaccel.io/accelerator alone).
 resources:
   deviceClassMappings:
-$(for f in "${E2E_DRA_FLAVORS[@]}"; do printf '  - name: dra.kaccel.io/%s\n    deviceClassNames: [%s.kaccel.io]\n' "$f" "$f"; done)
+  - name: kaccel.io/accelerator
+    deviceClassNames:
+$(for f in "${E2E_DRA_FLAVORS[@]}"; do printf '    - %s.kaccel.io\n' "$f"; done)
   transformations:
 $(for r in "${E2E_CLASS_COUNTED[@]}"; do printf '  - input: %s\n    strategy: Retain\n    outputs:\n      kaccel.io/accelerator: "1"\n' "$r"; done)
 EOF

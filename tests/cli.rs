@@ -379,13 +379,20 @@ fn plan_reads_resource_slices_beside_nodes() {
         flavor["spec"]["nodeLabels"]["cloud.google.com/gke-tpu-topology"],
         "2x2"
     );
-    // Its quota is in the flavor's own logical resource, counting the claims of
-    // the flavor's DeviceClass, and --kueue-config prints the mapping Kueue needs.
+    // Its quota is in the class resource, which Kueue counts the claims of the
+    // flavor's DeviceClass as (--kueue-config prints the mapping Kueue needs); a
+    // class-level request is turned into the DeviceClass's implicit resource.
     let flavor_name = flavor["metadata"]["name"].as_str().unwrap();
-    let resource = format!("dra.kaccel.io/{flavor_name}");
+    let resource = "kaccel.io/accelerator";
     assert!(
         yaml.contains(&format!("- {resource}\n")),
         "{resource} is not a covered resource:\n{yaml}"
+    );
+    assert_eq!(
+        flavor["metadata"]["annotations"]["kaccel.io/device-resource"]
+            .as_str()
+            .unwrap(),
+        format!("deviceclass.resource.kubernetes.io/{flavor_name}.kaccel.io")
     );
     assert!(
         yaml.contains(&format!("name: {flavor_name}.kaccel.io\n")),
@@ -405,11 +412,7 @@ fn plan_reads_resource_slices_beside_nodes() {
     let config: serde_yaml::Value = serde_yaml::from_str(&snippet).unwrap();
     assert_eq!(config["featureGates"]["DynamicResourceAllocation"], true);
     let mapping = &config["resources"]["deviceClassMappings"][0];
-    assert_eq!(
-        mapping["name"].as_str(),
-        Some(resource.as_str()),
-        "{snippet}"
-    );
+    assert_eq!(mapping["name"].as_str(), Some(resource), "{snippet}");
     assert_eq!(
         mapping["deviceClassNames"][0].as_str(),
         Some(format!("{flavor_name}.kaccel.io").as_str()),

@@ -116,6 +116,13 @@ fn cluster_role_is_exactly_what_the_controller_calls() {
                 &[],
                 &["list", "watch"]
             ),
+            // The credit check: the templates of an admitted Workload's claims.
+            rule(
+                &["resource.k8s.io"],
+                &["resourceclaimtemplates"],
+                &[],
+                &["get"]
+            ),
             // The DeviceClasses of DRA-only flavors: owned like the Kueue objects.
             rule(
                 &["resource.k8s.io"],

@@ -14,9 +14,10 @@ pub const BUDGET_LABEL: &str = "kaccel.io/budget";
 pub const TEAM_LABEL: &str = "kaccel.io/team";
 /// On a ResourceFlavor kaccel created: its own name, so a selector finds it.
 pub const FLAVOR_LABEL: &str = "kaccel.io/flavor";
-/// On a ResourceFlavor kaccel created: the resource its devices are published
-/// under (`nvidia.com/gpu`), what the pod webhook rewrites `kaccel.io/accelerator`
-/// into on that flavor.
+/// On a ResourceFlavor kaccel created: the resource a pod asks for to be given
+/// its devices (`nvidia.com/gpu`; on a DRA-only flavor the implicit extended
+/// resource of its DeviceClass), what the pod webhook rewrites
+/// `kaccel.io/accelerator` into on that flavor.
 pub const DEVICE_RESOURCE_ANNOTATION: &str = "kaccel.io/device-resource";
 /// On a ResourceFlavor kaccel created: its devices' vendor (`nvidia`) and model.
 pub const VENDOR_ANNOTATION: &str = "kaccel.io/vendor";

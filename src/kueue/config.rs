@@ -14,6 +14,8 @@ pub const DRA_GATE_V017: &str = "DynamicResourceAllocation";
 pub const DRA_GATE_V018: &str = "KueueDRAIntegration";
 /// Kueue v0.17 accepts at most this many mappings (`validateDeviceClassMappings`).
 pub const MAX_DEVICE_CLASS_MAPPINGS: usize = 16;
+/// ... and at most this many DeviceClasses in one mapping.
+pub const MAX_DEVICE_CLASSES_PER_MAPPING: usize = 8;
 /// The ConfigMap key Kueue's install manifests mount as its config file.
 pub const CONFIG_MAP_KEY: &str = "controller_manager_config.yaml";
 

@@ -83,6 +83,9 @@ pub struct WorkloadSpec {
 pub struct PodSetResources {
     pub name: String,
     pub resources: std::collections::BTreeSet<String>,
+    /// The ResourceClaimTemplates its pods' claims are made from
+    /// (`resourceClaims[].resourceClaimTemplateName`).
+    pub claim_templates: Vec<String>,
 }
 
 impl<'de> Deserialize<'de> for PodSetResources {
@@ -108,6 +111,14 @@ impl<'de> Deserialize<'de> for PodSetResources {
             containers: Option<Vec<Container>>,
             #[serde(default)]
             init_containers: Option<Vec<Container>>,
+            #[serde(default)]
+            resource_claims: Option<Vec<PodClaim>>,
+        }
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct PodClaim {
+            #[serde(default)]
+            resource_claim_template_name: Option<String>,
         }
         #[derive(Deserialize)]
         struct Container {
@@ -122,7 +133,14 @@ impl<'de> Deserialize<'de> for PodSetResources {
             limits: Option<BTreeMap<String, IgnoredAny>>,
         }
         let raw = Raw::deserialize(deserializer)?;
-        let spec = raw.template.and_then(|t| t.spec);
+        let mut spec = raw.template.and_then(|t| t.spec);
+        let claim_templates = spec
+            .as_mut()
+            .and_then(|s| s.resource_claims.take())
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c.resource_claim_template_name)
+            .collect();
         let containers = spec
             .into_iter()
             .flat_map(|s| s.containers.into_iter().chain(s.init_containers).flatten());
@@ -135,6 +153,7 @@ impl<'de> Deserialize<'de> for PodSetResources {
             // Kueue defaults the name to "main".
             name: raw.name.unwrap_or_else(|| "main".to_string()),
             resources,
+            claim_templates,
         })
     }
 }

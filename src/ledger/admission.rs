@@ -284,6 +284,50 @@ pub fn asks_by_two_names(workload: &Workload) -> Option<(&str, &str)> {
     })
 }
 
+/// A podSet whose claim asks for one flavor's devices (a kaccel DeviceClass,
+/// `<flavor>.kaccel.io`) while Kueue assigned its class resource another flavor.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MisplacedClaim {
+    pub pod_set: String,
+    pub template: String,
+    pub device_class: String,
+    pub claim_flavor: String,
+    pub assigned_flavor: String,
+}
+
+/// The first podSet of an admitted `workload` whose claim would wait forever:
+/// Kueue counts a claim of any kaccel DeviceClass as the class resource (one
+/// device, one count) and may place it on any flavor of the class with room,
+/// but the claim can only be given devices of its own DeviceClass's flavor.
+/// `device_classes` maps each ResourceClaimTemplate name to the DeviceClasses
+/// its requests name (templates not in it are not kaccel's concern).
+pub fn misplaced_claim(
+    workload: &Workload,
+    device_classes: &BTreeMap<String, Vec<String>>,
+) -> Option<MisplacedClaim> {
+    let assignments = &workload.status.admission.as_ref()?.pod_set_assignments;
+    workload.spec.pod_sets.iter().find_map(|p| {
+        let assigned = assignments
+            .iter()
+            .find(|a| a.name.as_deref().unwrap_or("main") == p.name)?
+            .flavors
+            .as_ref()?
+            .get(api::CLASS_RESOURCE)?;
+        p.claim_templates.iter().find_map(|template| {
+            device_classes.get(template)?.iter().find_map(|dc| {
+                let flavor = dc.strip_suffix(crate::plan::device_classes::DEVICE_CLASS_SUFFIX)?;
+                (flavor != assigned).then(|| MisplacedClaim {
+                    pod_set: p.name.clone(),
+                    template: template.clone(),
+                    device_class: dc.clone(),
+                    claim_flavor: flavor.to_string(),
+                    assigned_flavor: assigned.to_string(),
+                })
+            })
+        })
+    })
+}
+
 /// `8`, `1 or 2`, `1, 2 or 4`: allowed device counts in the words a user reads.
 pub fn describe_counts(counts: &[u32]) -> String {
     match counts {

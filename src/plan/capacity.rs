@@ -55,11 +55,12 @@ fn flavor_report(
             .variant
             .as_ref()
             .and_then(|v| v.partition_profile.clone()),
-        // A DRA-only flavor's devices are counted by Kueue as its own logical
-        // resource (claims of its DeviceClass), not as the driver's class.
+        // A DRA-only flavor's devices are counted by Kueue as the class resource
+        // (claims of its DeviceClass through Kueue's mapping, class-level requests
+        // as themselves), not as the driver's class (see kueue_counting).
         resource_name: match &key.variant {
             Some(v) if crate::inventory::is_dra_device_class(&v.resource_name) => {
-                super::kueue_counting::quota_resource(name)
+                crate::api::CLASS_RESOURCE.to_string()
             }
             Some(v) => v.resource_name.clone(),
             None => CPU.into(),

@@ -2,14 +2,19 @@
 //! kaccel's DeviceClasses as, and whether the Kueue configuration the controller
 //! read does so.
 //!
-//! Kueue v0.17 counts the devices a ResourceClaimTemplate requests only for
-//! DeviceClasses its own Configuration maps to a logical resource name
-//! (`resources.deviceClassMappings`, behind the `DynamicResourceAllocation` gate),
-//! read once when Kueue starts. Each DRA-only flavor's quota is in its own logical
-//! resource, `dra.kaccel.io/<flavor>`, counting exactly the claims of DeviceClass
-//! `<flavor>.kaccel.io`: that DeviceClass pins the variant, so a claim counted
-//! against the flavor is given a device of the flavor, as a device-plugin request
-//! placed by the flavor's nodeLabels is.
+//! One device, one count: every device flavor's quota is bounded by one name,
+//! the class resource ([`api::CLASS_RESOURCE`]). A device-plugin flavor's vendor
+//! resource is also counted as it (Kueue's `Retain` transformation). A DRA-only
+//! flavor's quota is in the class resource alone: a class-level request
+//! (`kaccel.io/accelerator: N`, which kaccel's pod webhook turns into the
+//! implicit extended resource of the flavor's DeviceClass once Kueue placed it)
+//! is counted as that name by Kueue with no configuration, and a claim of one of
+//! kaccel's DeviceClasses (`<flavor>.kaccel.io`) is counted as it through one
+//! `resources.deviceClassMappings` entry, behind Kueue v0.17's
+//! `DynamicResourceAllocation` gate. Kueue sums the two names' admissions on a
+//! flavor in one quota, so a device asked for both ways is never admitted twice.
+//! (Kueue counts a claim by its mapping's name only, before flavor assignment, so
+//! a per-flavor name for claims could not share a quota with the class resource.)
 //!
 //! kaccel does not own Kueue's configuration. `kaccel plan --kueue-config` prints
 //! what to add; the running controller reads the configuration (a ConfigMap or a
@@ -25,56 +30,59 @@ use super::{ClassReport, FlavorReport};
 use crate::api::{self, DesiredCondition};
 use crate::kueue::config::{
     CONFIG_MAP_KEY, DRA_GATE_V017, DRA_GATE_V018, DeviceClassMapping, MAX_DEVICE_CLASS_MAPPINGS,
-    ObservedConfiguration, RETAIN, ResourceTransformation,
+    MAX_DEVICE_CLASSES_PER_MAPPING, ObservedConfiguration, RETAIN, ResourceTransformation,
 };
 
-/// The domain of the logical resources kaccel's DRA flavors are counted in.
-pub const DRA_RESOURCE_DOMAIN: &str = "dra.kaccel.io";
+/// Kubernetes' implicit extended resource of every DeviceClass
+/// (`deviceclass.resource.kubernetes.io/<name>`, `DRAExtendedResource`): a pod
+/// asking for N of it is given N devices of that DeviceClass by the scheduler.
+pub const IMPLICIT_EXTENDED_RESOURCE_PREFIX: &str = "deviceclass.resource.kubernetes.io/";
 
-/// The logical resource a DRA-only flavor's quota is in (and the key of its
-/// devices in a Workload's `resourceUsage`, which the ledger prices).
-pub fn quota_resource(flavor: &str) -> String {
-    format!("{DRA_RESOURCE_DOMAIN}/{flavor}")
+/// Whether a flavor's devices are published through DRA only (its quota is in
+/// the class resource, its devices pinned by its DeviceClass).
+pub fn is_dra_flavor(flavor: &FlavorReport) -> bool {
+    crate::inventory::is_dra_device_class(&flavor.device_resource_name)
+}
+
+/// What a pod on this flavor's nodes asks for to be given its devices: the
+/// vendor resource of a device-plugin flavor, or the implicit extended resource
+/// of a DRA-only flavor's DeviceClass (the scheduler allocates exactly that
+/// variant, so a request never mixes variants or reaches another class's cards).
+pub fn pod_resource(flavor: &FlavorReport) -> String {
+    if is_dra_flavor(flavor) {
+        format!(
+            "{IMPLICIT_EXTENDED_RESOURCE_PREFIX}{}",
+            super::device_classes::device_class_name(&flavor.name)
+        )
+    } else {
+        flavor.resource_name.clone()
+    }
 }
 
 /// Whether a workload may ask for this flavor's devices by the class resource
-/// ([`api::CLASS_RESOURCE`]): a device-plugin flavor, whose vendor resource Kueue
-/// counts as the class resource too (a transformation) and kaccel's webhook
-/// rewrites the class resource into. Not CPU pools, and not DRA-only flavors
-/// (their devices are asked for through claims of the flavor's DeviceClass).
+/// ([`api::CLASS_RESOURCE`]): every device flavor (a device-plugin flavor's
+/// vendor resource is counted as the class resource too, a DRA-only flavor's
+/// quota is in it), not CPU pools.
 pub fn counts_as_class_resource(flavor: &FlavorReport) -> bool {
-    flavor.resource_name != super::CPU && flavor_of_resource(&flavor.resource_name).is_none()
+    flavor.resource_name != super::CPU
 }
 
-/// The DeviceClass a kaccel DRA logical resource counts, if `resource` is one:
-/// what finance sees as the resource of a DRA line.
-pub fn device_class_of_resource(resource: &str) -> Option<String> {
-    flavor_of_resource(resource).map(super::device_classes::device_class_name)
-}
-
-/// The flavor whose logical resource `resource` is ([`quota_resource`]'s inverse).
-fn flavor_of_resource(resource: &str) -> Option<&str> {
-    resource
-        .strip_prefix(DRA_RESOURCE_DOMAIN)?
-        .strip_prefix('/')
-        .filter(|flavor| !flavor.is_empty())
-}
-
-/// The mapping Kueue needs for each DeviceClass kaccel writes, in name order.
+/// The mapping Kueue needs for the DeviceClasses kaccel writes: one entry, the
+/// class resource, listing them all in name order (none when there are none).
 pub fn mappings(device_classes: &[DeviceClass]) -> Vec<DeviceClassMapping> {
-    let mut out: Vec<DeviceClassMapping> = device_classes
+    let mut names: Vec<String> = device_classes
         .iter()
-        .filter_map(|dc| {
-            let name = dc.metadata.name.as_deref()?;
-            let flavor = name.strip_suffix(DEVICE_CLASS_SUFFIX)?;
-            Some(DeviceClassMapping {
-                name: quota_resource(flavor),
-                device_class_names: vec![name.to_string()],
-            })
-        })
+        .filter_map(|dc| dc.metadata.name.clone())
+        .filter(|name| name.ends_with(DEVICE_CLASS_SUFFIX))
         .collect();
-    out.sort_by(|a, b| a.name.cmp(&b.name));
-    out
+    names.sort();
+    if names.is_empty() {
+        return vec![];
+    }
+    vec![DeviceClassMapping {
+        name: api::CLASS_RESOURCE.to_string(),
+        device_class_names: names,
+    }]
 }
 
 /// The vendor device resources Kueue must also count as the class resource, in
@@ -82,7 +90,7 @@ pub fn mappings(device_classes: &[DeviceClass]) -> Vec<DeviceClassMapping> {
 pub fn class_counted_resources(flavor_reports: &BTreeMap<String, FlavorReport>) -> BTreeSet<&str> {
     flavor_reports
         .values()
-        .filter(|f| counts_as_class_resource(f))
+        .filter(|f| counts_as_class_resource(f) && !is_dra_flavor(f))
         .map(|f| f.resource_name.as_str())
         .collect()
 }
@@ -120,6 +128,16 @@ pub fn configuration_snippet(
             "# Nothing to add: the plan has no device flavors (no DeviceClasses, no vendor resources).\n",
         );
         return out;
+    }
+    if let Some(m) = mappings
+        .iter()
+        .find(|m| m.device_class_names.len() > MAX_DEVICE_CLASSES_PER_MAPPING)
+    {
+        out.push_str(&format!(
+            "# WARNING: {} DeviceClasses in one mapping; Kueue v0.17 accepts at most {MAX_DEVICE_CLASSES_PER_MAPPING}\n\
+             # (claims of the others cannot be counted; class-level requests still are).\n",
+            m.device_class_names.len()
+        ));
     }
     if mappings.len() > MAX_DEVICE_CLASS_MAPPINGS {
         out.push_str(&format!(
@@ -214,7 +232,7 @@ pub(super) fn class_request_conditions(
     let mut by_class: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
     for flavor in flavor_reports
         .values()
-        .filter(|f| counts_as_class_resource(f))
+        .filter(|f| counts_as_class_resource(f) && !is_dra_flavor(f))
     {
         for class in &flavor.classes {
             by_class
@@ -312,19 +330,31 @@ pub(super) fn conditions(
     let Some(observed) = observed else {
         return;
     };
-    let wanted = mappings(device_classes);
-    // class -> the mappings of its flavors
-    let mut by_class: BTreeMap<&str, Vec<&DeviceClassMapping>> = BTreeMap::new();
-    for m in &wanted {
-        let flavor = flavor_of_resource(&m.name);
-        let report = flavor.and_then(|f| flavor_reports.get(f));
-        for class in report.iter().flat_map(|f| &f.classes) {
-            by_class.entry(class).or_default().push(m);
+    // class -> the DeviceClasses of its flavors
+    let mut by_class: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    let mut all: Vec<&str> = Vec::new();
+    for name in device_classes
+        .iter()
+        .filter_map(|dc| dc.metadata.name.as_deref())
+    {
+        let Some(flavor) = name.strip_suffix(DEVICE_CLASS_SUFFIX) else {
+            continue;
+        };
+        all.push(name);
+        for class in flavor_reports.get(flavor).iter().flat_map(|f| &f.classes) {
+            by_class.entry(class).or_default().push(name);
         }
     }
-    let over_limit = wanted.len() > MAX_DEVICE_CLASS_MAPPINGS;
-    for (class, needed) in by_class {
-        let Some(report) = class_reports.get_mut(class) else {
+    all.sort();
+    // Kueue takes at most this many names in one mapping: the rest cannot be.
+    let countable: BTreeSet<&str> = all
+        .iter()
+        .copied()
+        .take(MAX_DEVICE_CLASSES_PER_MAPPING)
+        .collect();
+    let class = api::CLASS_RESOURCE;
+    for (class_name, needed) in by_class {
+        let Some(report) = class_reports.get_mut(class_name) else {
             continue;
         };
         let condition = match &observed.read {
@@ -335,25 +365,25 @@ pub(super) fn conditions(
                 format!(
                     "cannot read Kueue's configuration ({}): {why}; Kueue counts claims of {} only if it maps them",
                     observed.source,
-                    names(&needed)
+                    needed.join(", ")
                 ),
             ),
             Ok(config) => {
                 let have = config.device_class_mappings();
                 let mut missing = Vec::new();
-                for m in &needed {
-                    for dc in &m.device_class_names {
-                        match have.get(dc.as_str()) {
-                            Some(name) if *name == m.name => {}
-                            Some(other) => missing.push(format!(
-                                "DeviceClass {dc} is mapped to {other}, not {} (the resource this class's quota is in)",
-                                m.name
-                            )),
-                            None => missing.push(format!(
-                                "add resources.deviceClassMappings entry {{name: {}, deviceClassNames: [{dc}]}}",
-                                m.name
-                            )),
-                        }
+                for dc in &needed {
+                    match have.get(dc) {
+                        Some(name) if *name == class => {}
+                        Some(other) => missing.push(format!(
+                            "DeviceClass {dc} is mapped to {other}, not {class} (the resource this class's quota is in)"
+                        )),
+                        None if countable.contains(dc) => missing.push(format!(
+                            "add {dc} to the deviceClassNames of the resources.deviceClassMappings entry named {class}"
+                        )),
+                        None => missing.push(format!(
+                            "DeviceClass {dc} is beyond the {MAX_DEVICE_CLASSES_PER_MAPPING} DeviceClasses Kueue v0.17 counts in one mapping ({} in the plan), so its claims cannot be admitted: ask for its devices as {class} (counted without a mapping), or narrow the DRA classes",
+                            all.len()
+                        )),
                     }
                 }
                 let gate = config.dra_gate_enabled() || observed.gate_on_command_line;
@@ -363,18 +393,16 @@ pub(super) fn conditions(
                         format!("set featureGates.{DRA_GATE_V017}: true ({DRA_GATE_V018} on Kueue v0.18+)"),
                     );
                 }
-                if over_limit {
-                    missing.push(format!(
-                        "the plan needs {} mappings and Kueue v0.17 accepts at most {MAX_DEVICE_CLASS_MAPPINGS}: narrow the DRA classes (fewer DRA-only flavors)",
-                        wanted.len()
-                    ));
-                }
                 if missing.is_empty() {
                     DesiredCondition::new(
                         api::KUEUE_COUNTS_DEVICE_CLASSES,
                         true,
                         "Mapped",
-                        format!("{} maps {}", observed.source, names(&needed)),
+                        format!(
+                            "{} counts claims of {} as {class}",
+                            observed.source,
+                            needed.join(", ")
+                        ),
                     )
                 } else {
                     DesiredCondition::new(
@@ -383,7 +411,7 @@ pub(super) fn conditions(
                         "DeviceClassNotMapped",
                         format!(
                             "Kueue does not count claims of {} ({}): {}; then restart Kueue (`kaccel plan --kueue-config` prints the snippet)",
-                            names(&needed),
+                            needed.join(", "),
                             observed.source,
                             missing.join("; ")
                         ),
@@ -393,15 +421,6 @@ pub(super) fn conditions(
         };
         report.conditions.push(condition);
     }
-}
-
-fn names(mappings: &[&DeviceClassMapping]) -> String {
-    mappings
-        .iter()
-        .flat_map(|m| &m.device_class_names)
-        .map(String::as_str)
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 #[cfg(test)]

@@ -278,7 +278,7 @@ fn build_flavor(
         let mut annotations = BTreeMap::from([
             (
                 DEVICE_RESOURCE_ANNOTATION.to_string(),
-                report.resource_name.clone(),
+                kueue_counting::pod_resource(report),
             ),
             (MODEL_ANNOTATION.to_string(), report.model.clone()),
         ]);
@@ -340,7 +340,7 @@ fn covered_resources<'a>(flavors: impl Iterator<Item = &'a FlavorReport>) -> Vec
     let devices: BTreeSet<String> = flavors
         .inspect(|r| class_resource |= kueue_counting::counts_as_class_resource(r))
         .map(|r| r.resource_name.clone())
-        .filter(|r| r != CPU)
+        .filter(|r| r != CPU && r != api::CLASS_RESOURCE)
         .collect();
     devices
         .into_iter()

@@ -194,8 +194,9 @@ pub(super) fn assert_quota_within_healthy_capacity(
         let fname = flavor.metadata.name.clone().unwrap();
         let report = &plan.flavors[&fname];
         // Every name a device of the flavor is asked for by: a DRA-only flavor's
-        // quota is in its logical resource, and the class resource counts the
-        // flavor's devices too; the inventory knows them under the variant's.
+        // quota is in the class resource alone, and the class resource counts a
+        // device-plugin flavor's devices too; the inventory knows them under the
+        // variant's.
         let resource = &report.device_resource_name;
         let healthy = healthy_devices(flavor, resource, inventory, health, unknown_counts);
         let mut by_name: BTreeMap<&str, u64> = BTreeMap::new();
@@ -257,8 +258,12 @@ pub(super) fn kueue_admits_at_most(
     vendor: &str,
     transformed: &BTreeSet<&str>,
 ) -> u64 {
-    let vendor_quota = quota.get(vendor).copied();
     let class_quota = quota.get(api::CLASS_RESOURCE).copied();
+    // A DRA-only flavor: its claims and class requests are both the class resource.
+    if vendor == api::CLASS_RESOURCE {
+        return class_quota.unwrap_or(0);
+    }
+    let vendor_quota = quota.get(vendor).copied();
     let retained = transformed.contains(vendor);
     // Maximise vendor units x + class units y.
     match (vendor_quota, class_quota) {

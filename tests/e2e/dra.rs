@@ -305,6 +305,25 @@ fn claim_workload(ns: &str, name: &str, queue: &str, template: &str, secs: u32) 
     })
 }
 
+/// The note of kaccel's `CreditCheckRejected` Event on Workload `name`.
+async fn rejection_note(client: &Client, ns: &str, name: &str) -> Result<String> {
+    use k8s_openapi::api::events::v1::Event;
+    crate::controller::wait_for(&format!("the rejection Event of {name}"), WAIT, || async {
+        let events: Api<Event> = Api::namespaced(client.clone(), ns);
+        let found = events
+            .list(&Default::default())
+            .await?
+            .items
+            .into_iter()
+            .find(|e| {
+                e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+                    && e.reason.as_deref() == Some("CreditCheckRejected")
+            });
+        Ok(found.and_then(|e| e.note))
+    })
+    .await
+}
+
 fn usage_of(wl: &Value, resource: &str) -> Option<(String, String)> {
     let psa = wl.pointer("/status/admission/podSetAssignments/0")?;
     Some((
@@ -351,9 +370,9 @@ async fn claims_counted(env: &mut crate::ledger::Env, store: &str) -> Result<()>
             + &format!("kueue:\n  configFile: {kueue_config}\n")
     });
 
-    // kaccel's DeviceClass, its quota in the flavor's logical resource, and
-    // Kueue's configuration (as e2e/cluster.sh wrote it) maps it.
-    let resource = format!("dra.kaccel.io/{DRA_H100_FLAVOR}");
+    // kaccel's DeviceClass, the flavor's quota in the class resource, and
+    // Kueue's configuration (as e2e/cluster.sh wrote it) maps the DeviceClass to it.
+    let resource = "kaccel.io/accelerator".to_string();
     let dcs = device_classes(&client);
     wait_obj(&dcs, &device_class, "kaccel writes it", |_| true).await?;
     let classes: Api<DynamicObject> = Api::all_with(client.clone(), &crate::ledger::class_ar());
@@ -370,15 +389,15 @@ async fn claims_counted(env: &mut crate::ledger::Env, store: &str) -> Result<()>
     };
     let cq = format!("{team}-{dra_class}");
     let cqs = env.cqs.clone();
-    wait_obj(&cqs, &cq, "quota in the DRA logical resource", |q| {
+    wait_obj(&cqs, &cq, "quota in the class resource", |q| {
         q["spec"]["resourceGroups"][0]["coveredResources"]
             .as_array()
             .is_some_and(|r| r.iter().any(|r| r == resource.as_str()))
     })
     .await?;
 
-    // Six of the eight through a claim: admitted onto the flavor, counted in
-    // the logical resource; four more do not fit and wait.
+    // Six of the eight through a claim: admitted onto the flavor, counted as the
+    // class resource; four more do not fit and wait.
     for (name, count) in [("h100-x6", 6), ("h100-x4", 4)] {
         create_template(&client, &mut env.cleanup, &ns, name, &device_class, count).await?;
     }
@@ -393,7 +412,7 @@ async fn claims_counted(env: &mut crate::ledger::Env, store: &str) -> Result<()>
         "six: {flavor} {units}"
     );
     let reserving = format!("\"name\":\"{resource}\",\"total\":\"6\"");
-    wait_obj(&cqs, &cq, "reserves 6 of the DRA logical resource", |q| {
+    wait_obj(&cqs, &cq, "reserves 6 of the class resource", |q| {
         q["status"]["flavorsReservation"]
             .to_string()
             .contains(&reserving)
@@ -420,8 +439,44 @@ async fn claims_counted(env: &mut crate::ledger::Env, store: &str) -> Result<()>
         four["status"]
     );
 
+    // One device, one count: two more asked for by the class resource fit (6 + 2
+    // of 8) and are placed on the DRA flavor; then one more by either name waits.
+    env.create_workload(crate::ledger::device_workload(
+        &ns,
+        "class-two",
+        &dra_class,
+        &resource,
+        2,
+        Some(600),
+    ))
+    .await?;
+    let two = support::wait_until(&wls, "class-two", "admitted", WAIT, admitted).await?;
+    ensure!(
+        usage_of(&two, &resource) == Some((DRA_H100_FLAVOR.into(), "2".into())),
+        "class-two: {}",
+        two["status"]["admission"]
+    );
+    env.create_workload(crate::ledger::device_workload(
+        &ns,
+        "class-one",
+        &dra_class,
+        &resource,
+        1,
+        Some(600),
+    ))
+    .await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for name in ["four", "class-one"] {
+        let w = serde_json::to_value(wls.get(name).await?)?;
+        ensure!(
+            !admitted(&w),
+            "{name} was admitted beside 6 claimed + 2 class-requested of 8: {}",
+            w["status"]
+        );
+    }
+
     // The ledger: the claim is priced like the device-plugin request, to the
-    // micro-credit, on the DRA logical resource.
+    // micro-credit, on the class resource.
     let entries = export(store, Some(&team))?;
     let reserve_of = |workload: &str| -> Option<(i64, String)> {
         entries
@@ -509,6 +564,7 @@ async fn mixed_fleet(env: &mut crate::ledger::Env, store: &str) -> Result<()> {
         "metadata": {"name": class},
         "spec": {"sharing": "Whole",
                  "selector": {"models": ["NVIDIA-H100-80GB-HBM3", DRA_MI300X_MODEL]},
+                 "preference": ["*H100*", "*MI300X*"],
                  "credits": {"perDeviceHour": "3600"}},
     }))
     .await?;
@@ -529,21 +585,21 @@ async fn mixed_fleet(env: &mut crate::ledger::Env, store: &str) -> Result<()> {
     });
 
     // Both flavors resolve into the class's one ClusterQueue: the H100s in
-    // nvidia.com/gpu, the MI300Xs in their logical resource.
-    let amd_resource = format!("dra.kaccel.io/{DRA_MI300X_FLAVOR}");
+    // nvidia.com/gpu (and the class resource), the MI300Xs in the class resource.
+    let amd_resource = "kaccel.io/accelerator";
     let cq = format!("{team}-{class}");
     let cqs = env.cqs.clone();
-    let queue = wait_obj(&cqs, &cq, "both flavors", |q| {
+    let queue = wait_obj(&cqs, &cq, "both flavors, the H100s first", |q| {
         let flavors = q["spec"]["resourceGroups"][0]["flavors"].to_string();
-        flavors.contains(DRA_MI300X_FLAVOR) && flavors.contains("nvidia-h100-80gb-hbm3")
+        flavors.find("nvidia-h100-80gb-hbm3") < flavors.find(DRA_MI300X_FLAVOR)
+            && flavors.contains(DRA_MI300X_FLAVOR)
     })
     .await?;
     let covered = queue["spec"]["resourceGroups"][0]["coveredResources"].clone();
     ensure!(
-        covered
-            .as_array()
-            .is_some_and(|r| r.iter().any(|r| r == amd_resource.as_str())
-                && r.iter().any(|r| r == "nvidia.com/gpu")),
+        covered.as_array().is_some_and(
+            |r| r.iter().any(|r| r == amd_resource) && r.iter().any(|r| r == "nvidia.com/gpu")
+        ),
         "covered: {covered}"
     );
 
@@ -556,8 +612,47 @@ async fn mixed_fleet(env: &mut crate::ledger::Env, store: &str) -> Result<()> {
         4,
     )
     .await?;
-    env.create_workload(claim_workload(&ns, "amd", &class, "mi300x-x4", 600))
-        .await?;
+    // A claim of the MI300X DeviceClass is counted as the class resource, so
+    // Kueue takes the class's first flavor with room (the H100s), where it could
+    // never be given its devices: kaccel's check refuses it and says how to pin it.
+    let wls = env.workloads(&ns);
+    env.create_workload(claim_workload(
+        &ns,
+        "amd-unpinned",
+        &class,
+        "mi300x-x4",
+        600,
+    ))
+    .await?;
+    let unpinned = support::wait_until(&wls, "amd-unpinned", "deactivated", WAIT, |w| {
+        w["spec"]["active"] == false
+    })
+    .await?;
+    let note = rejection_note(&client, &ns, "amd-unpinned").await?;
+    ensure!(
+        note.contains(&format!("claims devices of DeviceClass {device_class}"))
+            && note.contains("Kueue placed it on flavor nvidia-h100-80gb-hbm3")
+            && note.contains(&format!(
+                "nodeSelector of ResourceFlavor {DRA_MI300X_FLAVOR}"
+            )),
+        "{note}; {}",
+        unpinned["status"]
+    );
+    // Its quota goes back before the next ones (the job integration's part once
+    // Kueue evicts a deactivated Workload).
+    support::release_quota(&wls, "amd-unpinned", &unpinned).await?;
+    support::wait_until(&wls, "amd-unpinned", "no quota held", WAIT, |w| {
+        !support::is_true(w, "QuotaReserved")
+    })
+    .await?;
+
+    // Pinned to its flavor's nodes, Kueue places it on the MI300Xs.
+    let rfs: Api<DynamicObject> = Api::all_with(client.clone(), &kueue("ResourceFlavor"));
+    let amd_labels =
+        support::get_json(&rfs, DRA_MI300X_FLAVOR).await?["spec"]["nodeLabels"].clone();
+    let mut pinned = claim_workload(&ns, "amd", &class, "mi300x-x4", 600);
+    pinned["spec"]["podSets"][0]["template"]["spec"]["nodeSelector"] = amd_labels;
+    env.create_workload(pinned).await?;
     env.create_workload(crate::ledger::device_workload(
         &ns,
         "nvidia",
@@ -567,11 +662,10 @@ async fn mixed_fleet(env: &mut crate::ledger::Env, store: &str) -> Result<()> {
         Some(600),
     ))
     .await?;
-    let wls = env.workloads(&ns);
     let amd = support::wait_until(&wls, "amd", "admitted", WAIT, admitted).await?;
     let nvidia = support::wait_until(&wls, "nvidia", "admitted", WAIT, admitted).await?;
     ensure!(
-        usage_of(&amd, &amd_resource) == Some((DRA_MI300X_FLAVOR.into(), "4".into())),
+        usage_of(&amd, amd_resource) == Some((DRA_MI300X_FLAVOR.into(), "4".into())),
         "the claim was admitted as {}",
         amd["status"]["admission"]
     );
@@ -582,7 +676,7 @@ async fn mixed_fleet(env: &mut crate::ledger::Env, store: &str) -> Result<()> {
         nvidia["status"]["admission"]
     );
     eprintln!(
-        "MEASURE mixed fleet: 4 x {DRA_MI300X_FLAVOR} by claim and 4 x nvidia-h100-80gb-hbm3 by device plugin admitted in one ClusterQueue"
+        "MEASURE mixed fleet: an unpinned MI300X claim placed on the H100s is refused naming the fix; pinned, 4 x {DRA_MI300X_FLAVOR} by claim and 4 x nvidia-h100-80gb-hbm3 by device plugin admitted in one ClusterQueue"
     );
     Ok(())
 }
@@ -689,12 +783,12 @@ async fn quarantine_flow(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
         exporter.port
     );
     let controller = Controller::start(&format!("ctl-{id}"), free_port(), &config);
-    let resource = format!("dra.kaccel.io/{DRA_H100_FLAVOR}");
+    let resource = "kaccel.io/accelerator";
     let cqs: Api<DynamicObject> = Api::all_with(client.clone(), &kueue("ClusterQueue"));
     let nodes: Api<Node> = Api::all(client.clone());
     let result = async {
         wait_obj(&cqs, &cq, "8 healthy DRA GPUs in quota", |q| {
-            nominal(q, &resource) == Some(8)
+            nominal(q, resource) == Some(8)
         })
         .await?;
 
@@ -716,10 +810,10 @@ async fn quarantine_flow(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
         }
         let taken_out_ms = injected.elapsed().as_millis();
         let written = wait_obj(&cqs, &cq, "quota down by exactly one", |q| {
-            nominal(q, &resource) == Some(7)
+            nominal(q, resource) == Some(7)
         })
         .await?;
-        ensure!(nominal(&written, &resource) == Some(7));
+        ensure!(nominal(&written, resource) == Some(7));
         let n = nodes.get(&node).await?;
         let cordoned = n.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false);
         let tainted = n
@@ -790,7 +884,7 @@ async fn quarantine_flow(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
             support::is_true(w, "Admitted")
         })
         .await?;
-        ensure!(usage_of(&seven, &resource) == Some((DRA_H100_FLAVOR.into(), "7".into())));
+        ensure!(usage_of(&seven, resource) == Some((DRA_H100_FLAVOR.into(), "7".into())));
 
         // The exporter goes silent: the rule stays (a silent exporter never
         // returns a failed card to service).
@@ -813,7 +907,7 @@ async fn quarantine_flow(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
             released_ms >= u128::from(hold_down) * 1000,
             "removed after {released_ms} ms, before the {hold_down} s hold-down"
         );
-        wait_obj(&cqs, &cq, "quota back to 8", |q| nominal(q, &resource) == Some(8)).await?;
+        wait_obj(&cqs, &cq, "quota back to 8", |q| nominal(q, resource) == Some(8)).await?;
 
         // Someone else's rule: untouched throughout.
         let now = rules.get(&foreign_name).await?;
@@ -1129,7 +1223,7 @@ async fn allocator_flow(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
     let result = async {
         wait_obj(&device_classes(client), &device_class, "kaccel writes it", |_| true).await?;
         // The quota is the flavor's devices: node a's eight, not the old driver's.
-        let resource = format!("dra.kaccel.io/{flavor}");
+        let resource = "kaccel.io/accelerator";
         let cqs: Api<DynamicObject> = Api::all_with(client.clone(), &kueue("ClusterQueue"));
         let classes: Api<DynamicObject> =
             Api::all_with(client.clone(), &ApiResource::erase::<AcceleratorClass>(&()));
@@ -1138,7 +1232,7 @@ async fn allocator_flow(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
         })
         .await?;
         let queue = wait_obj(&cqs, &cq, "quota in the flavor's DRA resource", |q| {
-            q["spec"]["resourceGroups"][0]["coveredResources"].to_string().contains(&resource)
+            q["spec"]["resourceGroups"][0]["coveredResources"].to_string().contains(resource)
         })
         .await?;
         let root_quota = Api::<DynamicObject>::all_with(client.clone(), &kueue("Cohort"))
@@ -1152,7 +1246,7 @@ async fn allocator_flow(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
                 .flat_map(|g| g["flavors"].as_array().into_iter().flatten())
                 .filter(|f| f["name"] == flavor.as_str())
                 .flat_map(|f| f["resources"].as_array().into_iter().flatten())
-                .filter(|r| r["name"] == resource.as_str())
+                .filter(|r| r["name"] == resource)
                 .filter_map(|r| r["nominalQuota"].as_str()?.parse::<u64>().ok())
                 .sum()
         };

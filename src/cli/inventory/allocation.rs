@@ -83,11 +83,21 @@ pub fn allocation(inventory: &Inventory, kueue: &KueueObjects) -> Allocation {
     } = kueue;
     let mut rows: BTreeMap<(String, String), FlavorAllocation> = BTreeMap::new();
     let mut selectors: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+    // flavor -> what its pods ask for, where kaccel's ResourceFlavor says so: a
+    // DRA-only flavor's quota is in the class resource, its row is this name.
+    let mut pod_resources: BTreeMap<String, String> = BTreeMap::new();
     for flavor in flavors {
         let Some(name) = flavor.pointer("/metadata/name").and_then(Value::as_str) else {
             continue;
         };
         selectors.insert(name.to_string(), labels_of(flavor));
+        let annotation = flavor
+            .pointer("/metadata/annotations")
+            .and_then(|a| a.get(crate::k8s::labels::DEVICE_RESOURCE_ANNOTATION))
+            .and_then(Value::as_str);
+        if let Some(resource) = annotation {
+            pod_resources.insert(name.to_string(), resource.to_string());
+        }
     }
     let new_row = |flavor: &str, resource: &str| {
         let mut row = FlavorAllocation {
@@ -103,9 +113,10 @@ pub fn allocation(inventory: &Inventory, kueue: &KueueObjects) -> Allocation {
         if let Some(selector) = selectors.get(flavor) {
             let mut variants = BTreeSet::new();
             let mut nodes = BTreeSet::new();
-            // A DRA flavor's quota is in its logical resource, which counts the
-            // claims of its DeviceClass: the DRA groups its nodeLabels select.
-            let dra = crate::plan::kueue_counting::device_class_of_resource(resource).is_some();
+            // A DRA flavor's row is its DeviceClass's implicit extended resource:
+            // the DRA groups its nodeLabels select.
+            let dra = resource
+                .starts_with(crate::plan::kueue_counting::IMPLICIT_EXTENDED_RESOURCE_PREFIX);
             for (node, group) in inventory.groups() {
                 let counted = group.variant.resource_name == resource
                     || (dra && crate::inventory::is_dra_device_class(&group.variant.resource_name));
@@ -135,9 +146,18 @@ pub fn allocation(inventory: &Inventory, kueue: &KueueObjects) -> Allocation {
                 continue;
             };
             for quota in flavor["resources"].as_array().into_iter().flatten() {
-                let Some(resource) = quota["name"].as_str() else {
+                let Some(mut resource) = quota["name"].as_str() else {
                     continue;
                 };
+                if resource == crate::api::CLASS_RESOURCE
+                    && let Some(dra) = pod_resources.get(name).filter(|r| {
+                        r.starts_with(
+                            crate::plan::kueue_counting::IMPLICIT_EXTENDED_RESOURCE_PREFIX,
+                        )
+                    })
+                {
+                    resource = dra;
+                }
                 let key = (name.to_string(), resource.to_string());
                 if !is_device_resource(resource) || rows.contains_key(&key) {
                     continue;

@@ -164,6 +164,20 @@ impl LedgerRuntime {
             );
             return self.reject(v, &message).await;
         }
+        if let Some(misplaced) = self.misplaced_claim(v).await? {
+            let message = format!(
+                "podSet {:?} claims devices of DeviceClass {} (ResourceClaimTemplate {}), which only flavor {} has, but Kueue placed it on flavor {}: Kueue counts claims of every kaccel DeviceClass as {} and takes the class's first flavor with room. Ask for {} instead (any flavor the class admits), or pin the podSet to its flavor with the nodeSelector of ResourceFlavor {} (its spec.nodeLabels), so Kueue places it there",
+                misplaced.pod_set,
+                misplaced.device_class,
+                misplaced.template,
+                misplaced.claim_flavor,
+                misplaced.assigned_flavor,
+                crate::api::CLASS_RESOURCE,
+                crate::api::CLASS_RESOURCE,
+                misplaced.claim_flavor
+            );
+            return self.reject(v, &message).await;
+        }
         let pod_sets = pod_set_usage(v).map_err(|source| LedgerError::Admission {
             workload: shown.to_string(),
             source,
@@ -288,6 +302,60 @@ impl LedgerRuntime {
                 self.reject(v, &message).await
             }
         }
+    }
+
+    /// The first podSet whose claim Kueue placed on a flavor its DeviceClass
+    /// cannot give devices on (see [`misplaced_claim`]), reading the claims'
+    /// ResourceClaimTemplates. A template that is gone is skipped (its pods
+    /// cannot be created anyway).
+    async fn misplaced_claim(
+        &self,
+        v: &Workload,
+    ) -> Result<Option<crate::ledger::admission::MisplacedClaim>, LedgerError> {
+        use k8s_openapi::api::resource::v1::ResourceClaimTemplate;
+        let templates: BTreeSet<&str> = v
+            .spec
+            .pod_sets
+            .iter()
+            .flat_map(|p| &p.claim_templates)
+            .map(String::as_str)
+            .collect();
+        if templates.is_empty() {
+            return Ok(None);
+        }
+        let (namespace, _) = namespace_and_name(v);
+        let api: Api<ResourceClaimTemplate> = Api::namespaced(self.client.clone(), namespace);
+        let mut device_classes = BTreeMap::new();
+        for name in templates {
+            let Some(template) = api.get_opt(name).await.map_err(|source| LedgerError::Api {
+                action: format!("reading ResourceClaimTemplate {namespace}/{name}"),
+                source,
+            })?
+            else {
+                continue;
+            };
+            let requests = template
+                .spec
+                .spec
+                .devices
+                .iter()
+                .flat_map(|d| d.requests.iter().flatten());
+            let classes: Vec<String> = requests
+                .flat_map(|r| {
+                    r.exactly.iter().map(|e| e.device_class_name.clone()).chain(
+                        r.first_available
+                            .iter()
+                            .flatten()
+                            .map(|s| s.device_class_name.clone()),
+                    )
+                })
+                .collect();
+            device_classes.insert(name.to_string(), classes);
+        }
+        Ok(crate::ledger::admission::misplaced_claim(
+            v,
+            &device_classes,
+        ))
     }
 
     /// A budget's balances from the cache, or the store when not cached. Callers

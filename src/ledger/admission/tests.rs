@@ -401,3 +401,54 @@ fn a_pod_asking_by_the_class_name_and_a_vendor_name_together_is_found_and_others
         Some(("workers", "nvidia.com/gpu"))
     );
 }
+
+/// A claim of one flavor's DeviceClass is counted as the class resource, so
+/// Kueue may place it on another flavor of the class: found, with both flavors;
+/// a claim on its own flavor, a claim of a DeviceClass that is not kaccel's, and
+/// a podSet without claims are not.
+#[test]
+fn a_claim_placed_on_another_flavor_than_its_device_classs_is_found() {
+    let admitted_on = |flavor: &str| {
+        typed(&json!({
+            "spec": {"queueName": "q", "podSets": [
+                {"name": "launcher", "count": 1, "template": {"spec": {"containers": [
+                    {"name": "l", "resources": {"requests": {"cpu": "1"}}}]}}},
+                {"name": "workers", "count": 2, "template": {"spec": {
+                    "containers": [{"name": "w", "resources": {"claims": [{"name": "gpus"}]}}],
+                    "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "mi300x-x4"}]}}}
+            ]},
+            "status": {"admission": {"clusterQueue": "cq", "podSetAssignments": [
+                {"name": "launcher", "count": 1, "flavors": {"cpu": "cpu-pool"}},
+                {"name": "workers", "count": 2, "flavors": {"kaccel.io/accelerator": flavor},
+                 "resourceUsage": {"kaccel.io/accelerator": "8"}}]}}
+        }))
+    };
+    let templates = BTreeMap::from([(
+        "mi300x-x4".to_string(),
+        vec!["amd-mi300x.kaccel.io".to_string()],
+    )]);
+    let w = admitted_on("nvidia-h100");
+    assert_eq!(w.spec.pod_sets[1].claim_templates, ["mi300x-x4"]);
+    assert_eq!(
+        misplaced_claim(&w, &templates),
+        Some(MisplacedClaim {
+            pod_set: "workers".into(),
+            template: "mi300x-x4".into(),
+            device_class: "amd-mi300x.kaccel.io".into(),
+            claim_flavor: "amd-mi300x".into(),
+            assigned_flavor: "nvidia-h100".into(),
+        })
+    );
+    // The cache keeps the templates through slimming.
+    let mut slim = w.clone();
+    slim.slim("kaccel.io/", is_accelerator_resource);
+    assert!(misplaced_claim(&slim, &templates).is_some());
+    assert_eq!(
+        misplaced_claim(&admitted_on("amd-mi300x"), &templates),
+        None
+    );
+    let foreign = BTreeMap::from([("mi300x-x4".to_string(), vec!["gpu.amd.com".to_string()])]);
+    assert_eq!(misplaced_claim(&w, &foreign), None);
+    assert_eq!(misplaced_claim(&w, &BTreeMap::new()), None);
+    assert!(w.spec.pod_sets[0].claim_templates.is_empty());
+}

@@ -710,51 +710,54 @@ fn counts_condition(plan: &Plan) -> Option<&crate::api::DesiredCondition> {
         .find(|c| c.type_ == crate::api::KUEUE_COUNTS_DEVICE_CLASSES)
 }
 
-/// Each DRA-only flavor's quota is in its own logical resource, never above its
-/// healthy devices (invariant 1), and Kueue's snippet maps exactly the
-/// DeviceClass of each flavor to it.
+/// One device, one count on DRA: each DRA-only flavor's quota is in the class
+/// resource alone (claims of its DeviceClass are mapped to it, class-level
+/// requests are it), never above its healthy devices (invariant 1); Kueue's
+/// snippet maps every kaccel DeviceClass in one entry; the flavor tells the pod
+/// webhook to turn a class request into its DeviceClass's implicit resource.
 #[test]
-fn dra_flavors_are_counted_in_their_own_logical_resource() {
+fn dra_flavors_are_counted_as_the_class_resource() {
     let plan = plan_observing(None);
     let cq = &plan.cluster_queues[0];
     let group = &cq.spec.resource_groups[0];
     assert_eq!(
         group.covered_resources,
-        [
-            "dra.kaccel.io/nvidia-h100-80gb-hbm3",
-            "dra.kaccel.io/nvidia-h200",
-            "cpu",
-            "memory"
-        ]
+        [crate::api::CLASS_RESOURCE, "cpu", "memory"]
     );
     let mut granted = 0;
     for flavor in &group.flavors {
-        let own = format!("dra.kaccel.io/{}", flavor.name);
-        for r in &flavor.resources {
-            let n: u64 = r.nominal_quota.0.parse().unwrap_or(0);
-            if r.name.starts_with("dra.kaccel.io/") && r.name != own {
-                assert_eq!(
-                    n, 0,
-                    "{} grants {} of another flavor's resource",
-                    flavor.name, r.name
-                );
-            }
-            if r.name == own {
-                assert!(n <= plan.flavors[&flavor.name].healthy_capacity);
-                granted += n;
-            }
+        for r in flavor
+            .resources
+            .iter()
+            .filter(|r| r.name == crate::api::CLASS_RESOURCE)
+        {
+            let n: u64 = r.nominal_quota.0.parse().unwrap();
+            assert!(n <= plan.flavors[&flavor.name].healthy_capacity);
+            granted += n;
         }
     }
     assert_eq!(granted, 12);
     assert_eq!(
         plan.flavors["nvidia-h200"].resource_name,
-        "dra.kaccel.io/nvidia-h200"
+        crate::api::CLASS_RESOURCE
+    );
+    let rf = plan
+        .resource_flavors
+        .iter()
+        .find(|f| f.metadata.name.as_deref() == Some("nvidia-h200"))
+        .unwrap();
+    assert_eq!(
+        rf.metadata.annotations.as_ref().unwrap()[crate::k8s::labels::DEVICE_RESOURCE_ANNOTATION],
+        "deviceclass.resource.kubernetes.io/nvidia-h200.kaccel.io"
     );
     let mappings = crate::plan::kueue_counting::mappings(&plan.device_classes);
     let snippet = crate::plan::kueue_counting::configuration_snippet(&mappings, &[]);
     assert!(snippet.contains(
-        "  - name: dra.kaccel.io/nvidia-h200\n    deviceClassNames:\n    - nvidia-h200.kaccel.io\n"
+        "  - name: kaccel.io/accelerator\n    deviceClassNames:\n    - nvidia-h100-80gb-hbm3.kaccel.io\n    - nvidia-h200.kaccel.io\n"
     ), "{snippet}");
+    assert_eq!(mappings.len(), 1);
+    // No transformation of the class resource into itself.
+    assert!(crate::plan::kueue_counting::transformations(&plan.flavors).is_empty());
     // Without an observed configuration the planner says nothing about Kueue.
     assert!(counts_condition(&plan).is_none());
 }
@@ -777,7 +780,7 @@ fn the_kueue_check_names_what_kueues_configuration_lacks() {
 
     // No gate, one mapping missing, one pointing elsewhere.
     let partial = plan_observing(Some(observed(
-        "resources:\n  deviceClassMappings:\n  - name: dra.kaccel.io/nvidia-h200\n    deviceClassNames: [nvidia-h200.kaccel.io]\n  - name: example.com/gpu\n    deviceClassNames: [nvidia-h100-80gb-hbm3.kaccel.io]\n",
+        "resources:\n  deviceClassMappings:\n  - name: kaccel.io/accelerator\n    deviceClassNames: [nvidia-h200.kaccel.io]\n  - name: example.com/gpu\n    deviceClassNames: [nvidia-h100-80gb-hbm3.kaccel.io]\n",
     )));
     let c = counts_condition(&partial).expect("a condition");
     assert!(!c.status);
@@ -789,29 +792,24 @@ fn the_kueue_check_names_what_kueues_configuration_lacks() {
         c.message
     );
     assert!(
-        c.message.contains("DeviceClass nvidia-h100-80gb-hbm3.kaccel.io is mapped to example.com/gpu, not dra.kaccel.io/nvidia-h100-80gb-hbm3"),
+        c.message.contains("DeviceClass nvidia-h100-80gb-hbm3.kaccel.io is mapped to example.com/gpu, not kaccel.io/accelerator"),
         "{}",
         c.message
     );
-    assert!(
-        !c.message
-            .contains("deviceClassNames: [nvidia-h200.kaccel.io]"),
-        "{}",
-        c.message
-    );
+    assert!(!c.message.contains("add nvidia-h200"), "{}", c.message);
     let missing = plan_observing(Some(observed(
         "featureGates:\n  DynamicResourceAllocation: true\n",
     )));
     let c = counts_condition(&missing).expect("a condition");
     assert!(
-        c.message.contains("add resources.deviceClassMappings entry {name: dra.kaccel.io/nvidia-h200, deviceClassNames: [nvidia-h200.kaccel.io]}"),
+        c.message.contains("add nvidia-h200.kaccel.io to the deviceClassNames of the resources.deviceClassMappings entry named kaccel.io/accelerator"),
         "{}",
         c.message
     );
     assert!(!c.message.contains("featureGates"), "{}", c.message);
     // A gate on Kueue's command line is taken on the platform team's word.
     let mut flags = observed(
-        "resources:\n  deviceClassMappings:\n  - name: dra.kaccel.io/nvidia-h200\n    deviceClassNames: [nvidia-h200.kaccel.io]\n  - name: dra.kaccel.io/nvidia-h100-80gb-hbm3\n    deviceClassNames: [nvidia-h100-80gb-hbm3.kaccel.io]\n",
+        "resources:\n  deviceClassMappings:\n  - name: kaccel.io/accelerator\n    deviceClassNames: [nvidia-h200.kaccel.io, nvidia-h100-80gb-hbm3.kaccel.io]\n",
     );
     flags.gate_on_command_line = true;
     assert!(
@@ -835,17 +833,16 @@ fn the_kueue_check_names_what_kueues_configuration_lacks() {
 }
 
 #[test]
-fn a_dra_logical_resource_names_its_device_class() {
-    use crate::plan::kueue_counting::{device_class_of_resource, quota_resource};
+fn a_dra_flavors_pod_resource_is_its_device_classs_implicit_extended_resource() {
+    let plan = plan_observing(None);
+    let dra = &plan.flavors["nvidia-h200"];
     assert_eq!(
-        device_class_of_resource(&quota_resource("nvidia-h200")).as_deref(),
-        Some("nvidia-h200.kaccel.io")
+        crate::plan::kueue_counting::pod_resource(dra),
+        "deviceclass.resource.kubernetes.io/nvidia-h200.kaccel.io"
     );
-    assert_eq!(device_class_of_resource("nvidia.com/gpu"), None);
-    assert_eq!(device_class_of_resource("dra.kaccel.io/"), None);
-    assert_eq!(device_class_of_resource("dra.kaccel.iox/a"), None);
-    // The ledger prices it as an accelerator.
+    assert!(crate::plan::kueue_counting::is_dra_flavor(dra));
+    // The ledger prices the class resource as an accelerator.
     assert!(crate::ledger::admission::is_accelerator_resource(
-        &quota_resource("a")
+        crate::api::CLASS_RESOURCE
     ));
 }
