@@ -242,7 +242,18 @@ impl Workload {
         let meta = &mut self.metadata;
         meta.managed_fields = None;
         meta.labels = None;
-        meta.owner_references = None;
+        // Only the controller (the Job a Workload was made for) is kept: the
+        // credit check tells it where its pods were placed.
+        if let Some(owners) = meta.owner_references.as_mut() {
+            owners.retain(|o| o.controller == Some(true));
+            owners.truncate(1);
+            for o in owners.iter_mut() {
+                o.block_owner_deletion = None;
+            }
+        }
+        if meta.owner_references.as_ref().is_some_and(Vec::is_empty) {
+            meta.owner_references = None;
+        }
         if let Some(annotations) = meta.annotations.as_mut() {
             annotations.retain(|k, _| k.starts_with(keep_annotation_prefix));
             if annotations.is_empty() {
@@ -382,7 +393,8 @@ mod tests {
                 "resourceVersion": "812", "generation": 2,
                 "creationTimestamp": "2026-12-01T00:00:00Z",
                 "labels": {"kueue.x-k8s.io/job-uid": "j-1"},
-                "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "j-1", "controller": true}],
+                "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "j-1", "controller": true, "blockOwnerDeletion": true},
+                                    {"apiVersion": "v1", "kind": "ConfigMap", "name": "other", "uid": "c-1"}],
                 "annotations": {"kaccel.io/credit-reservation": "{\"budget\":\"vision\"}", "other.io/x": "y"},
                 "finalizers": ["kaccel.io/credits"],
                 "managedFields": [{"manager": "kueue", "operation": "Update", "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {}}}]
@@ -420,7 +432,11 @@ mod tests {
         );
         assert!(v["metadata"].get("managedFields").is_none());
         assert!(v["metadata"].get("labels").is_none());
-        assert!(v["metadata"].get("ownerReferences").is_none());
+        // The controller (the Job, told where its pods went) alone.
+        assert_eq!(
+            v["metadata"]["ownerReferences"],
+            json!([{"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "j-1", "controller": true}])
+        );
         assert_eq!(v["metadata"]["finalizers"], json!(["kaccel.io/credits"]));
         assert_eq!(v["metadata"]["uid"], "u-1");
         assert!(v["spec"].get("podSets").is_none());

@@ -1,7 +1,10 @@
 //! The pod rewrite of class-level requests, as pure functions: a pod that asks
 //! for `kaccel.io/accelerator: N` and that Kueue placed on a flavor gets that
-//! flavor's vendor resource instead (`nvidia.com/gpu: N`, `amd.com/gpu: N`, ...),
-//! and the settings its class declares for that vendor or model. The I/O (TLS,
+//! flavor's vendor resource instead (`nvidia.com/gpu: N`, `amd.com/gpu: N`, ...;
+//! on a DRA-only flavor the implicit extended resource of its DeviceClass,
+//! `deviceclass.resource.kubernetes.io/<flavor>.kaccel.io: N`, which the
+//! scheduler turns into a claim of exactly that flavor's devices), and the
+//! settings its class declares for that vendor or model. The I/O (TLS,
 //! the AdmissionReview, where the flavor is read from) is in
 //! `controller::pod_webhook`.
 //!

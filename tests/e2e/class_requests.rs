@@ -482,7 +482,7 @@ async fn class_requests(env: &mut Env, store: &str) -> Result<()> {
 // ---------------------------------------------------------------------------
 // The pod webhook: the class resource becomes the placed flavor's vendor resource.
 
-fn mwc_ar() -> ApiResource {
+pub(crate) fn mwc_ar() -> ApiResource {
     ApiResource::erase::<k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration>(
         &(),
     )
@@ -491,7 +491,7 @@ fn mwc_ar() -> ApiResource {
 /// manifests/webhook.yaml's MutatingWebhookConfiguration (its rules and
 /// matchConditions as shipped), named `name`, calling kaccel at `url` and only
 /// for pods of namespace `ns` (the cluster is shared with other tests).
-fn test_webhook_configuration(name: &str, url: &str, ns: &str) -> Result<Value> {
+pub(crate) fn test_webhook_configuration(name: &str, url: &str, ns: &str) -> Result<Value> {
     let text = std::fs::read_to_string(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/webhook.yaml"),
     )?;
@@ -980,8 +980,49 @@ async fn jobs_through_the_webhook(env: &mut Env, store: &str) -> Result<()> {
         "{}",
         reserved(&placed[1].2)
     );
+    // Each Job is told where it went and why, in an Event its user reads.
+    let mut placed_notes = Vec::new();
+    for (name, needles) in [
+        (
+            "train-1",
+            vec![
+                format!("on {nv_flavor}"),
+                "its first preference".to_string(),
+            ],
+        ),
+        (
+            "train-2",
+            vec![
+                format!("on {amd_flavor}"),
+                format!("{nv_flavor} full: 8/8 in use"),
+            ],
+        ),
+    ] {
+        let note = wait_for(&format!("the Placed Event of Job {name}"), WAIT, || async {
+            let events: Api<Event> = Api::namespaced(client.clone(), &ns);
+            let found = events
+                .list(&Default::default())
+                .await?
+                .items
+                .into_iter()
+                .find(|e| {
+                    e.regarding.as_ref().is_some_and(|r| {
+                        r.kind.as_deref() == Some("Job") && r.name.as_deref() == Some(name)
+                    }) && e.reason.as_deref() == Some("Placed")
+                });
+            Ok(found.and_then(|e| e.note))
+        })
+        .await?;
+        for needle in &needles {
+            ensure!(
+                note.contains(needle.as_str()),
+                "Job {name}'s Placed Event: {note}"
+            );
+        }
+        placed_notes.push(note);
+    }
     eprintln!(
-        "MEASURE one Job manifest: train-1 -> {nv_flavor} with nvidia.com/gpu: 8, train-2 -> {amd_flavor} with amd.com/gpu: 8 and the ROCm image"
+        "MEASURE one Job manifest: train-1 -> {nv_flavor} with nvidia.com/gpu: 8, train-2 -> {amd_flavor} with amd.com/gpu: 8 and the ROCm image; Events: {placed_notes:?}"
     );
     Ok(())
 }

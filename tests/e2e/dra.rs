@@ -1479,3 +1479,304 @@ async fn dra_holders(env: &mut crate::ledger::Env, store: &str) -> Result<()> {
     }
     result
 }
+
+// ---------------------------------------------------------------------------
+// A class-level request on a DRA fleet: `kaccel.io/accelerator: 8`, no claim.
+
+#[tokio::test]
+async fn a_class_request_on_a_dra_fleet_is_given_exactly_its_flavors_devices_by_the_scheduler() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("ledger.db").display());
+    crate::ledger::with_env!("kdreq", |env| dra_class_requests(&mut env, &store).await);
+}
+
+/// Two DRA-only classes (H100s on one node, MI300Xs on another), one budget,
+/// kaccel serving the pod webhook. The same Job manifest asking for
+/// `kaccel.io/accelerator: 8` in each class's queue: Kueue admits it onto the
+/// class's flavor, kaccel's webhook turns the request into the implicit extended
+/// resource of that flavor's DeviceClass, and kube-scheduler (DRAExtendedResource)
+/// makes the pod a claim of exactly that DeviceClass's devices and binds it. Each
+/// class gets only its own cards, all of one variant; a ninth H100 asked for
+/// waits rather than taking an MI300X; the ledger prices each at its own rate.
+async fn dra_class_requests(env: &mut crate::ledger::Env, store: &str) -> Result<()> {
+    let client = env.client.clone();
+    let ns = format!("ns-{}", env.id);
+    let jobs: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &support::job_ar());
+    let result = dra_class_requests_flow(env, store).await;
+    for job in ["train-h100", "train-mi300x", "train-h100-more"] {
+        let _ = support::delete_job(&jobs, job).await;
+    }
+    // Bound to nodes with no kubelet: gone only when deleted at once; their
+    // claims (no garbage collector here) by hand.
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), &ns);
+    for p in pods.list(&Default::default()).await?.items {
+        let _ = pods
+            .delete(
+                &p.name_any(),
+                &kube::api::DeleteParams {
+                    grace_period_seconds: Some(0),
+                    ..Default::default()
+                },
+            )
+            .await;
+    }
+    let claims: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &claim_ar());
+    for c in claims.list(&Default::default()).await?.items {
+        let _ = claims.delete(&c.name_any(), &Default::default()).await;
+    }
+    result
+}
+
+async fn dra_class_requests_flow(env: &mut crate::ledger::Env, store: &str) -> Result<()> {
+    use crate::class_requests::{mwc_ar, test_webhook_configuration};
+    use crate::ledger::admitted;
+    let id = env.id.clone();
+    let client = env.client.clone();
+    let (h100_node, h100_class_dc) = dra_h100_node(env).await?;
+    let mi300x_node = format!("dra-mi300x-{id}");
+    publish(
+        &client,
+        &mut env.cleanup,
+        &mi300x_node,
+        DRA_MI300X_MODEL,
+        amd_slice(&mi300x_node, "AMD E2E DRA MI300X"),
+    )
+    .await?;
+    clean_flavor(&mut env.cleanup, DRA_MI300X_FLAVOR);
+    let mi300x_dc = format!("{DRA_MI300X_FLAVOR}.kaccel.io");
+
+    let h100_class = format!("dra-h100-{id}");
+    let mi300x_class = format!("dra-mi300x-{id}");
+    env.create_class(dra_h100_class(&h100_class)).await?;
+    env.create_class(json!({
+        "apiVersion": "kaccel.io/v1alpha1", "kind": "AcceleratorClass",
+        "metadata": {"name": mi300x_class},
+        "spec": {"sharing": "Whole", "selector": {"models": [DRA_MI300X_MODEL]},
+                 "credits": {"perDeviceHour": "7200"},
+                 "podSettings": [{"vendors": ["amd"], "image": "ghcr.io/acme/train:rocm"}]},
+    }))
+    .await?;
+    let ns = format!("ns-{id}");
+    env.create_budget(json!({
+        "apiVersion": "kaccel.io/v1alpha1", "kind": "CreditBudget",
+        "metadata": {"name": format!("b-{id}")},
+        "spec": {"team": "vision", "namespaces": [ns],
+            "classes": [{"name": h100_class, "guaranteedDevices": 8},
+                        {"name": mi300x_class, "guaranteedDevices": 8}],
+            "credits": {"perPeriod": "1000000", "period": {"start": "2026-12-01T00:00:00Z", "days": 30}}},
+    }))
+    .await?;
+    // The ServiceAccount admission plugin wants the namespace's default account.
+    let sas: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns,
+        &ApiResource::erase::<k8s_openapi::api::core::v1::ServiceAccount>(&()),
+    );
+    wait_obj(&sas, "default", "the default ServiceAccount", |_| true).await?;
+    let port = free_port();
+    let mwc_name = format!("kaccel-pod-accelerator-{id}");
+    let mwcs: Api<DynamicObject> = Api::all_with(client.clone(), &mwc_ar());
+    support::create(
+        &mwcs,
+        test_webhook_configuration(
+            &mwc_name,
+            &format!("https://127.0.0.1:{port}/mutate-pods"),
+            &ns,
+        )?,
+    )
+    .await?;
+    env.cleanup.add(None, mwc_ar(), &mwc_name);
+    let kueue_config = kueue_config_file();
+    env.start_with(store, |config| {
+        config.replace("watchResourceSlices: false", "watchResourceSlices: true")
+            + &format!("kueue:\n  configFile: {kueue_config}\n")
+            + &format!(
+                "webhook:\n  enabled: true\n  address: 127.0.0.1:{port}\n  secret: {ns}/kaccel-webhook-tls\n  \
+                 hosts: [\"127.0.0.1\", localhost]\n  configurationName: {mwc_name}\n"
+            )
+    });
+    wait_obj(&mwcs, &mwc_name, "caBundle written", |m| {
+        m["webhooks"][0]["clientConfig"]["caBundle"]
+            .as_str()
+            .is_some_and(|b| !b.is_empty())
+    })
+    .await?;
+    let dcs = device_classes(&client);
+    for dc in [&h100_class_dc, &mi300x_dc] {
+        wait_obj(&dcs, dc, "kaccel writes it", |_| true).await?;
+    }
+    let cqs = env.cqs.clone();
+    for class in [&h100_class, &mi300x_class] {
+        wait_obj(
+            &cqs,
+            &format!("b-{id}-{class}"),
+            "8 in the class resource",
+            |q| nominal(q, "kaccel.io/accelerator") == Some(8),
+        )
+        .await?;
+    }
+
+    let jobs: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &support::job_ar());
+    let job = |name: &str, class: &str, count: u32| {
+        let mut j = support::gpu_job(&ns, name, class, "kaccel.io/accelerator", count);
+        j["spec"]["template"]["spec"]["schedulerName"] = json!(SCHEDULER);
+        j
+    };
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), &ns);
+    let claims: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &claim_ar());
+    let workloads = env.workloads(&ns);
+    let micros = crate::ledger::MICROS;
+    let mut measured = Vec::new();
+    for (name, class, node, driver, dc, flavor, per_second) in [
+        (
+            "train-h100",
+            &h100_class,
+            &h100_node,
+            "gpu.nvidia.com",
+            &h100_class_dc,
+            DRA_H100_FLAVOR,
+            1,
+        ),
+        (
+            "train-mi300x",
+            &mi300x_class,
+            &mi300x_node,
+            "gpu.amd.com",
+            &mi300x_dc,
+            DRA_MI300X_FLAVOR,
+            2,
+        ),
+    ] {
+        support::create(&jobs, job(name, class, 8)).await?;
+        let pod = support::job_pod(&pods, name, WAIT).await?;
+        let workload = pod
+            .annotations()
+            .get("kueue.x-k8s.io/workload")
+            .cloned()
+            .unwrap_or_default();
+        env.track_workload(&ns, &workload);
+        // The webhook asked for the flavor's DeviceClass by its implicit name.
+        let implicit = format!("deviceclass.resource.kubernetes.io/{dc}");
+        let pod_json = serde_json::to_value(&pod)?;
+        let main = &pod_json["spec"]["containers"][0];
+        ensure!(
+            main["resources"]["limits"] == json!({&implicit: "8"})
+                && main["resources"]["requests"][&implicit] == "8"
+                && main["resources"]["requests"]
+                    .get("kaccel.io/accelerator")
+                    .is_none(),
+            "Job {name}'s pod: {}",
+            main["resources"]
+        );
+        // kube-scheduler made it a claim of that DeviceClass, allocated on the
+        // flavor's node, and bound it there.
+        let pod_name = pod.name_any();
+        let devices = crate::controller::wait_for(
+            &format!("{name} bound, its devices allocated"),
+            WAIT,
+            || async {
+                let p = pods.get(&pod_name).await?;
+                let Some(bound) = p.spec.as_ref().and_then(|s| s.node_name.clone()) else {
+                    return Ok(None);
+                };
+                ensure!(bound == *node, "{name} bound to {bound}, not {node}");
+                let owned = claims
+                    .list(&Default::default())
+                    .await?
+                    .items
+                    .into_iter()
+                    .find(|c| {
+                        c.owner_references().iter().any(|o| o.name == pod_name)
+                            && c.annotations()
+                                .get("resource.kubernetes.io/extended-resource-claim")
+                                .map(String::as_str)
+                                == Some("true")
+                    });
+                let Some(claim) = owned else { return Ok(None) };
+                let results: Vec<Value> = claim.data["status"]["allocation"]["devices"]["results"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default();
+                Ok((!results.is_empty()).then_some((claim.data["spec"].clone(), results)))
+            },
+        )
+        .await?;
+        let (spec, results) = devices;
+        ensure!(
+            spec.to_string()
+                .contains(&format!("\"deviceClassName\":\"{dc}\"")),
+            "{name}'s claim asks for another DeviceClass: {spec}"
+        );
+        ensure!(
+            results.len() == 8,
+            "{name}: {} devices allocated",
+            results.len()
+        );
+        for r in &results {
+            ensure!(
+                r["driver"] == driver && r["pool"] == node.as_str(),
+                "{name} was given a device of another variant or node: {r}"
+            );
+        }
+        let admitted_wl =
+            support::wait_until(&workloads, &workload, "admitted", WAIT, admitted).await?;
+        ensure!(
+            usage_of(&admitted_wl, "kaccel.io/accelerator")
+                == Some((flavor.to_string(), "8".into())),
+            "{name}: {}",
+            admitted_wl["status"]["admission"]
+        );
+        if driver == "gpu.amd.com" {
+            ensure!(
+                main["image"] == "ghcr.io/acme/train:rocm",
+                "the class's AMD image: {}",
+                main["image"]
+            );
+        }
+        // The ledger: 8 devices for the default one-hour horizon at the class's rate.
+        let uid = admitted_wl["metadata"]["uid"].clone();
+        let reserved =
+            crate::controller::wait_for(&format!("{name}'s reservation"), WAIT, || async {
+                let sum: i64 = crate::ledger::export(store, None)?
+                    .iter()
+                    .filter(|e| e["kind"] == "Reserve" && e["workloadUid"] == uid)
+                    .map(|e| e["credits"].as_i64().unwrap_or(0))
+                    .sum();
+                Ok((sum > 0).then_some(sum))
+            })
+            .await?;
+        ensure!(
+            reserved == per_second * 8 * 3600 * micros,
+            "{name} reserved {reserved} micro-credits"
+        );
+        measured.push(format!(
+            "{name} -> {flavor}: 8 x {driver} on {node} via {implicit}, {reserved} micro-credits"
+        ));
+    }
+    // The H100s are all held: one more asked for by the class resource waits for
+    // them (Kueue's one quota), never reaching the MI300X class's idle cards.
+    support::create(&jobs, job("train-h100-more", &h100_class, 1)).await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let waiting = workloads
+        .list(&Default::default())
+        .await?
+        .items
+        .into_iter()
+        .find(|w| {
+            w.owner_references()
+                .iter()
+                .any(|o| o.kind == "Job" && o.name == "train-h100-more")
+        });
+    let waiting = waiting.context("no Workload for train-h100-more")?;
+    env.track_workload(&ns, &waiting.name_any());
+    ensure!(
+        !admitted(&waiting.data),
+        "a ninth H100 was admitted: {}",
+        waiting.data["status"]
+    );
+    eprintln!(
+        "MEASURE DRA class requests: {}; a ninth H100 waits",
+        measured.join("; ")
+    );
+    Ok(())
+}

@@ -98,7 +98,11 @@ impl LedgerRuntime {
                 (Some(rec), Some((charge, _))) if rec.admission == admission => {
                     // Reserved before a crash (or the cache lags the check write).
                     let usage = usage_from_workload(v).unwrap_or_default();
-                    let note = self.with_placement(ready_note(rec, charge, v), v, &usage, &pricing);
+                    let note = ready_note(rec, charge, v);
+                    let note = match self.placement(v, &usage, &pricing) {
+                        Some(placed) => format!("{note}; {placed}"),
+                        None => note,
+                    };
                     self.set_check(v, "Ready", &note, None).await?;
                 }
                 _ => {
@@ -269,8 +273,15 @@ impl LedgerRuntime {
                     ),
                     None => "no accelerator devices to charge".to_string(),
                 };
-                let note = self.with_placement(note, v, &usage, pricing);
+                let placed = self.placement(v, &usage, pricing);
+                let note = match &placed {
+                    Some(placed) => format!("{note}; {placed}"),
+                    None => note,
+                };
                 self.set_check(v, "Ready", &note, None).await?;
+                if let Some(placed) = &placed {
+                    self.owner_event(v, "Placed", placed).await;
+                }
                 self.count_decision("reserve");
                 let latency = (k8s_openapi::jiff::Timestamp::now().as_millisecond() as f64
                     / 1000.0
@@ -486,34 +497,76 @@ impl LedgerRuntime {
         crate::controller::publish_event(&self.recorder, &self.metrics, &event, &reference).await;
     }
 
-    /// `note`, then where Kueue placed the Workload (its device `usage`) and why
+    /// Where Kueue placed the Workload (its device `usage`) and why
     /// ([`placement_note`]).
-    fn with_placement(
+    fn placement(
         &self,
-        note: String,
         v: &Workload,
         usage: &[FlavorUsage],
         pricing: &PricingSnapshot,
-    ) -> String {
+    ) -> Option<String> {
         let cluster_queue = v.cluster_queue().unwrap_or_default();
-        let Some((_, class)) = pricing.queues.get(cluster_queue) else {
-            return note;
-        };
+        let (_, class) = pricing.queues.get(cluster_queue)?;
         let queue = self.cluster_queues.get().and_then(|cache| {
             cache.get(&ObjectRef::new_with(
                 cluster_queue,
                 crate::k8s::resources::kueue("ClusterQueue"),
             ))
         });
-        match placement_note(
+        placement_note(
             class,
             usage,
             &pricing.flavor_models,
             queue.as_ref().map(|q| &q.data),
-        ) {
-            Some(placed) => format!("{note}; {placed}"),
-            None => note,
+            &self.devices_held_in(cluster_queue, v),
+        )
+    }
+
+    /// Per flavor, the devices the other open Workloads of `cluster_queue` hold,
+    /// as kaccel's own cache has them (each counted once, as the ledger does).
+    fn devices_held_in(&self, cluster_queue: &str, except: &Workload) -> BTreeMap<String, u64> {
+        let mut held: BTreeMap<String, u64> = BTreeMap::new();
+        let Some((cache, open)) = self.open_work.get() else {
+            return held;
+        };
+        for key in open.keys() {
+            let Some(w) = cache.get(&key) else { continue };
+            let holds = w.cluster_queue() == Some(cluster_queue)
+                && w.is_true("QuotaReserved")
+                && !w.is_true("Finished")
+                && w.metadata.uid != except.metadata.uid;
+            if !holds {
+                continue;
+            }
+            for u in usage_from_workload(&w).unwrap_or_default() {
+                *held.entry(u.flavor).or_default() += u.device_units;
+            }
         }
+        held
+    }
+
+    /// A Normal Event on the object the Workload was made for (its Job), where
+    /// the user who submitted it looks: which flavor and model, and why.
+    async fn owner_event(&self, v: &Workload, reason: &str, message: &str) {
+        let Some(owner) = v.metadata.owner_references.iter().flatten().next() else {
+            return;
+        };
+        let reference = ObjectReference {
+            api_version: Some(owner.api_version.clone()),
+            kind: Some(owner.kind.clone()),
+            namespace: v.metadata.namespace.clone(),
+            name: Some(owner.name.clone()),
+            uid: Some(owner.uid.clone()),
+            ..Default::default()
+        };
+        let event = Event {
+            type_: EventType::Normal,
+            reason: reason.into(),
+            note: Some(message.chars().take(1000).collect()),
+            action: "Admit".into(),
+            secondary: None,
+        };
+        crate::controller::publish_event(&self.recorder, &self.metrics, &event, &reference).await;
     }
 
     pub(super) async fn reject(
@@ -728,6 +781,7 @@ pub(super) fn placement_note(
     usage: &[FlavorUsage],
     models: &BTreeMap<String, String>,
     cluster_queue: Option<&Value>,
+    held: &BTreeMap<String, u64>,
 ) -> Option<String> {
     let flavor = &usage.first()?.flavor;
     let model = models
@@ -760,8 +814,17 @@ pub(super) fn placement_note(
                 .flatten()
                 .find(|r| r["name"] == name)
                 .map(|r| flavor_devices(&r["resources"], "total"))
-                .unwrap_or(0);
-            format!("{name} full: {in_use}/{nominal} in use")
+                .unwrap_or(0)
+                // Kueue writes its count a moment after it admits: what kaccel
+                // saw admitted is never less.
+                .max(held.get(name).copied().unwrap_or(0));
+            if in_use >= nominal {
+                format!("{name} full: {in_use}/{nominal} in use")
+            } else {
+                // Kueue skipped it with room left in this queue: the cohort's
+                // share, a borrowing limit, or a count not seen yet.
+                format!("{name} had no room for it ({in_use}/{nominal} in use in this queue)")
+            }
         })
         .collect();
     if reasons.is_empty() {

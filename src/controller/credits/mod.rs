@@ -260,6 +260,10 @@ pub struct LedgerRuntime {
     /// kaccel's ClusterQueues (set when the runtime starts): where the check
     /// reads the class's preference order and Kueue's use of each flavor.
     cluster_queues: std::sync::OnceLock<Cache<DynamicObject>>,
+    /// The Workload cache and its index of open work (set when the runtime
+    /// starts): what kaccel itself knows each ClusterQueue holds, which Kueue's
+    /// own count in the ClusterQueue's status can lag by a second.
+    open_work: std::sync::OnceLock<(Cache<Workload>, Arc<RelevantWorkloads>)>,
     /// The health loop's devices and their holders: posts name the devices a
     /// Workload's pods hold.
     devices: super::health_poller::SharedTracker,
@@ -297,6 +301,7 @@ impl LedgerRuntime {
             wake_planner,
             previous_findings: Mutex::new(BTreeSet::new()),
             cluster_queues: std::sync::OnceLock::new(),
+            open_work: std::sync::OnceLock::new(),
             devices,
         })
     }
@@ -347,6 +352,7 @@ impl LedgerRuntime {
         let workloads = writer.as_reader();
         let check = self.config.admission_check_name.clone();
         let relevant = Arc::new(RelevantWorkloads::default());
+        let _ = self.open_work.set((workloads.clone(), relevant.clone()));
         let index = relevant.clone();
         let index_check = check.clone();
         let mut cache = CompactingWriter::new(writer);

@@ -208,6 +208,7 @@ fn the_placement_note_names_the_flavor_model_and_the_fuller_flavors_tried_first(
             "AMD_Instinct_MI300X_OAM".to_string(),
         ),
     ]);
+    let none = BTreeMap::new();
     let on = |flavor: &str| {
         vec![FlavorUsage {
             flavor: flavor.into(),
@@ -216,19 +217,60 @@ fn the_placement_note_names_the_flavor_model_and_the_fuller_flavors_tried_first(
         }]
     };
     assert_eq!(
-        placement_note("large-training", &on("amd-mi300x"), &models, Some(&cq)).unwrap(),
+        placement_note(
+            "large-training",
+            &on("amd-mi300x"),
+            &models,
+            Some(&cq),
+            &none
+        )
+        .unwrap(),
         "large-training: on amd-mi300x (AMD_Instinct_MI300X_OAM); nvidia-h100 full: 16/16 in use"
     );
     assert_eq!(
-        placement_note("large-training", &on("nvidia-h100"), &models, Some(&cq)).unwrap(),
+        placement_note(
+            "large-training",
+            &on("nvidia-h100"),
+            &models,
+            Some(&cq),
+            &none
+        )
+        .unwrap(),
         "large-training: on nvidia-h100 (NVIDIA-H100-80GB-HBM3), its first preference"
     );
     assert_eq!(
-        placement_note("large-training", &on("amd-mi300x"), &models, None).unwrap(),
+        placement_note("large-training", &on("amd-mi300x"), &models, None, &none).unwrap(),
         "large-training: on amd-mi300x (AMD_Instinct_MI300X_OAM)"
     );
     assert_eq!(
-        placement_note("large-training", &[], &models, Some(&cq)),
+        placement_note("large-training", &[], &models, Some(&cq), &none),
         None
+    );
+    // Kueue's count in the ClusterQueue's status lags its admissions: what
+    // kaccel saw admitted in the queue is used when it is more.
+    let mut lagging = cq.clone();
+    lagging["status"]["flavorsReservation"] = json!([]);
+    let held = BTreeMap::from([("nvidia-h100".to_string(), 16u64)]);
+    assert_eq!(
+        placement_note(
+            "large-training",
+            &on("amd-mi300x"),
+            &models,
+            Some(&lagging),
+            &held
+        )
+        .unwrap(),
+        "large-training: on amd-mi300x (AMD_Instinct_MI300X_OAM); nvidia-h100 full: 16/16 in use"
+    );
+    assert_eq!(
+        placement_note(
+            "large-training",
+            &on("amd-mi300x"),
+            &models,
+            Some(&lagging),
+            &none
+        )
+        .unwrap(),
+        "large-training: on amd-mi300x (AMD_Instinct_MI300X_OAM); nvidia-h100 had no room for it (0/16 in use in this queue)"
     );
 }
