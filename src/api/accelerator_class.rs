@@ -184,6 +184,17 @@ pub struct HardwareSelector {
     #[x_kube(validation = Rule::new("self.matches('^[0-9]+\\\\.[0-9]+$')").message("spec.selector.minCudaVersion must be major.minor, e.g. 12.4"))]
     pub min_cuda_version: Option<String>,
 
+    /// Allowed firmware (VBIOS) versions, exactly as the vendor's exporter reports
+    /// them (dcgm-exporter `DCGM_FI_DEV_VBIOS_VERSION`, AMD `vbios_version`, Gaudi
+    /// `spi`). A hard constraint: no node label or DRA attribute publishes
+    /// firmware, so kaccel cannot keep pods off some cards of a flavor, and a
+    /// variant is admitted only when every card on the nodes the class selects
+    /// reports an allowed version.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    #[x_kube(validation = Rule::new("self.all(v, size(v) > 0 && size(v) <= 64)").message("spec.selector.firmwareVersions entries must be non-empty versions of at most 64 characters, e.g. 96.00.89.00.01"))]
+    pub firmware_versions: Vec<String>,
+
     /// The partition profile a Partition class uses (`1g.10gb`, `cpx_nps4`, `4c`, `neuroncore`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 64))]

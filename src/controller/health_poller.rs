@@ -66,7 +66,16 @@ fn fingerprint(t: &Tracker, now: i64) -> Vec<String> {
     let mut f: Vec<String> = t
         .devices
         .values()
-        .map(|d| format!("{}/{}:{:?}", d.node, d.device, d.status))
+        // Firmware too: a class's allow-list turns on it.
+        .map(|d| {
+            format!(
+                "{}/{}:{:?}:{}",
+                d.node,
+                d.device,
+                d.status,
+                d.reading.firmware_version.as_deref().unwrap_or_default()
+            )
+        })
         .collect();
     f.extend(
         t.sources

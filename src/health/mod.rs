@@ -45,6 +45,11 @@ pub struct HealthSnapshot {
     /// are out or demoted (Warning, Degraded, Failed): the class status names them.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub trend_rules: BTreeMap<String, BTreeMap<String, BTreeSet<String>>>,
+    /// node name -> resource name -> firmware (VBIOS) version -> devices whose
+    /// last reading reported it. A fact, not health: kept from the last reading
+    /// when the source goes silent. Devices no reading names are not counted.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub firmware: BTreeMap<String, BTreeMap<String, BTreeMap<String, u32>>>,
 }
 
 impl HealthSnapshot {
@@ -66,6 +71,12 @@ impl HealthSnapshot {
             .and_then(|groups| groups.get(resource))
             .into_iter()
             .flatten()
+    }
+
+    /// The firmware versions a group's devices last reported, with how many
+    /// report each (empty when none did).
+    pub fn firmware_of(&self, node: &str, resource: &str) -> Option<&BTreeMap<String, u32>> {
+        self.firmware.get(node)?.get(resource)
     }
 
     fn get(&self, node: &str, resource: &str) -> Option<&HealthCounts> {

@@ -3,9 +3,10 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::api::{self, AcceleratorClass, AcceleratorClassSpec, DesiredCondition, SharingMode};
+use crate::health::HealthSnapshot;
 use crate::inventory::{DeviceVariant, NodeInventory};
 
-use super::hardware::{Signature, hardware_mismatch};
+use super::hardware::{MODEL_NOT_SELECTED, Signature, hardware_mismatch};
 use super::{CPU_POOL_LABEL, CPU_POOL_VALUE, ClassReport, name_of};
 use crate::k8s::names;
 
@@ -235,6 +236,7 @@ struct ClassMatch<'a> {
 pub(super) fn resolve(
     classes: &[&AcceleratorClass],
     nodes: &[&NodeInventory],
+    health: &HealthSnapshot,
     class_reports: &mut BTreeMap<String, ClassReport>,
 ) -> ResolvedFlavors {
     let fleet = Fleet::index(nodes);
@@ -253,7 +255,7 @@ pub(super) fn resolve(
             continue;
         }
         let mut found = ClassMatch::default();
-        let candidates = candidates(&fleet, &class.spec, &mut found);
+        let candidates = candidates(&fleet, &class.spec, health, &mut found);
         pool_members(
             &fleet,
             &class.spec,
@@ -291,6 +293,7 @@ pub(super) fn resolve(
 fn candidates<'a>(
     fleet: &'a Fleet<'a>,
     spec: &AcceleratorClassSpec,
+    health: &HealthSnapshot,
     found: &mut ClassMatch<'a>,
 ) -> Vec<Candidate<'a>> {
     let mut candidates: Vec<Candidate<'a>> = Vec::new();
@@ -323,7 +326,9 @@ fn candidates<'a>(
             .collect();
     } else {
         for (sig, members) in &fleet.signatures {
-            match hardware_mismatch(&spec.selector, spec.sharing, sig) {
+            let mismatch = hardware_mismatch(&spec.selector, spec.sharing, sig)
+                .or_else(|| firmware_mismatch(&spec.selector, fleet, members, health));
+            match mismatch {
                 None => candidates.push((Some(sig.variant), sig.pins, members)),
                 Some(reason) => {
                     if spec.sharing == sig.variant.sharing {
@@ -337,6 +342,81 @@ fn candidates<'a>(
         }
     }
     candidates
+}
+
+/// Why a variant's cards fail the class's firmware allow-list, if they do: every
+/// card on the nodes the class selects (its `selector.nodeLabels`) must last
+/// have reported an allowed version. All or nothing per variant: no node label
+/// or DRA attribute publishes firmware, so a flavor could not keep the class's
+/// pods off the cards that fail. A card no exporter has reported on fails too
+/// (it cannot be verified).
+fn firmware_mismatch(
+    sel: &api::HardwareSelector,
+    fleet: &Fleet<'_>,
+    members: &[Member],
+    health: &HealthSnapshot,
+) -> Option<String> {
+    if sel.firmware_versions.is_empty() {
+        return None;
+    }
+    // version -> nodes whose cards report it, for the ones not allowed
+    let mut disallowed: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    let mut unverified: BTreeSet<&str> = BTreeSet::new();
+    for &(ni, gi) in members {
+        let node = fleet.nodes[ni];
+        let Some(group) = gi.map(|g| &node.groups[g]) else {
+            continue;
+        };
+        if !sel
+            .node_labels
+            .iter()
+            .all(|(k, v)| node.labels.get(k) == Some(v))
+        {
+            continue;
+        }
+        let reported = health.firmware_of(&node.name, &group.variant.resource_name);
+        let cards: u32 = reported.iter().flat_map(|r| r.values()).sum();
+        // Partitions and replicas share their card's firmware: one reading each.
+        let expected = match group.variant.sharing {
+            SharingMode::Whole => group.capacity,
+            _ => 1,
+        };
+        if cards < expected {
+            unverified.insert(&node.name);
+        }
+        for version in reported.into_iter().flat_map(|r| r.keys()) {
+            if !sel.firmware_versions.iter().any(|a| a == version) {
+                disallowed.entry(version).or_default().insert(&node.name);
+            }
+        }
+    }
+    if disallowed.is_empty() && unverified.is_empty() {
+        return None;
+    }
+    let nodes = |set: &BTreeSet<&str>| -> String {
+        let shown: Vec<&str> = set.iter().copied().take(3).collect();
+        let more = set.len().saturating_sub(shown.len());
+        let mut out = shown.join(", ");
+        if more > 0 {
+            out.push_str(&format!(" and {more} more"));
+        }
+        out
+    };
+    let mut why: Vec<String> = disallowed
+        .iter()
+        .map(|(version, on)| format!("firmware {version} on {}", nodes(on)))
+        .collect();
+    if !unverified.is_empty() {
+        why.push(format!(
+            "firmware not reported by an exporter for every card on {}",
+            nodes(&unverified)
+        ));
+    }
+    Some(format!(
+        "{} (allowed: {}); no node label or DRA attribute publishes firmware, so pods cannot be kept off some cards of a flavor: update those cards, or label the compliant nodes and list the label in spec.selector.nodeLabels",
+        why.join("; "),
+        sel.firmware_versions.join(", ")
+    ))
 }
 
 /// The variants (with their pins) whose nodes some class's minimum driver or CUDA
@@ -549,9 +629,12 @@ fn report_match(report: &mut ClassReport, found: &ClassMatch<'_>, pool: &Pool) {
         let why = if found.rejected.is_empty() {
             "no node offers this sharing mode with the selected vendors and labels".to_string()
         } else {
-            found
-                .rejected
-                .iter()
+            // The models the class selects but turned down for another reason
+            // first: they are what the platform team is looking for.
+            let mut rejected: Vec<(&String, &String)> = found.rejected.iter().collect();
+            rejected.sort_by_key(|(_, r)| r.as_str() == MODEL_NOT_SELECTED);
+            rejected
+                .into_iter()
                 .take(5)
                 .map(|(m, r)| format!("{m}: {r}"))
                 .collect::<Vec<_>>()

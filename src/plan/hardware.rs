@@ -34,6 +34,9 @@ impl<'a> Signature<'a> {
     }
 }
 
+/// The reason a device of a model the class does not select is turned down.
+pub(super) const MODEL_NOT_SELECTED: &str = "model not selected";
+
 /// Why a device signature fails a class's hard requirements; `None` if it passes.
 /// A property the device does not publish fails a requirement on it: abstraction
 /// must never hide a compatibility limit.
@@ -50,7 +53,7 @@ pub(super) fn hardware_mismatch(
         return Some(format!("vendor {} not selected", v.vendor));
     }
     if !sel.models.is_empty() && !sel.models.iter().any(|m| names::glob_match(m, &v.model)) {
-        return Some("model not selected".into());
+        return Some(MODEL_NOT_SELECTED.into());
     }
     if let Some(p) = &sel.partition_profile
         && v.partition_profile.as_deref() != Some(p.as_str())

@@ -237,7 +237,7 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
     let class_by_name: BTreeMap<String, &AcceleratorClass> =
         classes.iter().map(|c| (name_of(&c.metadata), *c)).collect();
     // 2. Resolve flavors: the devices each class pools, grouped into flavors.
-    let mut resolved = flavors::resolve(&classes, &nodes, &mut class_reports);
+    let mut resolved = flavors::resolve(&classes, &nodes, input.health, &mut class_reports);
     // 3. Purity: refuse flavors whose node labels also select other hardware.
     let impure_flavors = purity::refuse_impure(&mut resolved, &nodes, &mut class_reports);
     // 4. Name the flavors and measure their health and healthy capacity.

@@ -1015,3 +1015,136 @@ async fn driver_rollout_flow(client: &Client, cleanup: &mut Cleanup) -> Result<(
     }
     result
 }
+
+/// dcgm-exporter's answer for `node`'s GPUs, each with the VBIOS version it
+/// reports (`DCGM_FI_DEV_VBIOS_VERSION`, a label field in dcgm-exporter's CSV).
+fn dcgm_with_vbios(node: &str, vbios: &[&str]) -> String {
+    crate::health::dcgm(node, vbios.len() as u32, &[])
+        .lines()
+        .map(|line| {
+            let gpu = vbios
+                .iter()
+                .enumerate()
+                .find(|(i, _)| line.contains(&format!("{{gpu=\"{i}\",")));
+            match gpu {
+                Some((_, v)) => line.replacen(
+                    "DCGM_FI_DRIVER_VERSION=\"550.54.15\"",
+                    &format!(
+                        "DCGM_FI_DRIVER_VERSION=\"550.54.15\",DCGM_FI_DEV_VBIOS_VERSION=\"{v}\""
+                    ),
+                    1,
+                ),
+                None => line.to_string(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+        + "\n"
+}
+
+#[tokio::test]
+async fn a_firmware_allow_list_takes_a_variant_only_when_every_card_reports_an_allowed_version() {
+    let _serial = support::serial().await;
+    let client = support::client().await;
+    let mut cleanup = Cleanup::default();
+    let result = firmware_flow(&client, &mut cleanup).await;
+    cleanup.run(&client).await;
+    result.unwrap();
+}
+
+/// Two GFD nodes of one product; their dcgm-exporters report each card's VBIOS.
+/// Two cards of node b on an old VBIOS: the class (allow-list of the new one)
+/// gets no flavor and says which version on which node; once the exporter
+/// reports them updated, the class gets the variant and its quota.
+async fn firmware_flow(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
+    use crate::health::{Answer, FakeExporter};
+    const GOOD: &str = "96.00.89.00.01";
+    const OLD: &str = "96.00.5A.00.01";
+    let id = support::unique("fw");
+    let product = format!("NVIDIA-E2E-{}", id.to_uppercase());
+    let nodes: Api<Node> = Api::all(client.clone());
+    let (a, b) = (format!("fw-a-{id}"), format!("fw-b-{id}"));
+    for name in [&a, &b] {
+        nodes
+            .create(
+                &PostParams::default(),
+                &gfd_node(name, &product, "550.54.15"),
+            )
+            .await?;
+        cleanup.add(None, ApiResource::erase::<Node>(&()), name);
+    }
+    let exporter_a = FakeExporter::start(Answer::Metrics(dcgm_with_vbios(&a, &[GOOD; 8]))).await;
+    let mixed = [GOOD, GOOD, GOOD, GOOD, GOOD, GOOD, OLD, OLD];
+    let exporter_b = FakeExporter::start(Answer::Metrics(dcgm_with_vbios(&b, &mixed))).await;
+    let class_name = format!("fw-{id}");
+    let class: AcceleratorClass = serde_json::from_value(json!({
+        "apiVersion": "kaccel.io/v1alpha1", "kind": "AcceleratorClass",
+        "metadata": {"name": class_name},
+        "spec": {"sharing": "Whole", "selector": {"models": [product], "firmwareVersions": [GOOD]},
+                 "credits": {"perDeviceHour": "1"}},
+    }))?;
+    let Planned {
+        root,
+        cluster_queue,
+        ..
+    } = class_with_queues(client, cleanup, &id, &class, 16).await?;
+    let source = |node: &str, port: u16| {
+        format!(
+            "    - {{name: dcgm-{node}, kind: dcgm-exporter, url: \"http://127.0.0.1:{port}/metrics\", node: {node}, intervalSeconds: 1, staleAfterSeconds: 5, timeoutSeconds: 1}}\n"
+        )
+    };
+    let controller = Controller::start(
+        &format!("ctl-{id}"),
+        free_port(),
+        &format!(
+            "rootCohort: {root}\ndebounceMs: 100\nmaxDelayMs: 500\nleaderElection:\n  enabled: false\nhealth:\n  sources:\n{}{}",
+            source(&a, exporter_a.port),
+            source(&b, exporter_b.port)
+        ),
+    );
+    let result = async {
+        let classes: Api<DynamicObject> =
+            Api::all_with(client.clone(), &ApiResource::erase::<AcceleratorClass>(&()));
+        let refused = wait_obj(&classes, &class_name, "refused, naming the old VBIOS", |c| {
+            support::condition(c, "NoMatchingHardware").is_some_and(|c| {
+                c["status"] == "True"
+                    && c["message"].as_str().is_some_and(|m| m.contains(&format!("firmware {OLD} on {b}")))
+            })
+        })
+        .await;
+        let refused = match refused {
+            Ok(v) => v,
+            Err(e) => bail!("{e}: {}", classes.get(&class_name).await?.data["status"]),
+        };
+        ensure!(
+            refused["status"]["flavors"].as_array().is_none_or(|f| f.is_empty()),
+            "a flavor despite cards on {OLD}: {}",
+            refused["status"]
+        );
+        // The two cards are updated: the variant is the class's, both nodes' 16.
+        exporter_b.set(Answer::Metrics(dcgm_with_vbios(&b, &[GOOD; 8])));
+        let taken = wait_obj(&classes, &class_name, "one flavor once every card complies", |c| {
+            c["status"]["flavors"].as_array().is_some_and(|f| f.len() == 1)
+        })
+        .await?;
+        let flavor = taken["status"]["flavors"][0]["name"].as_str().unwrap_or_default().to_string();
+        cleanup.add(None, kueue("ResourceFlavor"), &flavor);
+        let cqs: Api<DynamicObject> = Api::all_with(client.clone(), &kueue("ClusterQueue"));
+        wait_obj(&cqs, &cluster_queue, "16 in quota", |q| {
+            q["spec"]["resourceGroups"][0]["flavors"]
+                .to_string()
+                .contains("\"nominalQuota\":\"16\"")
+        })
+        .await?;
+        let message = support::condition(&refused, "NoMatchingHardware")
+            .map(|c| c["message"].to_string())
+            .unwrap_or_default();
+        eprintln!("MEASURE firmware allow-list [{GOOD}]: refused while 2 cards of {b} reported {OLD} ({message}); flavor {flavor} with 16 in quota once they reported {GOOD}");
+        Ok(())
+    }
+    .await;
+    if result.is_err() {
+        eprintln!("kaccel log:\n{}", controller.log_tail());
+    }
+    result
+}

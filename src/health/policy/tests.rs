@@ -533,3 +533,36 @@ fn a_claimed_dra_device_is_held_by_its_claims_pod_and_named_for_the_ledger() {
     assert_eq!(t.holder_of(gpu1), None);
     assert!(t.devices_held_by("ml", "job-train").is_empty());
 }
+
+/// Each card's firmware reaches the planner from its last reading, also once its
+/// exporter went silent (a fact, not health); cards no reading names are not
+/// counted.
+#[test]
+fn the_snapshot_carries_each_cards_last_reported_firmware() {
+    use super::testing::{NODE, STALE_AFTER, fleet, gpus, watched};
+    let p = Policy::default();
+    let mut t = watched();
+    let mut readings = gpus(&[0, 1, 2, 3, 4, 5, 6], &[], &[]);
+    for r in &mut readings {
+        r.firmware_version = Some(
+            if r.device == "6" {
+                "96.00.5A.00.01"
+            } else {
+                "96.00.89.00.01"
+            }
+            .into(),
+        );
+    }
+    readings[5].firmware_version = None;
+    t.observe(super::testing::SOURCE, readings, 100, &p);
+    let want = std::collections::BTreeMap::from([
+        ("96.00.5A.00.01".to_string(), 1),
+        ("96.00.89.00.01".to_string(), 5),
+    ]);
+    let snap = t.snapshot(fleet(), 100);
+    assert_eq!(snap.firmware_of(NODE, "nvidia.com/gpu"), Some(&want));
+    // Silent long past staleness: the health is Unknown, the firmware stays.
+    let later = t.snapshot(fleet(), 100 + 10 * STALE_AFTER);
+    assert_eq!(later.firmware_of(NODE, "nvidia.com/gpu"), Some(&want));
+    assert_eq!(later.firmware_of("gpu-h100-02", "nvidia.com/gpu"), None);
+}

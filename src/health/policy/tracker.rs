@@ -579,10 +579,16 @@ impl Tracker {
                     .values()
                     .any(|s| s.vendor == Some(vendor) && s.nodes.contains(&node.name));
                 let mut rules = BTreeSet::new();
+                let mut firmware: BTreeMap<String, u32> = BTreeMap::new();
                 let statuses: Vec<DeviceStatus> = self
                     .devices
                     .values()
                     .filter(|d| d.node == node.name && d.vendor == Some(vendor))
+                    .inspect(|d| {
+                        if let Some(v) = &d.reading.firmware_version {
+                            *firmware.entry(v.clone()).or_default() += 1;
+                        }
+                    })
                     .map(|d| {
                         let status = d.effective_status(&self.sources, now);
                         if !matches!(status, DeviceStatus::Healthy | DeviceStatus::Unknown) {
@@ -597,6 +603,13 @@ impl Tracker {
                         .entry(node.name.clone())
                         .or_default()
                         .insert(group.variant.resource_name.clone(), rules);
+                }
+                if !firmware.is_empty() {
+                    snapshot
+                        .firmware
+                        .entry(node.name.clone())
+                        .or_default()
+                        .insert(group.variant.resource_name.clone(), firmware);
                 }
                 if !covered && statuses.is_empty() {
                     continue;

@@ -13,9 +13,17 @@ fn resolve_on(
     classes: &[AcceleratorClass],
     nodes: &[NodeInventory],
 ) -> (ResolvedFlavors, BTreeMap<String, ClassReport>) {
+    resolve_with(classes, nodes, &HealthSnapshot::default())
+}
+
+fn resolve_with(
+    classes: &[AcceleratorClass],
+    nodes: &[NodeInventory],
+    health: &HealthSnapshot,
+) -> (ResolvedFlavors, BTreeMap<String, ClassReport>) {
     let nodes: Vec<&NodeInventory> = nodes.iter().collect();
     let (ordered, mut reports) = validate::classes(classes);
-    let resolved = resolve(&ordered, &nodes, &mut reports);
+    let resolved = resolve(&ordered, &nodes, health, &mut reports);
     (resolved, reports)
 }
 
@@ -128,4 +136,95 @@ fn names_that_slug_alike_are_told_apart_by_a_hash_of_the_key() {
     let second = &named[&key("z1")];
     assert!(second.starts_with("nvidia-h100-80gb-hbm3-z1-"), "{second}");
     assert_eq!(second.len(), "nvidia-h100-80gb-hbm3-z1-".len() + 8);
+}
+
+/// A firmware allow-list admits a variant only when every card on the nodes the
+/// class selects last reported an allowed version: one card on an old VBIOS, or
+/// one no exporter has read, turns the variant down, naming the version and the
+/// node; the class's node labels narrow what must comply.
+#[test]
+fn a_firmware_allow_list_takes_a_variant_only_when_every_selected_card_complies() {
+    const GOOD: &str = "96.00.89.00.01";
+    const OLD: &str = "96.00.5A.00.01";
+    let nodes = two_zones();
+    let resource = nodes[0].groups[0].variant.resource_name.clone();
+    let reported = |a: &[(&str, u32)], b: &[(&str, u32)]| {
+        let mut h = HealthSnapshot::default();
+        for (node, versions) in [("gpu-a", a), ("gpu-b", b)] {
+            if versions.is_empty() {
+                continue;
+            }
+            h.firmware.entry(node.into()).or_default().insert(
+                resource.clone(),
+                versions.iter().map(|(v, n)| (v.to_string(), *n)).collect(),
+            );
+        }
+        h
+    };
+    let allow = |node_labels: &[(&str, &str)]| {
+        class(
+            "pinned",
+            SharingMode::Whole,
+            HardwareSelector {
+                firmware_versions: vec![GOOD.into(), "96.00.99.00.01".into()],
+                node_labels: node_labels
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+                ..Default::default()
+            },
+        )
+    };
+    let message = |reports: &BTreeMap<String, ClassReport>| {
+        reports["pinned"]
+            .conditions
+            .iter()
+            .find(|c| c.type_ == api::NO_MATCHING_HARDWARE)
+            .map(|c| c.message.clone())
+    };
+
+    // Every card on both nodes on an allowed version: the variant is the class's.
+    let all_good = reported(&[(GOOD, 8)], &[(GOOD, 6), ("96.00.99.00.01", 2)]);
+    let (resolved, reports) = resolve_with(&[allow(&[])], &nodes, &all_good);
+    assert_eq!(resolved.class_flavors["pinned"].len(), 1);
+    assert_eq!(message(&reports), None);
+
+    // Two cards of node b on an old VBIOS: nothing, naming version and node.
+    let one_old = reported(&[(GOOD, 8)], &[(GOOD, 6), (OLD, 2)]);
+    let (resolved, reports) = resolve_with(&[allow(&[])], &nodes, &one_old);
+    assert!(resolved.class_flavors["pinned"].is_empty());
+    let m = message(&reports).expect("NoMatchingHardware");
+    assert!(m.contains(&format!("firmware {OLD} on gpu-b")), "{m}");
+    assert!(
+        m.contains(&format!("allowed: {GOOD}, 96.00.99.00.01")),
+        "{m}"
+    );
+    assert!(m.contains("spec.selector.nodeLabels"), "{m}");
+
+    // A card no exporter has read cannot be verified.
+    let unread = reported(&[(GOOD, 8)], &[(GOOD, 7)]);
+    let (resolved, reports) = resolve_with(&[allow(&[])], &nodes, &unread);
+    assert!(resolved.class_flavors["pinned"].is_empty());
+    let m = message(&reports).expect("NoMatchingHardware");
+    assert!(
+        m.contains("not reported by an exporter for every card on gpu-b"),
+        "{m}"
+    );
+    let (resolved, _) = resolve_with(&[allow(&[])], &nodes, &HealthSnapshot::default());
+    assert!(resolved.class_flavors["pinned"].is_empty());
+
+    // The class selects zone z1 only: node b's old cards are not its concern,
+    // and its flavor's node labels keep its pods off them.
+    let (resolved, reports) = resolve_with(&[allow(&[(ZONE, "z1")])], &nodes, &one_old);
+    assert_eq!(message(&reports), None);
+    let flavors = &resolved.class_flavors["pinned"];
+    assert_eq!(flavors.len(), 1);
+    let key = flavors.iter().next().unwrap();
+    assert_eq!(key.node_labels().get(ZONE).map(String::as_str), Some("z1"));
+    assert_eq!(resolved.flavors[key].members, vec![(0, Some(0))]);
+
+    // Without an allow-list, firmware is only a fact.
+    let plain = class("pinned", SharingMode::Whole, HardwareSelector::default());
+    let (resolved, _) = resolve_with(&[plain], &nodes, &one_old);
+    assert_eq!(resolved.class_flavors["pinned"].len(), 1);
 }
