@@ -90,7 +90,14 @@ impl HealthSnapshot {
     pub fn counts_for(&self, node: &NodeInventory, group: &DeviceGroup) -> HealthCounts {
         // Out of service: withdrawn by the device plugin, or tainted through DRA
         // (a device taint keeps new claims off it, like a withdrawn device).
-        let tainted = group.devices.iter().filter(|d| d.tainted).count() as u32;
+        // A DRA-only group's tainted devices are already out of its allocatable
+        // (the inventory counts them so); only other groups' are counted here,
+        // which spares the planner a pass over every DRA device of the fleet.
+        let tainted = if group.is_dra_only() {
+            0
+        } else {
+            group.devices.iter().filter(|d| d.tainted).count() as u32
+        };
         let withdrawn = group
             .capacity
             .saturating_sub(group.allocatable)

@@ -72,15 +72,26 @@ pub(super) fn build(
         BTreeMap::new();
     let mut by_driver: BTreeMap<&str, Vec<&DeviceRecord>> = BTreeMap::new();
     for g in nodes.iter().flat_map(|n| n.groups.iter()) {
-        let mut published = g.devices.iter().filter(|d| !d.driver.is_empty()).peekable();
-        let Some(first) = published.peek() else {
+        let dra_only = g.is_dra_only();
+        // A DRA-only group's devices all come from its driver's slices: taken
+        // whole, without reading each record (the fleet's largest array).
+        let first = if dra_only {
+            g.devices.first()
+        } else {
+            g.devices.iter().find(|d| !d.driver.is_empty())
+        };
+        let Some(first) = first else {
             continue;
         };
         let of_driver = by_driver.entry(first.driver.as_str()).or_default();
         let start = of_driver.len();
-        of_driver.extend(published);
+        if dra_only {
+            of_driver.extend(g.devices.iter());
+        } else {
+            of_driver.extend(g.devices.iter().filter(|d| !d.driver.is_empty()));
+        }
         // The group's variant looked up once, not once per device.
-        if g.is_dra_only() {
+        if dra_only {
             by_variant
                 .entry(&g.variant)
                 .or_default()

@@ -1,6 +1,8 @@
 //! Stage 2, resolve flavors: which devices each valid class pools, and into which flavor.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
+
+use foldhash::{HashMap, HashMapExt};
 
 use crate::api::{self, AcceleratorClass, AcceleratorClassSpec, DesiredCondition, SharingMode};
 use crate::health::HealthSnapshot;

@@ -16,7 +16,9 @@
 //!
 //! Stage 3 of the planner, `refuse_impure`, applies the check to the resolved flavors.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use foldhash::{HashMap, HashMapExt};
 
 use crate::api::{self, DesiredCondition};
 use crate::inventory::{DeviceVariant, NodeInventory, SharingMode, Vendor};
