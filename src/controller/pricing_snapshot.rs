@@ -18,6 +18,12 @@ pub(super) fn pricing_snapshot(
             .iter()
             .map(|(name, f)| (name.clone(), f.model.clone()))
             .collect(),
+        dra_flavors: planned
+            .flavors
+            .iter()
+            .filter(|(_, f)| crate::plan::kueue_counting::is_dra_flavor(f))
+            .map(|(name, _)| name.clone())
+            .collect(),
         // Rates and amounts as the planner parsed them: never re-read here.
         classes: planned
             .classes

@@ -38,6 +38,26 @@ use crate::kueue::config::{
 /// asking for N of it is given N devices of that DeviceClass by the scheduler.
 pub const IMPLICIT_EXTENDED_RESOURCE_PREFIX: &str = "deviceclass.resource.kubernetes.io/";
 
+/// The domain of the resource a DRA-only flavor's ledger lines are named in.
+pub const DRA_RESOURCE_DOMAIN: &str = "dra.kaccel.io";
+
+/// The resource the ledger prices a DRA-only flavor's devices under,
+/// `dra.kaccel.io/<flavor>`: Kueue counts them as the class resource (one quota
+/// with class-level requests), and the line names where they came from, so
+/// finance sees the DeviceClass (see [`device_class_of_resource`]).
+pub fn dra_line_resource(flavor: &str) -> String {
+    format!("{DRA_RESOURCE_DOMAIN}/{flavor}")
+}
+
+/// The DeviceClass a DRA ledger line's resource names, if `resource` is one.
+pub fn device_class_of_resource(resource: &str) -> Option<String> {
+    let flavor = resource
+        .strip_prefix(DRA_RESOURCE_DOMAIN)?
+        .strip_prefix('/')
+        .filter(|flavor| !flavor.is_empty())?;
+    Some(super::device_classes::device_class_name(flavor))
+}
+
 /// Whether a flavor's devices are published through DRA only (its quota is in
 /// the class resource, its devices pinned by its DeviceClass).
 pub fn is_dra_flavor(flavor: &FlavorReport) -> bool {

@@ -476,7 +476,7 @@ async fn claims_counted(env: &mut crate::ledger::Env, store: &str) -> Result<()>
     }
 
     // The ledger: the claim is priced like the device-plugin request, to the
-    // micro-credit, on the class resource.
+    // micro-credit.
     let entries = export(store, Some(&team))?;
     let reserve_of = |workload: &str| -> Option<(i64, String)> {
         entries
@@ -492,7 +492,12 @@ async fn claims_counted(env: &mut crate::ledger::Env, store: &str) -> Result<()>
     let (dra_credits, dra_resource) = reserve_of("six").context("no Reserve for six")?;
     let (plugin_credits, plugin_resource) =
         reserve_of("plugin-six").context("no Reserve for plugin-six")?;
-    ensure!(dra_resource == resource, "six reserved on {dra_resource}");
+    // Counted by Kueue as the class resource, priced as a line naming the
+    // DeviceClass's flavor (FOCUS shows the DeviceClass).
+    ensure!(
+        dra_resource == format!("dra.kaccel.io/{DRA_H100_FLAVOR}"),
+        "six reserved on {dra_resource}"
+    );
     ensure!(plugin_resource == "nvidia.com/gpu", "{plugin_resource}");
     ensure!(
         dra_credits == plugin_credits && dra_credits == 6 * 600 * 1_000_000,

@@ -195,7 +195,14 @@ impl LedgerRuntime {
             );
             return self.reject(v, &message).await;
         }
-        let usage = total_usage(&pod_sets);
+        let mut usage = total_usage(&pod_sets);
+        // Kueue counts a DRA-only flavor's devices as the class resource; the
+        // ledger's line names the DeviceClass they come from.
+        for u in &mut usage {
+            if u.resource == crate::api::CLASS_RESOURCE && pricing.dra_flavors.contains(&u.flavor) {
+                u.resource = crate::plan::kueue_counting::dra_line_resource(&u.flavor);
+            }
+        }
         // A flavor the last plan did not know yet (just created): look again soon.
         if usage
             .iter()

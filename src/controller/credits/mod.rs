@@ -77,6 +77,9 @@ pub struct PricingSnapshot {
     pub ready: bool,
     /// ResourceFlavor name -> device model.
     pub flavor_models: BTreeMap<String, String>,
+    /// The DRA-only flavors: their class-resource usage is priced as
+    /// `dra.kaccel.io/<flavor>` lines, naming the DeviceClass.
+    pub dra_flavors: BTreeSet<String>,
     /// AcceleratorClass name -> its rates as the planner parsed them, or the
     /// errors of the rate fields that cannot price.
     pub classes: BTreeMap<String, Result<ClassRates, Vec<RateError>>>,

@@ -200,11 +200,18 @@ impl<W: Write> Exporter<W> {
         };
         let unit_credits = priced.as_ref().map(|p| p.unit_credits.to_string());
         let device_secs = device_seconds(e.device_units, e.start, e.end);
+        // A DRA line's resource names the DeviceClass its devices came from
+        // (`dra.kaccel.io/<flavor>`): finance sees the DeviceClass.
+        let device_class = crate::plan::kueue_counting::device_class_of_resource(&e.resource);
+        let shown_resource = match &device_class {
+            Some(dc) => format!("DeviceClass {dc}"),
+            None => e.resource.clone(),
+        };
         let description = if usage {
             format!(
                 "{} x {} ({}) for {} device-seconds at {} credits per device-hour, workload {}/{} (admission {}) in class {}",
                 e.device_units,
-                e.resource,
+                shown_resource,
                 e.flavor,
                 device_secs,
                 format_micros(i128::from(e.rate)),
@@ -219,13 +226,16 @@ impl<W: Write> Exporter<W> {
                 e.namespace, e.workload, e.admission, e.reason
             )
         };
-        let tags = serde_json::json!({
+        let mut tags = serde_json::json!({
             "kaccel.io/budget": e.budget,
             "kaccel.io/namespace": e.namespace,
             "kaccel.io/workload": e.workload,
             "kaccel.io/admission": e.admission.to_string(),
             "kaccel.io/resource": e.resource,
         });
+        if let Some(dc) = device_class {
+            tags["kaccel.io/deviceClass"] = serde_json::Value::String(dc);
+        }
         let tags = tags.to_string();
         // The settlement Post of an evicted admission says why (lifecycle::EVICTED_PREFIX).
         let eviction = e

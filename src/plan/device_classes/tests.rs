@@ -846,3 +846,16 @@ fn a_dra_flavors_pod_resource_is_its_device_classs_implicit_extended_resource() 
         crate::api::CLASS_RESOURCE
     ));
 }
+
+#[test]
+fn a_dra_ledger_line_names_its_device_class() {
+    use crate::plan::kueue_counting::{device_class_of_resource, dra_line_resource};
+    assert_eq!(
+        device_class_of_resource(&dra_line_resource("nvidia-h200")).as_deref(),
+        Some("nvidia-h200.kaccel.io")
+    );
+    assert_eq!(device_class_of_resource("nvidia.com/gpu"), None);
+    assert_eq!(device_class_of_resource("kaccel.io/accelerator"), None);
+    assert_eq!(device_class_of_resource("dra.kaccel.io/"), None);
+    assert_eq!(device_class_of_resource("dra.kaccel.iox/a"), None);
+}

@@ -419,3 +419,38 @@ proptest! {
         prop_assert!(dec_eq(get("BilledCost"), dec_mul(dec(&format_micros(p.entry.credits.into())), dec(&price))));
     }
 }
+
+#[test]
+fn a_dra_row_names_its_device_class_and_is_priced_as_the_device_plugin_row() {
+    let plugin = post();
+    let mut dra = post();
+    dra.entry.resource = "dra.kaccel.io/nvidia-h100".into();
+    let rows = table(&focus_export("0.5", &[plugin, dra]));
+    let tags = |r: &BTreeMap<String, Option<String>>| -> serde_json::Value {
+        serde_json::from_str(r["Tags"].as_deref().unwrap()).unwrap()
+    };
+    assert_eq!(
+        tags(&rows[1])["kaccel.io/deviceClass"],
+        "nvidia-h100.kaccel.io"
+    );
+    assert_eq!(
+        tags(&rows[1])["kaccel.io/resource"],
+        "dra.kaccel.io/nvidia-h100"
+    );
+    assert!(tags(&rows[0]).get("kaccel.io/deviceClass").is_none());
+    let description = rows[1]["ChargeDescription"].as_deref().unwrap();
+    assert!(
+        description.starts_with("8 x DeviceClass nvidia-h100.kaccel.io (nvidia-h100)"),
+        "{description}"
+    );
+    // Same units, span and rate: the same money, column for column.
+    for column in [
+        "BilledCost",
+        "ListCost",
+        "ListUnitPrice",
+        "PricingQuantity",
+        "ConsumedQuantity",
+    ] {
+        assert_eq!(rows[0][column], rows[1][column], "{column}");
+    }
+}
