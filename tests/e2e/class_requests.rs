@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::core::ApiResource;
 use serde_json::{Value, json};
@@ -271,20 +270,8 @@ async fn class_requests(env: &mut Env, store: &str) -> Result<()> {
             "{name}: {}",
             wl["status"]
         );
-        let message = wait_for(&format!("the rejection Event of {name}"), WAIT, || async {
-            let events: Api<Event> = Api::namespaced(client.clone(), &ns);
-            let found = events
-                .list(&Default::default())
-                .await?
-                .items
-                .into_iter()
-                .find(|e| {
-                    e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
-                        && e.reason.as_deref() == Some("CreditCheckRejected")
-                });
-            Ok(found.and_then(|e| e.note))
-        })
-        .await?;
+        let message =
+            support::event_note(&client, &ns, None, name, "CreditCheckRejected", WAIT).await?;
         for needle in &needles {
             ensure!(message.contains(needle.as_str()), "{name}: {message}");
         }
@@ -482,7 +469,7 @@ async fn class_requests(env: &mut Env, store: &str) -> Result<()> {
 // ---------------------------------------------------------------------------
 // The pod webhook: the class resource becomes the placed flavor's vendor resource.
 
-pub(crate) fn mwc_ar() -> ApiResource {
+fn mwc_ar() -> ApiResource {
     ApiResource::erase::<k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration>(
         &(),
     )
@@ -491,7 +478,7 @@ pub(crate) fn mwc_ar() -> ApiResource {
 /// manifests/webhook.yaml's MutatingWebhookConfiguration (its rules and
 /// matchConditions as shipped), named `name`, calling kaccel at `url` and only
 /// for pods of namespace `ns` (the cluster is shared with other tests).
-pub(crate) fn test_webhook_configuration(name: &str, url: &str, ns: &str) -> Result<Value> {
+fn test_webhook_configuration(name: &str, url: &str, ns: &str) -> Result<Value> {
     let text = std::fs::read_to_string(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/webhook.yaml"),
     )?;
@@ -505,6 +492,58 @@ pub(crate) fn test_webhook_configuration(name: &str, url: &str, ns: &str) -> Res
     hook["clientConfig"] = json!({"url": url});
     hook["namespaceSelector"] = json!({"matchLabels": {"kubernetes.io/metadata.name": ns}});
     Ok(mwc)
+}
+
+/// The test's copy of manifests/webhook.yaml, registered for namespace `ns`
+/// and calling a kaccel to be started with `config` (torn down by the cleanup).
+pub(crate) struct TestWebhook {
+    pub(crate) name: String,
+    /// The `webhook:` section of kaccel's configuration.
+    pub(crate) config: String,
+}
+
+impl TestWebhook {
+    pub(crate) async fn register(env: &mut Env, ns: &str) -> Result<TestWebhook> {
+        let client = env.client.clone();
+        // The ServiceAccount admission plugin wants the namespace's default
+        // account, which kube-controller-manager's ServiceAccount controller creates.
+        let sas: Api<DynamicObject> = Api::namespaced_with(
+            client.clone(),
+            ns,
+            &ApiResource::erase::<k8s_openapi::api::core::v1::ServiceAccount>(&()),
+        );
+        wait_obj(&sas, "default", "the default ServiceAccount", |_| true).await?;
+        let port = crate::controller::free_port();
+        let name = format!("kaccel-pod-accelerator-{}", env.id);
+        let mwcs: Api<DynamicObject> = Api::all_with(client, &mwc_ar());
+        support::create(
+            &mwcs,
+            test_webhook_configuration(
+                &name,
+                &format!("https://127.0.0.1:{port}/mutate-pods"),
+                ns,
+            )?,
+        )
+        .await?;
+        env.cleanup.add(None, mwc_ar(), &name);
+        let config = format!(
+            "webhook:\n  enabled: true\n  address: 127.0.0.1:{port}\n  secret: {ns}/kaccel-webhook-tls\n  \
+             hosts: [\"127.0.0.1\", localhost]\n  configurationName: {name}\n"
+        );
+        Ok(TestWebhook { name, config })
+    }
+
+    /// kaccel writes its generated CA into the configuration once it serves.
+    pub(crate) async fn wait_for_ca_bundle(&self, client: &kube::Client) -> Result<()> {
+        let mwcs: Api<DynamicObject> = Api::all_with(client.clone(), &mwc_ar());
+        wait_obj(&mwcs, &self.name, "caBundle written", |m| {
+            m["webhooks"][0]["clientConfig"]["caBundle"]
+                .as_str()
+                .is_some_and(|b| !b.is_empty())
+        })
+        .await?;
+        Ok(())
+    }
 }
 
 /// A pod as the Job controller creates it from a Job Kueue admitted: Kueue's
@@ -546,7 +585,6 @@ struct WebhookFixture {
 }
 
 async fn webhook_fixture(env: &mut Env, store: &str) -> Result<WebhookFixture> {
-    let id = env.id.clone();
     let client = env.client.clone();
     let t = test_class(
         env,
@@ -561,40 +599,10 @@ async fn webhook_fixture(env: &mut Env, store: &str) -> Result<WebhookFixture> {
     )
     .await?;
     let ns = t.ns.clone();
-    // The ServiceAccount admission plugin wants the namespace's default account,
-    // which kube-controller-manager's ServiceAccount controller creates.
-    let sas: Api<DynamicObject> = Api::namespaced_with(
-        client.clone(),
-        &ns,
-        &ApiResource::erase::<k8s_openapi::api::core::v1::ServiceAccount>(&()),
-    );
-    wait_obj(&sas, "default", "the default ServiceAccount", |_| true).await?;
-
-    let port = crate::controller::free_port();
-    let mwc_name = format!("kaccel-pod-accelerator-{id}");
-    let mwcs: Api<DynamicObject> = Api::all_with(client.clone(), &mwc_ar());
-    support::create(
-        &mwcs,
-        test_webhook_configuration(
-            &mwc_name,
-            &format!("https://127.0.0.1:{port}/mutate-pods"),
-            &ns,
-        )?,
-    )
-    .await?;
-    env.cleanup.add(None, mwc_ar(), &mwc_name);
-    let webhook_config = format!(
-        "webhook:\n  enabled: true\n  address: 127.0.0.1:{port}\n  secret: {ns}/kaccel-webhook-tls\n  \
-         hosts: [\"127.0.0.1\", localhost]\n  configurationName: {mwc_name}\n"
-    );
+    let webhook = TestWebhook::register(env, &ns).await?;
+    let webhook_config = webhook.config.clone();
     env.start_with(store, |config| config + &webhook_config);
-    // kaccel writes its generated CA into the configuration.
-    wait_obj(&mwcs, &mwc_name, "caBundle written", |m| {
-        m["webhooks"][0]["clientConfig"]["caBundle"]
-            .as_str()
-            .is_some_and(|b| !b.is_empty())
-    })
-    .await?;
+    webhook.wait_for_ca_bundle(&client).await?;
 
     let (_, nv_flavor, amd_flavor) = two_flavor_queue(env, &t).await?;
     let rfs: Api<DynamicObject> = Api::all_with(client.clone(), &kueue("ResourceFlavor"));
@@ -998,21 +1006,7 @@ async fn jobs_through_the_webhook(env: &mut Env, store: &str) -> Result<()> {
             ],
         ),
     ] {
-        let note = wait_for(&format!("the Placed Event of Job {name}"), WAIT, || async {
-            let events: Api<Event> = Api::namespaced(client.clone(), &ns);
-            let found = events
-                .list(&Default::default())
-                .await?
-                .items
-                .into_iter()
-                .find(|e| {
-                    e.regarding.as_ref().is_some_and(|r| {
-                        r.kind.as_deref() == Some("Job") && r.name.as_deref() == Some(name)
-                    }) && e.reason.as_deref() == Some("Placed")
-                });
-            Ok(found.and_then(|e| e.note))
-        })
-        .await?;
+        let note = support::event_note(&client, &ns, Some("Job"), name, "Placed", WAIT).await?;
         for needle in &needles {
             ensure!(
                 note.contains(needle.as_str()),

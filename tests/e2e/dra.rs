@@ -305,25 +305,6 @@ fn claim_workload(ns: &str, name: &str, queue: &str, template: &str, secs: u32) 
     })
 }
 
-/// The note of kaccel's `CreditCheckRejected` Event on Workload `name`.
-async fn rejection_note(client: &Client, ns: &str, name: &str) -> Result<String> {
-    use k8s_openapi::api::events::v1::Event;
-    crate::controller::wait_for(&format!("the rejection Event of {name}"), WAIT, || async {
-        let events: Api<Event> = Api::namespaced(client.clone(), ns);
-        let found = events
-            .list(&Default::default())
-            .await?
-            .items
-            .into_iter()
-            .find(|e| {
-                e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
-                    && e.reason.as_deref() == Some("CreditCheckRejected")
-            });
-        Ok(found.and_then(|e| e.note))
-    })
-    .await
-}
-
 fn usage_of(wl: &Value, resource: &str) -> Option<(String, String)> {
     let psa = wl.pointer("/status/admission/podSetAssignments/0")?;
     Some((
@@ -633,7 +614,15 @@ async fn mixed_fleet(env: &mut crate::ledger::Env, store: &str) -> Result<()> {
         w["spec"]["active"] == false
     })
     .await?;
-    let note = rejection_note(&client, &ns, "amd-unpinned").await?;
+    let note = support::event_note(
+        &client,
+        &ns,
+        None,
+        "amd-unpinned",
+        "CreditCheckRejected",
+        WAIT,
+    )
+    .await?;
     ensure!(
         note.contains(&format!("claims devices of DeviceClass {device_class}"))
             && note.contains("Kueue placed it on flavor nvidia-h100-80gb-hbm3")
@@ -1466,23 +1455,26 @@ async fn dra_holders(env: &mut crate::ledger::Env, store: &str) -> Result<()> {
     }
     .await;
     support::delete_job(&jobs, "finetune").await?;
-    if !pod_name.is_empty() {
-        // Bound to a node with no kubelet: gone only when deleted at once. Its
-        // claim (no garbage collector here) is deleted by hand.
-        let _ = pods
-            .delete(
-                &pod_name,
-                &kube::api::DeleteParams {
-                    grace_period_seconds: Some(0),
-                    ..Default::default()
-                },
-            )
-            .await;
-        for c in claims.list(&Default::default()).await?.items {
-            let _ = claims.delete(&c.name_any(), &Default::default()).await;
-        }
-    }
+    delete_bound_pods_and_claims(&client, &ns).await?;
     result
+}
+
+/// Pods bound to simulated nodes (no kubelet) go only when deleted at once, and
+/// their claims (no garbage collector here) by hand: every one of `ns`.
+async fn delete_bound_pods_and_claims(client: &Client, ns: &str) -> Result<()> {
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), ns);
+    let now = kube::api::DeleteParams {
+        grace_period_seconds: Some(0),
+        ..Default::default()
+    };
+    for p in pods.list(&Default::default()).await?.items {
+        let _ = pods.delete(&p.name_any(), &now).await;
+    }
+    let claims: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &claim_ar());
+    for c in claims.list(&Default::default()).await?.items {
+        let _ = claims.delete(&c.name_any(), &Default::default()).await;
+    }
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------
@@ -1511,29 +1503,12 @@ async fn dra_class_requests(env: &mut crate::ledger::Env, store: &str) -> Result
     for job in ["train-h100", "train-mi300x", "train-h100-more"] {
         let _ = support::delete_job(&jobs, job).await;
     }
-    // Bound to nodes with no kubelet: gone only when deleted at once; their
-    // claims (no garbage collector here) by hand.
-    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), &ns);
-    for p in pods.list(&Default::default()).await?.items {
-        let _ = pods
-            .delete(
-                &p.name_any(),
-                &kube::api::DeleteParams {
-                    grace_period_seconds: Some(0),
-                    ..Default::default()
-                },
-            )
-            .await;
-    }
-    let claims: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &claim_ar());
-    for c in claims.list(&Default::default()).await?.items {
-        let _ = claims.delete(&c.name_any(), &Default::default()).await;
-    }
+    delete_bound_pods_and_claims(&client, &ns).await?;
     result
 }
 
 async fn dra_class_requests_flow(env: &mut crate::ledger::Env, store: &str) -> Result<()> {
-    use crate::class_requests::{mwc_ar, test_webhook_configuration};
+    use crate::class_requests::TestWebhook;
     use crate::ledger::admitted;
     let id = env.id.clone();
     let client = env.client.clone();
@@ -1571,41 +1546,14 @@ async fn dra_class_requests_flow(env: &mut crate::ledger::Env, store: &str) -> R
             "credits": {"perPeriod": "1000000", "period": {"start": "2026-12-01T00:00:00Z", "days": 30}}},
     }))
     .await?;
-    // The ServiceAccount admission plugin wants the namespace's default account.
-    let sas: Api<DynamicObject> = Api::namespaced_with(
-        client.clone(),
-        &ns,
-        &ApiResource::erase::<k8s_openapi::api::core::v1::ServiceAccount>(&()),
-    );
-    wait_obj(&sas, "default", "the default ServiceAccount", |_| true).await?;
-    let port = free_port();
-    let mwc_name = format!("kaccel-pod-accelerator-{id}");
-    let mwcs: Api<DynamicObject> = Api::all_with(client.clone(), &mwc_ar());
-    support::create(
-        &mwcs,
-        test_webhook_configuration(
-            &mwc_name,
-            &format!("https://127.0.0.1:{port}/mutate-pods"),
-            &ns,
-        )?,
-    )
-    .await?;
-    env.cleanup.add(None, mwc_ar(), &mwc_name);
+    let webhook = TestWebhook::register(env, &ns).await?;
     let kueue_config = kueue_config_file();
     env.start_with(store, |config| {
         config.replace("watchResourceSlices: false", "watchResourceSlices: true")
             + &format!("kueue:\n  configFile: {kueue_config}\n")
-            + &format!(
-                "webhook:\n  enabled: true\n  address: 127.0.0.1:{port}\n  secret: {ns}/kaccel-webhook-tls\n  \
-                 hosts: [\"127.0.0.1\", localhost]\n  configurationName: {mwc_name}\n"
-            )
+            + &webhook.config
     });
-    wait_obj(&mwcs, &mwc_name, "caBundle written", |m| {
-        m["webhooks"][0]["clientConfig"]["caBundle"]
-            .as_str()
-            .is_some_and(|b| !b.is_empty())
-    })
-    .await?;
+    webhook.wait_for_ca_bundle(&client).await?;
     let dcs = device_classes(&client);
     for dc in [&h100_class_dc, &mi300x_dc] {
         wait_obj(&dcs, dc, "kaccel writes it", |_| true).await?;

@@ -288,3 +288,37 @@ pub async fn delete_job(jobs: &Api<DynamicObject>, name: &str) -> Result<()> {
     )
     .await
 }
+
+/// The note of the first Event in `ns` about `kind`/`name` (any kind when None)
+/// with `reason`, waited for up to `timeout`.
+pub async fn event_note(
+    client: &kube::Client,
+    ns: &str,
+    kind: Option<&str>,
+    name: &str,
+    reason: &str,
+    timeout: std::time::Duration,
+) -> anyhow::Result<String> {
+    use k8s_openapi::api::events::v1::Event;
+    let events: kube::Api<Event> = kube::Api::namespaced(client.clone(), ns);
+    crate::controller::wait_for(
+        &format!("the {reason} Event of {name}"),
+        timeout,
+        || async {
+            let found = events
+                .list(&Default::default())
+                .await?
+                .items
+                .into_iter()
+                .find(|e| {
+                    e.reason.as_deref() == Some(reason)
+                        && e.regarding.as_ref().is_some_and(|r| {
+                            r.name.as_deref() == Some(name)
+                                && kind.is_none_or(|k| r.kind.as_deref() == Some(k))
+                        })
+                });
+            Ok(found.and_then(|e| e.note))
+        },
+    )
+    .await
+}
