@@ -47,6 +47,13 @@ pub(super) struct Reconciler {
     /// A planned name is taken by an object kaccel does not own (not watched:
     /// retried every few seconds, so its removal is noticed).
     pub(super) names_taken: AtomicBool,
+    /// Until then, a reconcile waits for health sources that have not answered
+    /// (nor failed) yet: a restarted kaccel plans from their first readings, not
+    /// from cards it has not read (a firmware allow-list would take a class's
+    /// flavors away for the seconds of the first poll).
+    pub(super) health_warm_until: std::time::Instant,
+    /// A reconcile waited for a first health answer (retried soon).
+    pub(super) health_warming: AtomicBool,
     /// The DeviceTaintRules of the last reconcile, for /devices.
     pub(super) held_rules: super::http::SharedHeldRules,
     /// The credit ledger, when `ledger.enabled`.
@@ -62,6 +69,19 @@ pub(super) struct LedgerParts {
 impl Reconciler {
     /// observe -> plan -> diff -> apply -> status.
     pub(super) async fn reconcile(&self, caches: &Caches) -> Result<(), Error> {
+        if std::time::Instant::now() < self.health_warm_until {
+            let waiting = self
+                .health
+                .lock()
+                .expect("tracker lock")
+                .unanswered_sources();
+            if !waiting.is_empty() {
+                tracing::debug!(sources = ?waiting, "waiting for the first health answers");
+                self.health_warming.store(true, Ordering::Relaxed);
+                return Ok(());
+            }
+        }
+        self.health_warming.store(false, Ordering::Relaxed);
         // Observe.
         let classes: Vec<AcceleratorClass> = caches
             .classes

@@ -136,6 +136,20 @@ pub async fn run(config: Config) -> Result<(), Error> {
         next_eviction_check: std::sync::Mutex::new(0),
         namespaces_missing: AtomicBool::new(false),
         names_taken: AtomicBool::new(false),
+        // Each source's first poll ends within its timeout (plus the poller's
+        // start): until then, or until every source answered or failed, the
+        // planner would see its cards unread.
+        health_warm_until: Instant::now()
+            + Duration::from_secs(
+                config
+                    .health
+                    .sources
+                    .iter()
+                    .map(|s| s.timeout_seconds)
+                    .max()
+                    .map_or(0, |t| t + 2),
+            ),
+        health_warming: AtomicBool::new(false),
         held_rules,
         ledger,
     };
@@ -373,7 +387,8 @@ async fn reconcile_loop(
                 }
                 if dirty_since.is_none()
                     && (reconciler.requeue_pending.load(Ordering::Relaxed)
-                        || reconciler.evictions_pending.load(Ordering::Relaxed))
+                        || reconciler.evictions_pending.load(Ordering::Relaxed)
+                        || reconciler.health_warming.load(Ordering::Relaxed))
                 {
                     // Kueue evicts asynchronously and Workloads are not watched: look again soon.
                     dirty_since = Some(Instant::now());

@@ -1093,15 +1093,12 @@ async fn firmware_flow(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
             "    - {{name: dcgm-{node}, kind: dcgm-exporter, url: \"http://127.0.0.1:{port}/metrics\", node: {node}, intervalSeconds: 1, staleAfterSeconds: 5, timeoutSeconds: 1}}\n"
         )
     };
-    let controller = Controller::start(
-        &format!("ctl-{id}"),
-        free_port(),
-        &format!(
-            "rootCohort: {root}\ndebounceMs: 100\nmaxDelayMs: 500\nleaderElection:\n  enabled: false\nhealth:\n  sources:\n{}{}",
-            source(&a, exporter_a.port),
-            source(&b, exporter_b.port)
-        ),
+    let config = format!(
+        "rootCohort: {root}\ndebounceMs: 100\nmaxDelayMs: 500\nleaderElection:\n  enabled: false\nhealth:\n  sources:\n{}{}",
+        source(&a, exporter_a.port),
+        source(&b, exporter_b.port)
     );
+    let mut controller = Controller::start(&format!("ctl-{id}"), free_port(), &config);
     let result = async {
         let classes: Api<DynamicObject> =
             Api::all_with(client.clone(), &ApiResource::erase::<AcceleratorClass>(&()));
@@ -1136,10 +1133,30 @@ async fn firmware_flow(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
                 .contains("\"nominalQuota\":\"16\"")
         })
         .await?;
+        // A restart plans from the exporters' first answers, not from cards it
+        // has not read yet: the ClusterQueue is never written in between (the
+        // flavor would be gone for the first poll's seconds).
+        let generation = |q: &Value| q["metadata"]["generation"].as_i64().unwrap_or_default();
+        let before = generation(&support::get_json(&cqs, &cluster_queue).await?);
+        // Exporters that take 700 ms to answer (within the 1 s timeout): the new
+        // kaccel's caches sync well before their first answers.
+        exporter_a.set(Answer::Slow(dcgm_with_vbios(&a, &[GOOD; 8]), 700));
+        exporter_b.set(Answer::Slow(dcgm_with_vbios(&b, &[GOOD; 8]), 700));
+        controller.kill();
+        controller = Controller::start(&format!("ctl2-{id}"), free_port(), &config);
+        // Its caches sync and its exporters answer within a second or two.
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        let after = support::get_json(&cqs, &cluster_queue).await?;
+        ensure!(
+            generation(&after) == before,
+            "the restart rewrote the ClusterQueue (generation {before} -> {}): {}",
+            generation(&after),
+            after["spec"]
+        );
         let message = support::condition(&refused, "NoMatchingHardware")
             .map(|c| c["message"].to_string())
             .unwrap_or_default();
-        eprintln!("MEASURE firmware allow-list [{GOOD}]: refused while 2 cards of {b} reported {OLD} ({message}); flavor {flavor} with 16 in quota once they reported {GOOD}");
+        eprintln!("MEASURE firmware allow-list [{GOOD}]: refused while 2 cards of {b} reported {OLD} ({message}); flavor {flavor} with 16 in quota once they reported {GOOD}; a restart left the ClusterQueue at generation {before}");
         Ok(())
     }
     .await;

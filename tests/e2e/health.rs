@@ -26,6 +26,8 @@ pub enum Answer {
     /// The process is gone: connections are refused... or here, closed at once.
     Dead,
     Garbage,
+    /// These metrics, after this many milliseconds (a loaded exporter).
+    Slow(String, u64),
 }
 
 /// A dcgm-exporter stand-in on 127.0.0.1 serving whatever `answer` holds (a
@@ -57,6 +59,10 @@ impl FakeExporter {
                             "<html><body><h1>502 Bad Gateway</h1></body></html>\n".to_string()
                         }
                         Answer::Metrics(m) => m,
+                        Answer::Slow(m, millis) => {
+                            tokio::time::sleep(std::time::Duration::from_millis(millis)).await;
+                            m
+                        }
                     };
                     let head = format!(
                         "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",

@@ -566,3 +566,18 @@ fn the_snapshot_carries_each_cards_last_reported_firmware() {
     assert_eq!(later.firmware_of(NODE, "nvidia.com/gpu"), Some(&want));
     assert_eq!(later.firmware_of("gpu-h100-02", "nvidia.com/gpu"), None);
 }
+
+/// A restarted kaccel waits for these before it plans: a source counts until it
+/// answered or failed once.
+#[test]
+fn a_source_is_unanswered_until_its_first_answer_or_failure() {
+    use super::testing::{SOURCE, gpus, watched};
+    let p = Policy::default();
+    let mut t = watched();
+    assert_eq!(t.unanswered_sources(), [SOURCE]);
+    t.observe(SOURCE, gpus(&[0], &[], &[]), 100, &p);
+    assert!(t.unanswered_sources().is_empty());
+    let mut t = watched();
+    t.fail(SOURCE, "connection refused".into(), 100);
+    assert!(t.unanswered_sources().is_empty());
+}

@@ -564,6 +564,17 @@ impl Tracker {
         attributed.chain(claimed).collect()
     }
 
+    /// The sources that have neither answered nor failed yet (just configured).
+    pub fn unanswered_sources(&self) -> Vec<String> {
+        self.sources
+            .values()
+            .filter(|s| {
+                s.last_success_at.is_none() && s.failing_since.is_none() && s.last_error.is_none()
+            })
+            .map(|s| s.name.clone())
+            .collect()
+    }
+
     /// The planner's view: per node and device group, devices by status. A device
     /// whose source is stale or failing, or that its source stopped reporting, is
     /// Unknown, unless it was last seen Failed or Degraded: then it stays that
