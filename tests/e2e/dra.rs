@@ -521,6 +521,24 @@ fn amd_slice(node: &str, product: &str) -> Value {
     dra_slice(node, "gpu.amd.com", devices)
 }
 
+/// An 8-GPU node of `DRA_MI300X_MODEL` that only AMD's DRA driver publishes, for
+/// the flavor Kueue is started mapping: the node's name and the flavor's
+/// DeviceClass (node, slice, DeviceClass and flavor deleted by the teardown).
+async fn dra_mi300x_node(env: &mut crate::ledger::Env) -> Result<(String, String)> {
+    let node = format!("dra-mi300x-{}", env.id);
+    let client = env.client.clone();
+    publish(
+        &client,
+        &mut env.cleanup,
+        &node,
+        DRA_MI300X_MODEL,
+        amd_slice(&node, "AMD E2E DRA MI300X"),
+    )
+    .await?;
+    clean_flavor(&mut env.cleanup, DRA_MI300X_FLAVOR);
+    Ok((node, format!("{DRA_MI300X_FLAVOR}.kaccel.io")))
+}
+
 #[tokio::test]
 async fn one_class_over_device_plugin_nvidia_and_dra_only_amd_nodes_admits_on_both() {
     let dir = tempfile::tempdir().unwrap();
@@ -532,17 +550,7 @@ async fn mixed_fleet(env: &mut crate::ledger::Env, store: &str) -> Result<()> {
     use crate::ledger::admitted;
     let id = env.id.clone();
     let client = env.client.clone();
-    let node = format!("dra-mi300x-{id}");
-    publish(
-        &client,
-        &mut env.cleanup,
-        &node,
-        DRA_MI300X_MODEL,
-        amd_slice(&node, "AMD E2E DRA MI300X"),
-    )
-    .await?;
-    let device_class = format!("{DRA_MI300X_FLAVOR}.kaccel.io");
-    clean_flavor(&mut env.cleanup, DRA_MI300X_FLAVOR);
+    let (_, device_class) = dra_mi300x_node(env).await?;
 
     let class = format!("mixed-{id}");
     env.create_class(json!({
@@ -1513,17 +1521,7 @@ async fn dra_class_requests_flow(env: &mut crate::ledger::Env, store: &str) -> R
     let id = env.id.clone();
     let client = env.client.clone();
     let (h100_node, h100_class_dc) = dra_h100_node(env).await?;
-    let mi300x_node = format!("dra-mi300x-{id}");
-    publish(
-        &client,
-        &mut env.cleanup,
-        &mi300x_node,
-        DRA_MI300X_MODEL,
-        amd_slice(&mi300x_node, "AMD E2E DRA MI300X"),
-    )
-    .await?;
-    clean_flavor(&mut env.cleanup, DRA_MI300X_FLAVOR);
-    let mi300x_dc = format!("{DRA_MI300X_FLAVOR}.kaccel.io");
+    let (mi300x_node, mi300x_dc) = dra_mi300x_node(env).await?;
 
     let h100_class = format!("dra-h100-{id}");
     let mi300x_class = format!("dra-mi300x-{id}");
