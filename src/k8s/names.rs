@@ -41,6 +41,17 @@ pub fn bounded(parts: &[&str], max: usize) -> String {
     format!("{cut}-{hash}")
 }
 
+/// The first `shown` names, comma-separated, and how many more there are:
+/// `a, b, c and 2 more` (a message names a few nodes, not thousands).
+pub fn first_few<'a>(names: impl ExactSizeIterator<Item = &'a str>, shown: usize) -> String {
+    let more = names.len().saturating_sub(shown);
+    let mut out = names.take(shown).collect::<Vec<_>>().join(", ");
+    if more > 0 {
+        out.push_str(&format!(" and {more} more"));
+    }
+    out
+}
+
 /// FNV-1a: tiny, stable across Rust versions (unlike `DefaultHasher`).
 pub fn fnv1a(bytes: &[u8]) -> u64 {
     let mut h: u64 = 0xcbf29ce484222325;
@@ -145,6 +156,15 @@ pub fn valid_dns_subdomain(s: &str) -> bool {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn first_few_names_a_few_and_counts_the_rest() {
+        let names = ["a", "b", "c", "d", "e"];
+        assert_eq!(first_few(names.iter().copied(), 3), "a, b, c and 2 more");
+        assert_eq!(first_few(names.iter().copied(), 5), "a, b, c, d, e");
+        assert_eq!(first_few(names[..1].iter().copied(), 3), "a");
+        assert_eq!(first_few([].into_iter(), 3), "");
+    }
 
     #[test]
     fn slugs() {

@@ -395,15 +395,7 @@ fn firmware_mismatch(
     if disallowed.is_empty() && unverified.is_empty() {
         return None;
     }
-    let nodes = |set: &BTreeSet<&str>| -> String {
-        let shown: Vec<&str> = set.iter().copied().take(3).collect();
-        let more = set.len().saturating_sub(shown.len());
-        let mut out = shown.join(", ");
-        if more > 0 {
-            out.push_str(&format!(" and {more} more"));
-        }
-        out
-    };
+    let nodes = |set: &BTreeSet<&str>| names::first_few(set.iter().copied(), 3);
     let mut why: Vec<String> = disallowed
         .iter()
         .map(|(version, on)| format!("firmware {version} on {}", nodes(on)))

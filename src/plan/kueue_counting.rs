@@ -105,12 +105,19 @@ pub fn mappings(device_classes: &[DeviceClass]) -> Vec<DeviceClassMapping> {
     }]
 }
 
+/// Whether Kueue must also count this flavor's vendor resource as the class
+/// resource (a transformation): a device-plugin flavor, not a DRA-only one (its
+/// quota is in the class resource itself) nor a CPU pool.
+fn vendor_resource_transformed(flavor: &FlavorReport) -> bool {
+    counts_as_class_resource(flavor) && !is_dra_flavor(flavor)
+}
+
 /// The vendor device resources Kueue must also count as the class resource, in
 /// name order: those of every flavor a workload may ask for by it.
 pub fn class_counted_resources(flavor_reports: &BTreeMap<String, FlavorReport>) -> BTreeSet<&str> {
     flavor_reports
         .values()
-        .filter(|f| counts_as_class_resource(f) && !is_dra_flavor(f))
+        .filter(|f| vendor_resource_transformed(f))
         .map(|f| f.resource_name.as_str())
         .collect()
 }
@@ -252,7 +259,7 @@ pub(super) fn class_request_conditions(
     let mut by_class: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
     for flavor in flavor_reports
         .values()
-        .filter(|f| counts_as_class_resource(f) && !is_dra_flavor(f))
+        .filter(|f| vendor_resource_transformed(f))
     {
         for class in &flavor.classes {
             by_class
@@ -350,22 +357,21 @@ pub(super) fn conditions(
     let Some(observed) = observed else {
         return;
     };
+    // Kaccel's DeviceClasses, in the order the printed mapping lists them.
+    let wanted = mappings(device_classes);
+    let all: Vec<&str> = wanted
+        .iter()
+        .flat_map(|m| &m.device_class_names)
+        .map(String::as_str)
+        .collect();
     // class -> the DeviceClasses of its flavors
     let mut by_class: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-    let mut all: Vec<&str> = Vec::new();
-    for name in device_classes
-        .iter()
-        .filter_map(|dc| dc.metadata.name.as_deref())
-    {
-        let Some(flavor) = name.strip_suffix(DEVICE_CLASS_SUFFIX) else {
-            continue;
-        };
-        all.push(name);
+    for &name in &all {
+        let flavor = name.strip_suffix(DEVICE_CLASS_SUFFIX).unwrap_or(name);
         for class in flavor_reports.get(flavor).iter().flat_map(|f| &f.classes) {
             by_class.entry(class).or_default().push(name);
         }
     }
-    all.sort();
     // Kueue takes at most this many names in one mapping: the rest cannot be.
     let countable: BTreeSet<&str> = all
         .iter()

@@ -42,20 +42,17 @@ pub struct ImpureFlavor {
 
 impl ImpureFlavor {
     pub fn message(&self) -> String {
-        let shown: Vec<&str> = self
-            .foreign_nodes
-            .iter()
-            .take(NAMED_NODES)
-            .map(String::as_str)
-            .collect();
-        let more = self.foreign_nodes.len().saturating_sub(NAMED_NODES);
+        let shown = crate::k8s::names::first_few(
+            self.foreign_nodes.iter().map(String::as_str),
+            NAMED_NODES,
+        );
         let labels: Vec<String> = self
             .node_labels
             .iter()
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
         format!(
-            "flavor {} ({} {} {}{} on {}) not created: its nodeLabels {{{}}} also select {} node(s) without that variant ({}{}), so quota in one unit would be spent on other hardware; {}",
+            "flavor {} ({} {} {}{} on {}) not created: its nodeLabels {{{}}} also select {} node(s) without that variant ({}), so quota in one unit would be spent on other hardware; {}",
             self.flavor,
             self.variant.vendor,
             self.variant.model,
@@ -68,12 +65,7 @@ impl ImpureFlavor {
             self.variant.resource_name,
             labels.join(", "),
             self.foreign_nodes.len(),
-            shown.join(", "),
-            if more > 0 {
-                format!(" and {more} more")
-            } else {
-                String::new()
-            },
+            shown,
             self.fix(),
         )
     }

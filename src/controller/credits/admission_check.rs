@@ -98,11 +98,8 @@ impl LedgerRuntime {
                 (Some(rec), Some((charge, _))) if rec.admission == admission => {
                     // Reserved before a crash (or the cache lags the check write).
                     let usage = usage_from_workload(v).unwrap_or_default();
-                    let note = ready_note(rec, charge, v);
-                    let note = match self.placement(v, &usage, &pricing) {
-                        Some(placed) => format!("{note}; {placed}"),
-                        None => note,
-                    };
+                    let placed = self.placement(v, &usage, &pricing);
+                    let note = with_placed(ready_note(rec, charge, v), placed.as_deref());
                     self.set_check(v, "Ready", &note, None).await?;
                 }
                 _ => {
@@ -281,10 +278,7 @@ impl LedgerRuntime {
                     None => "no accelerator devices to charge".to_string(),
                 };
                 let placed = self.placement(v, &usage, pricing);
-                let note = match &placed {
-                    Some(placed) => format!("{note}; {placed}"),
-                    None => note,
-                };
+                let note = with_placed(note, placed.as_deref());
                 self.set_check(v, "Ready", &note, None).await?;
                 if let Some(placed) = &placed {
                     self.owner_event(v, "Placed", placed).await;
@@ -494,14 +488,27 @@ impl LedgerRuntime {
             uid: v.metadata.uid.clone(),
             ..Default::default()
         };
+        self.publish(&reference, EventType::Warning, reason, action, message)
+            .await;
+    }
+
+    /// An Event about `reference`, its note cut to what the API server keeps.
+    async fn publish(
+        &self,
+        reference: &ObjectReference,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        message: &str,
+    ) {
         let event = Event {
-            type_: EventType::Warning,
+            type_,
             reason: reason.into(),
             note: Some(message.chars().take(1000).collect()),
             action: action.into(),
             secondary: None,
         };
-        crate::controller::publish_event(&self.recorder, &self.metrics, &event, &reference).await;
+        crate::controller::publish_event(&self.recorder, &self.metrics, &event, reference).await;
     }
 
     /// Where Kueue placed the Workload (its device `usage`) and why
@@ -525,7 +532,7 @@ impl LedgerRuntime {
             usage,
             &pricing.flavor_models,
             queue.as_ref().map(|q| &q.data),
-            &self.devices_held_in(cluster_queue, v),
+            || self.devices_held_in(cluster_queue, v),
         )
     }
 
@@ -566,14 +573,8 @@ impl LedgerRuntime {
             uid: Some(owner.uid.clone()),
             ..Default::default()
         };
-        let event = Event {
-            type_: EventType::Normal,
-            reason: reason.into(),
-            note: Some(message.chars().take(1000).collect()),
-            action: "Admit".into(),
-            secondary: None,
-        };
-        crate::controller::publish_event(&self.recorder, &self.metrics, &event, &reference).await;
+        self.publish(&reference, EventType::Normal, reason, "Admit", message)
+            .await;
     }
 
     pub(super) async fn reject(
@@ -777,6 +778,14 @@ pub(super) fn ready_note(
     )
 }
 
+/// `note`, then where the Workload was placed and why, when that is known.
+fn with_placed(note: String, placed: Option<&str>) -> String {
+    match placed {
+        Some(placed) => format!("{note}; {placed}"),
+        None => note,
+    }
+}
+
 /// Where Kueue placed the admission and why, in the user's words:
 /// `large-training: on amd-instinct-mi300x-oam (AMD_Instinct_MI300X_OAM); nvidia-h100-80gb-hbm3 full: 8/8 in use`.
 /// The flavors tried first are those before it in the ClusterQueue's resource
@@ -788,7 +797,7 @@ pub(super) fn placement_note(
     usage: &[FlavorUsage],
     models: &BTreeMap<String, String>,
     cluster_queue: Option<&Value>,
-    held: &BTreeMap<String, u64>,
+    held: impl FnOnce() -> BTreeMap<String, u64>,
 ) -> Option<String> {
     let flavor = &usage.first()?.flavor;
     let model = models
@@ -810,6 +819,13 @@ pub(super) fn placement_note(
         .flatten()
         .take_while(|f| f["name"] != flavor.as_str())
         .collect();
+    // What kaccel saw admitted in the queue, counted only when a flavor was
+    // passed over (a scan of the open Workloads, kept off the common path).
+    let held = if earlier.is_empty() {
+        BTreeMap::new()
+    } else {
+        held()
+    };
     let reasons: Vec<String> = earlier
         .iter()
         .map(|f| {

@@ -222,7 +222,7 @@ fn the_placement_note_names_the_flavor_model_and_the_fuller_flavors_tried_first(
             &on("amd-mi300x"),
             &models,
             Some(&cq),
-            &none
+            || none.clone()
         )
         .unwrap(),
         "large-training: on amd-mi300x (AMD_Instinct_MI300X_OAM); nvidia-h100 full: 16/16 in use"
@@ -233,18 +233,32 @@ fn the_placement_note_names_the_flavor_model_and_the_fuller_flavors_tried_first(
             &on("nvidia-h100"),
             &models,
             Some(&cq),
-            &none
+            || none.clone()
         )
         .unwrap(),
         "large-training: on nvidia-h100 (NVIDIA-H100-80GB-HBM3), its first preference"
     );
     assert_eq!(
-        placement_note("large-training", &on("amd-mi300x"), &models, None, &none).unwrap(),
+        placement_note("large-training", &on("amd-mi300x"), &models, None, || none
+            .clone())
+        .unwrap(),
         "large-training: on amd-mi300x (AMD_Instinct_MI300X_OAM)"
     );
     assert_eq!(
-        placement_note("large-training", &[], &models, Some(&cq), &none),
+        placement_note("large-training", &[], &models, Some(&cq), || none.clone()),
         None
+    );
+    // On the first preference nothing was passed over: the open Workloads are
+    // not scanned.
+    assert!(
+        placement_note(
+            "large-training",
+            &on("nvidia-h100"),
+            &models,
+            Some(&cq),
+            || { panic!("scanned the open Workloads for a first-preference placement") }
+        )
+        .is_some()
     );
     // Kueue's count in the ClusterQueue's status lags its admissions: what
     // kaccel saw admitted in the queue is used when it is more.
@@ -257,7 +271,7 @@ fn the_placement_note_names_the_flavor_model_and_the_fuller_flavors_tried_first(
             &on("amd-mi300x"),
             &models,
             Some(&lagging),
-            &held
+            || held.clone()
         )
         .unwrap(),
         "large-training: on amd-mi300x (AMD_Instinct_MI300X_OAM); nvidia-h100 full: 16/16 in use"
@@ -268,7 +282,7 @@ fn the_placement_note_names_the_flavor_model_and_the_fuller_flavors_tried_first(
             &on("amd-mi300x"),
             &models,
             Some(&lagging),
-            &none
+            || none.clone()
         )
         .unwrap(),
         "large-training: on amd-mi300x (AMD_Instinct_MI300X_OAM); nvidia-h100 had no room for it (0/16 in use in this queue)"
