@@ -70,12 +70,42 @@ async fn corrupted_rows_are_named() {
         .await
         .unwrap_err();
     assert!(err.to_string().contains("column kind"), "{err}");
-    // The aggregate behind balances names a real row of the bad kind too.
-    let err = store.balances("b1").await.unwrap_err();
+    let err = verify(&store).await.unwrap_err();
     match &err {
         StoreError::CorruptRow { id, column, .. } => assert_eq!((*id, *column), (3, "kind")),
         other => panic!("expected a corrupt row error, got {other}"),
     }
+}
+
+/// Balances come from the totals each append keeps (schema 5), so a row
+/// changed behind kaccel's back does not move them, and verify, which folds
+/// every entry, reports the difference; a changed total is caught the same way.
+#[tokio::test]
+async fn verify_compares_the_entries_with_the_kept_totals() {
+    let (dir, store) = fresh().await;
+    store
+        .append(&suite::lifecycle("b1", "t", "u1", 1, 2))
+        .await
+        .unwrap();
+    let before = store.balances("b1").await.unwrap();
+    assert!(verify(&store).await.unwrap().ok());
+    let raw = rusqlite::Connection::open(dir.path().join("ledger.db")).unwrap();
+    raw.execute("UPDATE entries SET credits = credits + 1 WHERE id = 3", [])
+        .unwrap();
+    assert_eq!(store.balances("b1").await.unwrap(), before);
+    let report = verify(&store).await.unwrap();
+    let text = report.problems.join("\n");
+    assert!(
+        text.contains("budget b1: entries add up to") && text.contains("the store's totals say"),
+        "{text}"
+    );
+    raw.execute_batch(
+        "UPDATE entries SET credits = credits - 1 WHERE id = 3;
+         UPDATE budget_totals SET credits = credits + 5 WHERE budget = 'b1' AND kind = 'Grant'",
+    )
+    .unwrap();
+    let text = verify(&store).await.unwrap().problems.join("\n");
+    assert!(text.contains("budget b1: entries add up to"), "{text}");
 }
 
 #[tokio::test]

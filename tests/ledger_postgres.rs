@@ -9,7 +9,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use kaccel::ledger::conformance as suite;
 use kaccel::ledger::store::{
-    EntryFilter, LedgerStore, PostgresStore, SCHEMA_VERSION, StoreError, verify,
+    Dialect, EntryFilter, LedgerStore, PostgresStore, SCHEMA_VERSION, StoreError, schema_up_to,
+    verify,
 };
 
 fn admin_url() -> String {
@@ -23,6 +24,13 @@ fn admin_url() -> String {
 
 /// A fresh database per test, so tests run in parallel and start empty.
 async fn fresh() -> (String, PostgresStore) {
+    let url = fresh_database().await;
+    let store = PostgresStore::connect(&url).await.unwrap();
+    (url, store)
+}
+
+/// An empty database of its own (no kaccel schema yet); its URL.
+async fn fresh_database() -> String {
     static N: AtomicU32 = AtomicU32::new(0);
     let admin = admin_url();
     let name = format!(
@@ -42,9 +50,7 @@ async fn fresh() -> (String, PostgresStore) {
         .await
         .unwrap();
     let base = admin.rsplit_once('/').map(|(b, _)| b).unwrap_or(&admin);
-    let url = format!("{base}/{name}");
-    let store = PostgresStore::connect(&url).await.unwrap();
-    (url, store)
+    format!("{base}/{name}")
 }
 
 async fn raw(url: &str) -> tokio_postgres::Client {
@@ -106,6 +112,57 @@ async fn corrupted_rows_are_named() {
     assert!(err.to_string().contains("column credits"), "{err}");
 }
 
+/// A ledger in schema version 4 (the DDL kaccel applied before version 5, rows
+/// inserted directly) is upgraded with every row kept.
+#[tokio::test]
+async fn version_4_is_upgraded_in_place() {
+    let url = fresh_database().await;
+    let c = raw(&url).await;
+    c.batch_execute(&format!(
+        "CREATE TABLE schema_migrations (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL);
+         INSERT INTO schema_migrations (version, applied_at) VALUES (1, 0), (2, 0), (3, 0), (4, 0);
+         {}",
+        schema_up_to(4, Dialect::Postgres)
+    ))
+    .await
+    .unwrap();
+    for e in suite::version_4_ledger() {
+        c.execute(
+            "INSERT INTO entries (idempotency_key, kind, budget, team, workload_namespace, workload_name, workload_uid, admission, class, flavor, resource, device_units, interval_start, interval_end, credits, rate_card, reason, created_at, rate, devices) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)",
+            &[
+                &e.key, &e.kind.as_str(), &e.budget, &e.team, &e.namespace, &e.workload,
+                &e.workload_uid, &i64::from(e.admission), &e.class, &e.flavor, &e.resource,
+                &(e.device_units as i64), &e.start, &e.end, &e.credits, &e.rate_card, &e.reason,
+                &e.created_at, &(e.rate as i64), &e.devices.join(","),
+            ],
+        )
+        .await
+        .unwrap();
+    }
+    let store = PostgresStore::connect(&url).await.unwrap();
+    suite::upgraded_ledger_keeps_everything(&store).await;
+    let constraints: Vec<String> = c
+        .query(
+            "SELECT conname::text FROM pg_constraint WHERE conrelid = 'entries'::regclass ORDER BY conname",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(constraints, ["entries_pkey"]);
+    let numbered: Vec<(i64, String)> = c
+        .query("SELECT seq, uid FROM workload_ids ORDER BY seq", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let uids: Vec<&str> = numbered.iter().map(|(_, u)| u.as_str()).collect();
+    assert_eq!(uids, ["", "u1", "u2", "u3"]);
+}
+
 #[tokio::test]
 async fn version_1_is_upgraded_in_place() {
     let (url, store) = fresh().await;
@@ -116,10 +173,14 @@ async fn version_1_is_upgraded_in_place() {
     // migration 4 the devices.
     let c = raw(&url).await;
     c.batch_execute(
-        "DROP INDEX entries_workload_uid; DROP INDEX entries_budget_kind; DROP INDEX entries_reserves;
+        "DROP INDEX entries_workload_key; DROP INDEX entries_budget_kind; DROP INDEX entries_reserves;
+         ALTER TABLE entries DROP COLUMN workload_seq;
+         DROP TABLE workload_ids;
+         DROP TABLE budget_totals;
+         ALTER TABLE entries ADD CONSTRAINT entries_idempotency_key_key UNIQUE (idempotency_key);
          ALTER TABLE entries DROP COLUMN rate;
          ALTER TABLE entries DROP COLUMN devices;
-         DELETE FROM schema_migrations WHERE version IN (2, 3, 4)",
+         DELETE FROM schema_migrations WHERE version IN (2, 3, 4, 5)",
     )
     .await
     .unwrap();
@@ -136,7 +197,7 @@ async fn version_1_is_upgraded_in_place() {
     assert!(
         !indexes()
             .await
-            .contains(&"entries_workload_uid".to_string())
+            .contains(&"entries_workload_key".to_string())
     );
     let store = PostgresStore::connect(&url).await.unwrap();
     assert_eq!(store.schema_version().await.unwrap(), SCHEMA_VERSION);
@@ -146,7 +207,7 @@ async fn version_1_is_upgraded_in_place() {
         "entries_budget_kind",
         "entries_interval_start",
         "entries_reserves",
-        "entries_workload_uid",
+        "entries_workload_key",
     ] {
         assert!(got.contains(&name.to_string()), "{name} missing: {got:?}");
     }
@@ -160,7 +221,7 @@ async fn version_1_is_upgraded_in_place() {
         .iter()
         .map(|r| r.get(0))
         .collect();
-    assert_eq!(versions, vec![1, 2, 3, 4]);
+    assert_eq!(versions, vec![1, 2, 3, 4, 5]);
     let stored = store.entries_for_workload("u1").await.unwrap();
     let stored: Vec<_> = stored.into_iter().map(|s| s.entry).collect();
     // Rows written before version 3 read their rate as 0.

@@ -79,7 +79,9 @@ pub enum LedgerCommand {
         #[arg(long, default_value = "kaccel-credits")]
         admission_check: String,
     },
-    /// Measure append throughput and a full FOCUS export of the store.
+    /// Measure append throughput (the rate of each tenth of the run),
+    /// single-entry append latency, CSV and FOCUS exports of the whole store
+    /// and verify.
     #[command(hide = true)]
     Bench {
         #[arg(long, env = "KACCEL_LEDGER_STORE")]
@@ -270,54 +272,119 @@ pub fn peak_rss_kib() -> Option<u64> {
         .ok()
 }
 
-/// Synthetic two-phase entries: per workload one Reserve, 8 hourly Posts and a
-/// Void; one Grant per budget. `run` keeps runs on one store apart.
+/// Synthetic two-phase entries in the order a cluster writes them: one Grant
+/// per budget, then per hour [`BENCH_ADMISSIONS_PER_HOUR`] admissions, each a
+/// Reserve when it starts, a Post each hour after and the Void of the rest
+/// after 8 hours, so a batch mixes entries of hundreds of workloads as the
+/// credit check's appends do. Workload UIDs are random-looking UUIDs, as the
+/// API server's are, so the indexes on the UID see a real cluster's random
+/// inserts. `run` keeps runs on one store apart.
 pub fn synthetic_entries(run: &str, count: usize) -> impl Iterator<Item = Entry> {
+    const POSTED_HOURS: usize = 8;
     let t0: i64 = 1_767_225_600; // 2026-01-01T00:00:00Z
     let rate = Rate(4_000_000);
-    let run = run.to_string();
-    (0..)
-        .flat_map(move |w: usize| {
-            let budget = format!("team-{}", w % 10);
-            let uid = format!("{run}-{w:08}");
-            let start = t0 + (w as i64 % 720) * 3600;
-            let units = 1 + (w as u64 % 8);
-            let base = Entry {
-                key: String::new(),
-                kind: EntryKind::Reserve,
-                budget: budget.clone(),
-                team: format!("t{}", w % 10),
-                namespace: format!("ns-{}", w % 10),
-                workload: format!("job-{w}"),
-                workload_uid: uid.clone(),
-                admission: 1,
-                class: "gpu-large".into(),
-                flavor: "nvidia-h100-80gb".into(),
-                resource: "nvidia.com/gpu".into(),
-                device_units: units,
-                start,
-                end: start + 10 * 3600,
-                credits: 0,
-                rate_card: "rc-bench".into(),
-                reason: String::new(),
-                created_at: start,
-                rate: rate.0,
-                devices: vec![],
-            };
-            let mut out = Vec::with_capacity(11);
-            if w < 10 {
-                out.push(grant_like(
-                    &Entry {
-                        start: t0,
-                        ..base.clone()
-                    },
-                    1_000_000_000_000,
-                ));
-            }
-            out.extend(admission(&base, rate, 8));
-            out
+    let seed = run.bytes().fold(0x9e37_79b9_7f4a_7c15u64, |h, b| {
+        splitmix64(h ^ u64::from(b))
+    });
+    let per_hour = BENCH_ADMISSIONS_PER_HOUR;
+    let workload = move |w: usize| {
+        let start = t0 + (w * 3600 / per_hour) as i64;
+        Entry {
+            key: String::new(),
+            kind: EntryKind::Reserve,
+            budget: format!("team-{}", w % 10),
+            team: format!("t{}", w % 10),
+            namespace: format!("ns-{}", w % 10),
+            workload: format!("job-{w}"),
+            workload_uid: uuid_like(seed, w as u64),
+            admission: 1,
+            class: "gpu-large".into(),
+            flavor: "nvidia-h100-80gb".into(),
+            resource: "nvidia.com/gpu".into(),
+            device_units: 1 + (w as u64 % 8),
+            start,
+            end: start + 10 * 3600,
+            credits: 0,
+            rate_card: "rc-bench".into(),
+            reason: String::new(),
+            created_at: start,
+            rate: rate.0,
+            devices: vec![],
+        }
+    };
+    let grants: Vec<Entry> = (0..10)
+        .map(|w| {
+            grant_like(
+                &Entry {
+                    start: t0,
+                    ..workload(w)
+                },
+                1_000_000_000_000,
+            )
         })
-        .take(count)
+        .collect();
+    // The entries still to come of the last POSTED_HOURS + 1 hours' admissions,
+    // oldest first; slot w writes entry j of admission w - j * per_hour.
+    let mut recent: std::collections::VecDeque<std::vec::IntoIter<Entry>> =
+        std::collections::VecDeque::new();
+    let mut slot = 0usize;
+    let mut due: Vec<Entry> = Vec::new();
+    let slots = std::iter::from_fn(move || {
+        if due.is_empty() {
+            recent.push_back(admission(&workload(slot), rate, POSTED_HOURS as i64).into_iter());
+            if recent.len() > (POSTED_HOURS + 2) * per_hour {
+                recent.pop_front();
+            }
+            // Newest first, so the Reserve of this slot's admission leads.
+            due = (0..=POSTED_HOURS + 1)
+                .filter_map(|j| {
+                    let back = j * per_hour;
+                    let i = recent.len().checked_sub(back + 1)?;
+                    recent[i].next()
+                })
+                .collect();
+            due.reverse();
+            slot += 1;
+        }
+        due.pop()
+    });
+    grants.into_iter().chain(slots).take(count)
+}
+
+/// Admissions per (synthetic) hour in [`synthetic_entries`].
+const BENCH_ADMISSIONS_PER_HOUR: usize = 200;
+
+/// The SplitMix64 finaliser: a cheap, well-mixed 64-bit hash.
+fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// A version-4 UUID, deterministic in (`seed`, `n`).
+fn uuid_like(seed: u64, n: u64) -> String {
+    let hi = splitmix64(seed ^ n);
+    let lo = splitmix64(hi ^ n.rotate_left(32));
+    format!(
+        "{:08x}-{:04x}-4{:03x}-{:04x}-{:012x}",
+        hi >> 32,
+        (hi >> 16) & 0xffff,
+        hi & 0xfff,
+        0x8000 | ((lo >> 48) & 0x3fff),
+        lo & 0xffff_ffff_ffff
+    )
+}
+
+/// Resident memory of this process now, in KiB (`VmRSS`).
+fn rss_kib() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    s.lines()
+        .find(|l| l.starts_with("VmRSS:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
 }
 
 async fn bench(url: &str, entries: usize, batch: usize) -> Result<(), String> {
@@ -325,8 +392,13 @@ async fn bench(url: &str, entries: usize, batch: usize) -> Result<(), String> {
     let run = format!("bench{}", jiff::Timestamp::now().as_millisecond());
     let mut it = synthetic_entries(&run, entries).peekable();
     let mut first_batch = Vec::new();
+    // The rate of each tenth of the run (each million at 10M), so a store that
+    // slows as it grows shows it.
+    let step = (entries / 10).max(batch);
     let t = Instant::now();
     let mut n = 0usize;
+    let mut step_start = (Instant::now(), 0usize);
+    let mut last_step_rate = 0.0;
     while it.peek().is_some() {
         let chunk: Vec<Entry> = it.by_ref().take(batch).collect();
         let out = store.append(&chunk).await.map_err(|e| e.to_string())?;
@@ -334,11 +406,41 @@ async fn bench(url: &str, entries: usize, batch: usize) -> Result<(), String> {
         if first_batch.is_empty() {
             first_batch = chunk;
         }
+        if n - step_start.1 >= step || it.peek().is_none() {
+            let secs = step_start.0.elapsed().as_secs_f64();
+            last_step_rate = (n - step_start.1) as f64 / secs;
+            println!(
+                "append: entries {}..{n}: {last_step_rate:.0} entries/s",
+                step_start.1
+            );
+            step_start = (Instant::now(), n);
+        }
     }
     let secs = t.elapsed().as_secs_f64();
     println!(
-        "append: {n} entries in {secs:.2} s = {:.0} entries/s (batches of {batch}, one transaction each)",
-        n as f64 / secs
+        "append: {n} entries in {secs:.2} s = {:.0} entries/s overall, {last_step_rate:.0} entries/s over the last {} (batches of {batch}, one transaction each)",
+        n as f64 / secs,
+        step.min(n)
+    );
+    // One entry per transaction, each durable when append returns: the latency
+    // of a lone reservation on a full store.
+    let mut lone: Vec<f64> = Vec::with_capacity(1000);
+    for e in synthetic_entries(&format!("{run}-lone"), 1000) {
+        let t = Instant::now();
+        store
+            .append(std::slice::from_ref(&e))
+            .await
+            .map_err(|e| e.to_string())?;
+        lone.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    lone.sort_by(f64::total_cmp);
+    let pct = |p: f64| lone[((lone.len() as f64 * p).ceil() as usize).clamp(1, lone.len()) - 1];
+    println!(
+        "single-entry durable append ({} appends): p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+        lone.len(),
+        pct(0.50),
+        pct(0.99),
+        pct(1.0)
     );
     let replay = store
         .append(&first_batch)
@@ -348,31 +450,37 @@ async fn bench(url: &str, entries: usize, batch: usize) -> Result<(), String> {
         "replay of the first batch: inserted {}, duplicates {}",
         replay.inserted, replay.duplicates
     );
-    let rss_before = peak_rss_kib().unwrap_or(0);
-    let t = Instant::now();
-    let rows = export(
-        &store,
-        &EntryFilter::default(),
-        ExportFormat::Focus,
-        Pricing::new("EUR", "0.5").map_err(|e| e.to_string())?,
-        Parties::default(),
-        std::io::BufWriter::new(std::io::sink()),
-    )
-    .await?;
-    let secs = t.elapsed().as_secs_f64();
-    println!(
-        "export focus: {rows} rows from the whole store in {secs:.2} s = {:.0} rows/s; peak RSS (VmHWM) {} KiB before export, {} KiB after",
-        rows as f64 / secs,
-        rss_before,
-        peak_rss_kib().unwrap_or(0)
-    );
+    for format in [ExportFormat::Csv, ExportFormat::Focus] {
+        let rss_before = rss_kib().unwrap_or(0);
+        let peak_before = peak_rss_kib().unwrap_or(0);
+        let t = Instant::now();
+        let rows = export(
+            &store,
+            &EntryFilter::default(),
+            format,
+            Pricing::new("EUR", "0.5").map_err(|e| e.to_string())?,
+            Parties::default(),
+            std::io::BufWriter::new(std::io::sink()),
+        )
+        .await?;
+        let secs = t.elapsed().as_secs_f64();
+        println!(
+            "export {}: {rows} rows from the whole store in {secs:.2} s = {:.0} rows/s; RSS {} KiB before, peak (VmHWM) {} KiB before, {} KiB after",
+            format!("{format:?}").to_lowercase(),
+            rows as f64 / secs,
+            rss_before,
+            peak_before,
+            peak_rss_kib().unwrap_or(0)
+        );
+    }
     let t = Instant::now();
     let report = verify(&store).await.map_err(|e| e.to_string())?;
     println!(
-        "verify: {} entries, {} problems, in {:.2} s",
+        "verify: {} entries, {} problems, in {:.2} s; peak RSS (VmHWM) {} KiB after",
         report.entries,
         report.problems.len(),
-        t.elapsed().as_secs_f64()
+        t.elapsed().as_secs_f64(),
+        peak_rss_kib().unwrap_or(0)
     );
     Ok(())
 }

@@ -205,8 +205,9 @@ impl Entry {
             ));
         }
         // Ledgers written before schema version 3 keyed one joined entry per
-        // admission; those keys stay valid.
-        let legacy = match self.kind {
+        // admission; those keys stay valid. (Built only when the key is not
+        // the derived one: verify checks millions of entries.)
+        let legacy = || match self.kind {
             EntryKind::Reserve => Some(legacy_reserve_key(self)),
             EntryKind::Post => Some(legacy_post_key(self)),
             EntryKind::Void => Some(legacy_void_key(self)),
@@ -227,14 +228,37 @@ impl Entry {
         };
         if let Some(expected) = expected
             && expected != self.key
-            && legacy.as_deref() != Some(self.key.as_str())
+            && legacy().as_deref() != Some(self.key.as_str())
         {
             return Err(format!(
                 "idempotency key {:?} does not match the derived key {expected:?}",
                 self.key
             ));
         }
+        // Stores keep a key unique per workload UID (schema version 5), which
+        // is unique per key only while every key names the UID it is stored
+        // under: the derived keys above do; a correction's and a budget-level
+        // entry's are checked here.
+        if key_workload_uid(&self.key) != self.workload_uid {
+            return Err(format!(
+                "idempotency key {:?} names workload UID {:?} but the entry is for {:?}",
+                self.key,
+                key_workload_uid(&self.key),
+                self.workload_uid
+            ));
+        }
         Ok(())
+    }
+}
+
+/// The workload UID an idempotency key names: the third part of a reserve,
+/// post, void or correction key, none ("") for a budget's grant, expiry or
+/// top-up. A store looks a key up under this UID.
+pub fn key_workload_uid(key: &str) -> &str {
+    let mut parts = key.splitn(4, '/');
+    match parts.next() {
+        Some("reserve" | "post" | "void" | "correction") => parts.nth(1).unwrap_or_default(),
+        _ => "",
     }
 }
 
@@ -260,10 +284,19 @@ pub fn topup_key(budget: &str, name: &str) -> String {
 /// A reservation line: `budget/uid/admission/flavor/resource`. Resource names
 /// contain a `/`, so they come last.
 pub fn line_key(line: &LineRef<'_>) -> String {
-    format!(
+    let mut out = String::new();
+    push_line_key(&mut out, line);
+    out
+}
+
+/// Appends [`line_key`]`(line)` to `out` (a caller reusing one buffer).
+pub fn push_line_key(out: &mut String, line: &LineRef<'_>) {
+    use std::fmt::Write as _;
+    let _ = write!(
+        out,
         "{}/{}/{}/{}/{}",
         line.budget, line.workload_uid, line.admission, line.flavor, line.resource
-    )
+    );
 }
 
 /// The reservation of a line for the term starting at `term_start` (unix
@@ -416,6 +449,7 @@ mod tests {
             EntryKind::Void => void_key(&LINE),
             EntryKind::Correction => correction_key("b", "u", 1, start, end, "r"),
         };
+        let budget_level = matches!(kind, EntryKind::Grant | EntryKind::Expiry);
         Entry {
             rate: 3_600_000_000,
             key,
@@ -424,7 +458,7 @@ mod tests {
             team: "t".into(),
             namespace: "ns".into(),
             workload: "w".into(),
-            workload_uid: "u".into(),
+            workload_uid: if budget_level { "" } else { "u" }.into(),
             admission: 1,
             class: "c".into(),
             flavor: "f".into(),
@@ -486,6 +520,29 @@ mod tests {
         }
     }
 
+    /// A store keeps keys unique per workload UID, so an entry whose key names
+    /// another workload (or a budget-level entry that names one) is refused.
+    #[test]
+    fn validate_refuses_a_key_of_another_workload() {
+        let mut c = entry(EntryKind::Correction, -5, 0, 10);
+        c.key = correction_key("b", "other", 1, 0, 10, "r");
+        assert!(
+            c.validate()
+                .unwrap_err()
+                .contains("names workload UID \"other\"")
+        );
+        let mut g = entry(EntryKind::Grant, 5, 0, 10);
+        g.workload_uid = "u".into();
+        assert!(
+            g.validate()
+                .unwrap_err()
+                .contains("names workload UID \"\"")
+        );
+        let mut t = entry(EntryKind::Grant, 5, 0, 10);
+        t.key = topup_key("b", "q3-extra");
+        assert!(t.validate().is_ok());
+    }
+
     #[test]
     fn replay_ignores_created_at() {
         let a = entry(EntryKind::Post, 5, 0, 10);
@@ -517,6 +574,32 @@ mod tests {
             }
             prop_assert_eq!(folded, Balances::from_sums(&sums));
             prop_assert_eq!(folded.remaining(), folded.granted - folded.reserved - folded.spent);
+        }
+
+        /// Every key kaccel derives names the UID it is stored under: the
+        /// workload's for its entries, none for a budget's.
+        #[test]
+        fn keys_name_their_workload(
+            k in 0usize..6,
+            budget in "[a-z0-9][a-z0-9.-]{0,20}",
+            uid in "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}",
+            admission in 1u32..1000,
+            start in 0i64..2_000_000_000,
+            hours in 0i64..100,
+        ) {
+            let line = LineRef { budget: &budget, workload_uid: &uid, admission, flavor: "f", resource: "nvidia.com/gpu" };
+            let end = start + hours * 3600;
+            let (key, named) = match EntryKind::ALL[k] {
+                EntryKind::Grant => (grant_key(&budget, start), ""),
+                EntryKind::Expiry => (expiry_key(&budget, start), ""),
+                EntryKind::Reserve => (reserve_key(&line, start), uid.as_str()),
+                EntryKind::Post => (post_key(&line, start, end), uid.as_str()),
+                EntryKind::Void => (void_key(&line), uid.as_str()),
+                EntryKind::Correction => (correction_key(&budget, &uid, admission, start, end, "why/not"), uid.as_str()),
+            };
+            prop_assert_eq!(key_workload_uid(&key), named);
+            let topup = topup_key(&budget, "x");
+            prop_assert_eq!(key_workload_uid(&topup), "");
         }
 
         #[test]

@@ -8,6 +8,7 @@
 //! stores and `verify` use): summed over all of a budget's rows they equal its
 //! granted, reserved, spent and remaining credits.
 
+use std::borrow::Cow;
 use std::io::{self, Write};
 
 use super::numbers::{decimal, micro_device_hours};
@@ -17,12 +18,19 @@ use crate::ledger::store::StoredEntry;
 
 /// Writes one CSV field, quoting when needed (RFC 4180).
 fn field(out: &mut impl Write, s: &str) -> io::Result<()> {
-    if s.contains([',', '"', '\n', '\r']) || s.starts_with(' ') || s.ends_with(' ') {
+    let bytes = s.as_bytes();
+    let special = |b: &u8| matches!(b, b',' | b'"' | b'\n' | b'\r');
+    if bytes.iter().any(special) || s.starts_with(' ') || s.ends_with(' ') {
         out.write_all(b"\"")?;
-        out.write_all(s.replace('"', "\"\"").as_bytes())?;
+        for (i, part) in s.split('"').enumerate() {
+            if i > 0 {
+                out.write_all(b"\"\"")?;
+            }
+            out.write_all(part.as_bytes())?;
+        }
         out.write_all(b"\"")
     } else {
-        out.write_all(s.as_bytes())
+        out.write_all(bytes)
     }
 }
 
@@ -71,36 +79,42 @@ impl<W: Write> Exporter<W> {
         // The entry's signed effect on its budget, by the one rule balances use.
         let mut delta = Balances::default();
         delta.apply(e.kind, e.credits);
+        fn text(v: &str) -> Cow<'_, str> {
+            Cow::Borrowed(v)
+        }
         record(
             &mut self.out,
             &[
-                s.id.to_string(),
-                e.key.clone(),
-                e.kind.as_str().to_string(),
-                e.budget.clone(),
-                e.team.clone(),
-                e.namespace.clone(),
-                e.workload.clone(),
-                e.workload_uid.clone(),
-                e.admission.to_string(),
-                e.class.clone(),
-                e.flavor.clone(),
-                e.resource.clone(),
-                e.device_units.to_string(),
-                rfc3339(e.start),
-                rfc3339(e.end),
-                format_micros(i128::from(e.credits)),
-                e.rate_card.clone(),
-                e.reason.clone(),
-                rfc3339(e.created_at),
-                decimal(micro_device_hours(e.device_units, e.start, e.end), 6),
-                format_micros(i128::from(e.rate)),
-                format_micros(delta.granted),
-                format_micros(delta.reserved),
-                format_micros(delta.spent),
-                format_micros(delta.remaining()),
+                Cow::Owned(s.id.to_string()),
+                text(&e.key),
+                text(e.kind.as_str()),
+                text(&e.budget),
+                text(&e.team),
+                text(&e.namespace),
+                text(&e.workload),
+                text(&e.workload_uid),
+                Cow::Owned(e.admission.to_string()),
+                text(&e.class),
+                text(&e.flavor),
+                text(&e.resource),
+                Cow::Owned(e.device_units.to_string()),
+                Cow::Owned(rfc3339(e.start)),
+                Cow::Owned(rfc3339(e.end)),
+                Cow::Owned(format_micros(i128::from(e.credits))),
+                text(&e.rate_card),
+                text(&e.reason),
+                Cow::Owned(rfc3339(e.created_at)),
+                Cow::Owned(decimal(
+                    micro_device_hours(e.device_units, e.start, e.end),
+                    6,
+                )),
+                Cow::Owned(format_micros(i128::from(e.rate))),
+                Cow::Owned(format_micros(delta.granted)),
+                Cow::Owned(format_micros(delta.reserved)),
+                Cow::Owned(format_micros(delta.spent)),
+                Cow::Owned(format_micros(delta.remaining())),
                 // The devices its pods held, space-separated (empty: unknown).
-                e.devices.join(" "),
+                Cow::Owned(e.devices.join(" ")),
             ],
         )?;
         self.rows += 1;

@@ -48,6 +48,7 @@
 //!   Date/times are `YYYY-MM-DDTHH:mm:ssZ`; numbers are plain decimals without `+`.
 //!   Custom columns (`x_`) come after the FOCUS columns.
 
+use std::borrow::Cow;
 use std::io::Write;
 
 use jiff::Timestamp;
@@ -59,8 +60,22 @@ use super::{ExportError, Exporter, rfc3339};
 use crate::ledger::entry::{EntryKind, format_micros};
 use crate::ledger::store::StoredEntry;
 
-/// The UTC calendar month `[start, end)` containing `secs`.
+/// The UTC calendar month `[start, end)` containing `secs`, the last one
+/// asked remembered: an export's rows mostly fall in one month.
 fn month_of(secs: i64) -> (i64, i64) {
+    thread_local! {
+        static LAST: std::cell::Cell<(i64, i64)> = const { std::cell::Cell::new((0, 0)) };
+    }
+    let (start, end) = LAST.get();
+    if start <= secs && secs < end {
+        return (start, end);
+    }
+    let month = compute_month_of(secs);
+    LAST.set(month);
+    month
+}
+
+fn compute_month_of(secs: i64) -> (i64, i64) {
     let Ok(ts) = Timestamp::from_second(secs) else {
         return (secs, secs);
     };
@@ -131,6 +146,28 @@ pub const FOCUS_HEADER: [&str; 48] = [
     "x_Devices",
 ];
 
+/// Appends `v` as a JSON string (quoted, escaped per RFC 8259).
+fn push_json_string(out: &mut String, v: &str) {
+    out.push('"');
+    for c in v.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            c if u32::from(c) < 0x20 => {
+                use std::fmt::Write as _;
+                let _ = write!(out, "\\u{:04x}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
 /// How a usage row is priced.
 struct UsagePrice {
     /// Unit price in credits (PricingCurrency*UnitPrice).
@@ -177,7 +214,7 @@ impl<W: Write> Exporter<W> {
         let (period_start, period_end) = month_of(e.start);
         let (created_month, _) = month_of(e.created_at);
         let class = (e.kind == EntryKind::Correction && period_start < created_month)
-            .then(|| "Correction".to_string());
+            .then_some("Correction");
         let price = Fixed::micros(self.pricing.micro_price);
         let credits = Fixed::micros(e.credits);
         let billed = credits
@@ -194,11 +231,12 @@ impl<W: Write> Exporter<W> {
                 let cost = unit
                     .checked_mul(p.quantity)
                     .ok_or_else(|| overflow("ListCost"))?;
-                (Some(unit.to_string()), cost.to_string())
+                (Some(unit.text()), cost.text())
             }
-            None => (None, billed.to_string()),
+            None => (None, billed.text()),
         };
-        let unit_credits = priced.as_ref().map(|p| p.unit_credits.to_string());
+        let unit_credits = priced.as_ref().map(|p| p.unit_credits.text());
+        let billed_text = billed.text();
         let device_secs = device_seconds(e.device_units, e.start, e.end);
         // A DRA line's resource names the DeviceClass its devices came from
         // (`dra.kaccel.io/<flavor>`): finance sees the DeviceClass.
@@ -226,71 +264,100 @@ impl<W: Write> Exporter<W> {
                 e.namespace, e.workload, e.admission, e.reason
             )
         };
-        let mut tags = serde_json::json!({
-            "kaccel.io/budget": e.budget,
-            "kaccel.io/namespace": e.namespace,
-            "kaccel.io/workload": e.workload,
-            "kaccel.io/admission": e.admission.to_string(),
-            "kaccel.io/resource": e.resource,
-        });
-        if let Some(dc) = device_class {
-            tags["kaccel.io/deviceClass"] = serde_json::Value::String(dc);
+        let mut tags = String::with_capacity(160);
+        tags.push('{');
+        let mut tag = |name: &str, value: &str| {
+            if tags.len() > 1 {
+                tags.push(',');
+            }
+            push_json_string(&mut tags, name);
+            tags.push(':');
+            push_json_string(&mut tags, value);
+        };
+        tag("kaccel.io/admission", &e.admission.to_string());
+        tag("kaccel.io/budget", &e.budget);
+        if let Some(dc) = &device_class {
+            tag("kaccel.io/deviceClass", dc);
         }
-        let tags = tags.to_string();
+        tag("kaccel.io/namespace", &e.namespace);
+        tag("kaccel.io/resource", &e.resource);
+        tag("kaccel.io/workload", &e.workload);
+        tags.push('}');
         // The settlement Post of an evicted admission says why (lifecycle::EVICTED_PREFIX).
         let eviction = e
             .reason
             .split_once(crate::ledger::lifecycle::EVICTED_PREFIX)
-            .map(|(_, why)| why.to_string());
+            .map(|(_, why)| why);
         let account = if e.team.is_empty() {
             &e.budget
         } else {
             &e.team
         };
-        let some = |v: &str| Some(v.to_string());
-        let non_empty = |v: &str| (!v.is_empty()).then(|| v.to_string());
+        // Borrowed where the value is already at hand: a row is 48 fields.
+        fn some(v: &str) -> Option<Cow<'_, str>> {
+            Some(Cow::Borrowed(v))
+        }
+        fn non_empty(v: &str) -> Option<Cow<'_, str>> {
+            (!v.is_empty()).then_some(Cow::Borrowed(v))
+        }
+        fn owned<'a>(v: String) -> Option<Cow<'a, str>> {
+            Some(Cow::Owned(v))
+        }
         let sku_price = format!("{}/{}/{}", e.rate_card, e.class, e.flavor);
-        let columns: [(&str, Option<String>); 48] = [
-            ("BilledCost", Some(billed.to_string())),
+        let columns: [(&str, Option<Cow<str>>); 48] = [
+            ("BilledCost", some(&billed_text)),
             ("BillingAccountId", some(account)),
             ("BillingAccountName", some(account)),
             ("BillingCurrency", some(&self.pricing.currency)),
-            ("BillingPeriodEnd", Some(rfc3339(period_end))),
-            ("BillingPeriodStart", Some(rfc3339(period_start))),
+            ("BillingPeriodEnd", owned(rfc3339(period_end))),
+            ("BillingPeriodStart", owned(rfc3339(period_start))),
             ("ChargeCategory", some(category)),
-            ("ChargeClass", class),
-            ("ChargeDescription", Some(description)),
+            ("ChargeClass", class.map(Cow::Borrowed)),
+            ("ChargeDescription", owned(description)),
             ("ChargeFrequency", some("Usage-Based")),
-            ("ChargePeriodEnd", Some(rfc3339(e.end))),
-            ("ChargePeriodStart", Some(rfc3339(e.start))),
-            ("ConsumedQuantity", usage.then(|| device_secs.to_string())),
-            ("ConsumedUnit", usage.then(|| "Device-Seconds".to_string())),
-            ("ContractedCost", Some(list_cost.clone())),
-            ("ContractedUnitPrice", unit_price.clone()),
-            ("EffectiveCost", Some(billed.to_string())),
+            ("ChargePeriodEnd", owned(rfc3339(e.end))),
+            ("ChargePeriodStart", owned(rfc3339(e.start))),
+            (
+                "ConsumedQuantity",
+                usage.then(|| device_secs.to_string().into()),
+            ),
+            ("ConsumedUnit", usage.then_some("Device-Seconds".into())),
+            ("ContractedCost", some(&list_cost)),
+            (
+                "ContractedUnitPrice",
+                unit_price.as_deref().map(Cow::Borrowed),
+            ),
+            ("EffectiveCost", some(&billed_text)),
             ("InvoiceIssuerName", some(&self.parties.invoice_issuer)),
-            ("ListCost", Some(list_cost)),
-            ("ListUnitPrice", unit_price),
-            ("PricingCategory", usage.then(|| "Standard".to_string())),
+            ("ListCost", some(&list_cost)),
+            ("ListUnitPrice", unit_price.as_deref().map(Cow::Borrowed)),
+            ("PricingCategory", usage.then_some("Standard".into())),
             ("PricingCurrency", some("CREDITS")),
-            ("PricingCurrencyContractedUnitPrice", unit_credits.clone()),
-            ("PricingCurrencyEffectiveCost", Some(credits.to_string())),
-            ("PricingCurrencyListUnitPrice", unit_credits),
+            (
+                "PricingCurrencyContractedUnitPrice",
+                unit_credits.as_deref().map(Cow::Borrowed),
+            ),
+            ("PricingCurrencyEffectiveCost", owned(credits.text())),
+            (
+                "PricingCurrencyListUnitPrice",
+                unit_credits.as_deref().map(Cow::Borrowed),
+            ),
             (
                 "PricingQuantity",
-                priced.as_ref().map(|p| p.quantity.to_string()),
+                priced.as_ref().map(|p| p.quantity.text().into()),
             ),
-            ("PricingUnit", priced.as_ref().map(|p| p.unit.to_string())),
+            ("PricingUnit", priced.as_ref().map(|p| p.unit.into())),
             ("ProviderName", some(&self.parties.provider)),
             ("PublisherName", some(&self.parties.publisher)),
             ("ResourceId", non_empty(&e.workload_uid)),
             (
                 "ResourceName",
-                (!e.workload_uid.is_empty()).then(|| format!("{}/{}", e.namespace, e.workload)),
+                (!e.workload_uid.is_empty())
+                    .then(|| format!("{}/{}", e.namespace, e.workload).into()),
             ),
             (
                 "ResourceType",
-                (!e.workload_uid.is_empty()).then(|| "Kueue Workload".to_string()),
+                (!e.workload_uid.is_empty()).then_some("Kueue Workload".into()),
             ),
             ("ServiceCategory", some("AI and Machine Learning")),
             ("ServiceName", some("kaccel")),
@@ -298,22 +365,25 @@ impl<W: Write> Exporter<W> {
             ("SkuId", non_empty(&e.flavor)),
             (
                 "SkuMeter",
-                (!e.flavor.is_empty()).then(|| "Accelerator Time".to_string()),
+                (!e.flavor.is_empty()).then_some("Accelerator Time".into()),
             ),
             ("SkuPriceDetails", None),
-            ("SkuPriceId", (!e.flavor.is_empty()).then_some(sku_price)),
+            (
+                "SkuPriceId",
+                (!e.flavor.is_empty()).then(|| sku_price.into()),
+            ),
             ("SubAccountId", some(&e.budget)),
             ("SubAccountName", some(&e.budget)),
-            ("Tags", Some(tags)),
-            ("x_LedgerEntryId", Some(s.id.to_string())),
+            ("Tags", owned(tags)),
+            ("x_LedgerEntryId", owned(s.id.to_string())),
             ("x_IdempotencyKey", some(&e.key)),
             ("x_Class", non_empty(&e.class)),
             ("x_Flavor", non_empty(&e.flavor)),
-            ("x_EvictionReason", eviction),
+            ("x_EvictionReason", eviction.map(Cow::Borrowed)),
             // The devices (UUIDs) its pods held, space-separated, where known.
             (
                 "x_Devices",
-                (!e.devices.is_empty()).then(|| e.devices.join(" ")),
+                (!e.devices.is_empty()).then(|| e.devices.join(" ").into()),
             ),
         ];
         debug_assert!(
@@ -326,5 +396,22 @@ impl<W: Write> Exporter<W> {
         record(&mut self.out, &fields)?;
         self.rows += 1;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod json_tests {
+    use super::push_json_string;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Tags are written by hand for speed; they must be byte for byte what
+        /// serde_json writes, for any text a tag can hold.
+        #[test]
+        fn json_strings_match_serde_json(v in "\\PC*|[\\x00-\\x7f]{0,40}") {
+            let mut ours = String::new();
+            push_json_string(&mut ours, &v);
+            prop_assert_eq!(ours, serde_json::to_string(&v).unwrap());
+        }
     }
 }

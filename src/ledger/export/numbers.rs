@@ -2,16 +2,28 @@
 
 /// Exact decimal of `num / 10^scale`, trailing zeros trimmed, signed.
 pub(super) fn decimal(num: i128, scale: u32) -> String {
-    let sign = if num < 0 { "-" } else { "" };
+    use std::fmt::Write as _;
+    let mut out = String::with_capacity(24);
+    if num < 0 {
+        out.push('-');
+    }
     let m = num.unsigned_abs();
     let p = 10u128.pow(scale);
-    let (int, frac) = (m / p, m % p);
-    if frac == 0 {
-        format!("{sign}{int}")
-    } else {
-        let d = format!("{frac:0width$}", width = scale as usize);
-        format!("{sign}{int}.{}", d.trim_end_matches('0'))
+    // Exports print millions of these: 64-bit division when the value fits.
+    let (int, frac) = match (u64::try_from(m), u64::try_from(p)) {
+        (Ok(m), Ok(p)) => (u128::from(m / p), u128::from(m % p)),
+        _ => (m / p, m % p),
+    };
+    let _ = write!(out, "{int}");
+    if frac != 0 {
+        let (mut frac, mut width) = (frac, scale as usize);
+        while frac % 10 == 0 {
+            frac /= 10;
+            width -= 1;
+        }
+        let _ = write!(out, ".{frac:0width$}");
     }
+    out
 }
 
 /// An exact decimal `units / 10^scale`: products of these are exact, so a cost
@@ -40,7 +52,14 @@ impl Fixed {
 
 impl std::fmt::Display for Fixed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&decimal(self.units, self.scale))
+        f.write_str(&self.text())
+    }
+}
+
+impl Fixed {
+    /// The decimal text ([`decimal`]; `to_string` without the second copy).
+    pub(super) fn text(self) -> String {
+        decimal(self.units, self.scale)
     }
 }
 

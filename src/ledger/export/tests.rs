@@ -295,6 +295,22 @@ fn rejects_bad_pricing_and_names() {
     assert_eq!(Parties::new("p", None, None).unwrap().invoice_issuer, "p");
 }
 
+proptest::proptest! {
+    /// `decimal` (64-bit fast path or not) reads back as the exact value.
+    #[test]
+    fn decimals_read_back_exactly(num in (i128::MIN + 1)..=i128::MAX, scale in 0u32..=18) {
+        let text = decimal(num, scale);
+        let (digits, at) = parse_decimal(&text).unwrap();
+        // The same rational: digits / 10^at == num / 10^scale.
+        let (a, b) = if at <= scale {
+            (digits.checked_mul(10i128.pow(scale - at)), Some(num))
+        } else {
+            (Some(digits), num.checked_mul(10i128.pow(at - scale)))
+        };
+        proptest::prop_assert_eq!(a, b, "{} for {} / 10^{}", text, num, scale);
+    }
+}
+
 #[test]
 fn decimals_are_exact() {
     assert_eq!(decimal(1, 12), "0.000000000001");

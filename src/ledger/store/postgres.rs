@@ -2,19 +2,70 @@
 
 use super::row::{RawRow, check, conflict, corrupt_aggregated, group_kind, merge_open_lines};
 use super::schema::{
-    COLUMNS, CREATE_MIGRATIONS_TABLE, migration, open_reservations_sql, pending_migrations,
+    COLUMNS, CONFLICT_TARGET, CREATE_MIGRATIONS_TABLE, Dialect, add_to_totals_sql, migration,
+    open_reservations_sql, pending_migrations, totals_of,
 };
 use super::{
     AppendOutcome, EntryFilter, KindSums, LedgerStore, OpenReservation, StoreError, StoredEntry,
     now_unix, redact_url,
 };
-use crate::ledger::entry::Entry;
+use crate::ledger::entry::{Entry, key_workload_uid};
 
 /// The production store: PostgreSQL over tokio-postgres (no TLS). A dropped
 /// connection is re-established on the next call.
 pub struct PostgresStore {
     url: String,
-    client: tokio::sync::Mutex<tokio_postgres::Client>,
+    client: tokio::sync::Mutex<Connection>,
+}
+
+/// The connection and the append's statements prepared on it (an append of
+/// one entry would otherwise spend more round trips preparing than writing).
+struct Connection {
+    client: tokio_postgres::Client,
+    append: Option<AppendStatements>,
+}
+
+impl std::ops::Deref for Connection {
+    type Target = tokio_postgres::Client;
+    fn deref(&self) -> &tokio_postgres::Client {
+        &self.client
+    }
+}
+
+impl std::ops::DerefMut for Connection {
+    fn deref_mut(&mut self) -> &mut tokio_postgres::Client {
+        &mut self.client
+    }
+}
+
+#[derive(Clone)]
+struct AppendStatements {
+    number_workloads: tokio_postgres::Statement,
+    workload_seqs: tokio_postgres::Statement,
+    insert: tokio_postgres::Statement,
+    add_to_totals: tokio_postgres::Statement,
+}
+
+impl AppendStatements {
+    async fn prepare(client: &tokio_postgres::Client) -> Result<Self, StoreError> {
+        let insert_sql = format!(
+            "INSERT INTO entries (workload_seq, {COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21) ON CONFLICT {CONFLICT_TARGET} DO NOTHING RETURNING id"
+        );
+        let (number_workloads, workload_seqs, insert, add_to_totals) = futures::try_join!(
+            client.prepare(
+                "INSERT INTO workload_ids (uid) SELECT u FROM unnest($1::text[]) AS u ORDER BY u ON CONFLICT (uid) DO NOTHING"
+            ),
+            client.prepare("SELECT uid, seq FROM workload_ids WHERE uid = ANY($1::text[])"),
+            client.prepare(&insert_sql),
+            client.prepare(add_to_totals_sql(Dialect::Postgres)),
+        )?;
+        Ok(AppendStatements {
+            number_workloads,
+            workload_seqs,
+            insert,
+            add_to_totals,
+        })
+    }
 }
 
 impl PostgresStore {
@@ -22,7 +73,10 @@ impl PostgresStore {
         let client = Self::dial(url).await?;
         let store = PostgresStore {
             url: url.to_string(),
-            client: tokio::sync::Mutex::new(client),
+            client: tokio::sync::Mutex::new(Connection {
+                client,
+                append: None,
+            }),
         };
         store.migrate().await?;
         Ok(store)
@@ -43,12 +97,13 @@ impl PostgresStore {
         Ok(client)
     }
 
-    async fn client(
-        &self,
-    ) -> Result<tokio::sync::MutexGuard<'_, tokio_postgres::Client>, StoreError> {
+    async fn client(&self) -> Result<tokio::sync::MutexGuard<'_, Connection>, StoreError> {
         let mut guard = self.client.lock().await;
         if guard.is_closed() {
-            *guard = Self::dial(&self.url).await?;
+            *guard = Connection {
+                client: Self::dial(&self.url).await?,
+                append: None,
+            };
         }
         Ok(guard)
     }
@@ -68,11 +123,8 @@ impl PostgresStore {
             .await?
             .get(0);
         for version in pending_migrations(found)? {
-            tx.batch_execute(&migration(
-                version,
-                "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
-            ))
-            .await?;
+            tx.batch_execute(&migration(version, Dialect::Postgres))
+                .await?;
             tx.execute(
                 "INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)",
                 &[&version, &now_unix()],
@@ -81,6 +133,44 @@ impl PostgresStore {
         }
         tx.commit().await?;
         Ok(())
+    }
+
+    /// Each entry's workload sequence number (`workload_ids`), numbering the
+    /// UIDs the ledger has not seen yet: one insert and one select per append,
+    /// UIDs in sorted order so concurrent appends lock them alike.
+    async fn workload_seqs(
+        tx: &tokio_postgres::Transaction<'_>,
+        statements: &AppendStatements,
+        entries: &[Entry],
+    ) -> Result<Vec<i64>, StoreError> {
+        let uids: Vec<&str> = entries
+            .iter()
+            .map(|e| e.workload_uid.as_str())
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        // Pipelined, in order on the connection: the select sees the insert.
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&uids];
+        let (_, rows) = futures::try_join!(
+            tx.execute(&statements.number_workloads, &params),
+            tx.query(&statements.workload_seqs, &params),
+        )?;
+        let mut seq_of = std::collections::HashMap::with_capacity(rows.len());
+        for r in &rows {
+            seq_of.insert(r.try_get::<_, String>(0)?, r.try_get::<_, i64>(1)?);
+        }
+        entries
+            .iter()
+            .map(|e| {
+                seq_of
+                    .get(&e.workload_uid)
+                    .copied()
+                    .ok_or_else(|| StoreError::InvalidEntry {
+                        key: e.key.clone(),
+                        reason: format!("workload UID {:?} was not numbered", e.workload_uid),
+                    })
+            })
+            .collect()
     }
 
     fn read_row(r: &tokio_postgres::Row) -> Result<StoredEntry, StoreError> {
@@ -109,65 +199,75 @@ impl LedgerStore for PostgresStore {
         for e in entries {
             check(e)?;
         }
-        let mut client = self.client().await?;
-        let tx = client.transaction().await?;
-        let insert = tx
-            .prepare(&format!(
-                "INSERT INTO entries ({COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20) ON CONFLICT (idempotency_key) DO NOTHING"
-            ))
-            .await?;
+        let mut conn = self.client().await?;
+        let statements = match &conn.append {
+            Some(prepared) => prepared.clone(),
+            None => {
+                let prepared = AppendStatements::prepare(&conn).await?;
+                conn.append = Some(prepared.clone());
+                prepared
+            }
+        };
+        let tx = conn.transaction().await?;
+        let seqs = Self::workload_seqs(&tx, &statements, entries).await?;
         let ints: Vec<[i64; 3]> = entries
             .iter()
             .map(|e| [i64::from(e.admission), e.device_units as i64, e.rate as i64])
             .collect();
         let devices: Vec<String> = entries.iter().map(|e| e.devices.join(",")).collect();
         // Pipelined: all inserts are sent without waiting for each reply.
-        let results = futures::future::try_join_all(entries.iter().zip(&ints).zip(&devices).map(
-            |((e, n), held)| {
-                let kind = e.kind.as_str();
-                let insert = &insert;
-                let tx = &tx;
-                async move {
-                    tx.execute(
-                        insert,
-                        &[
-                            &e.key,
-                            &kind,
-                            &e.budget,
-                            &e.team,
-                            &e.namespace,
-                            &e.workload,
-                            &e.workload_uid,
-                            &n[0],
-                            &e.class,
-                            &e.flavor,
-                            &e.resource,
-                            &n[1],
-                            &e.start,
-                            &e.end,
-                            &e.credits,
-                            &e.rate_card,
-                            &e.reason,
-                            &e.created_at,
-                            &n[2],
-                            held,
-                        ],
-                    )
-                    .await
-                }
-            },
-        ))
-        .await?;
+        let results =
+            futures::future::try_join_all(entries.iter().zip(&ints).zip(&devices).zip(&seqs).map(
+                |(((e, n), held), seq)| {
+                    let kind = e.kind.as_str();
+                    let tx = &tx;
+                    let insert = &statements.insert;
+                    async move {
+                        tx.query_opt(
+                            insert,
+                            &[
+                                seq,
+                                &e.key,
+                                &kind,
+                                &e.budget,
+                                &e.team,
+                                &e.namespace,
+                                &e.workload,
+                                &e.workload_uid,
+                                &n[0],
+                                &e.class,
+                                &e.flavor,
+                                &e.resource,
+                                &n[1],
+                                &e.start,
+                                &e.end,
+                                &e.credits,
+                                &e.rate_card,
+                                &e.reason,
+                                &e.created_at,
+                                &n[2],
+                                held,
+                            ],
+                        )
+                        .await
+                    }
+                },
+            ))
+            .await?;
         let mut out = AppendOutcome::default();
-        for (e, n) in entries.iter().zip(results) {
-            if n == 1 {
+        let mut inserted = Vec::with_capacity(entries.len());
+        for ((e, row), seq) in entries.iter().zip(results).zip(&seqs) {
+            if let Some(row) = row {
                 out.inserted += 1;
+                inserted.push((e, row.try_get::<_, i64>(0)?));
                 continue;
             }
             let row = tx
                 .query_one(
-                    &format!("SELECT id, {COLUMNS} FROM entries WHERE idempotency_key = $1"),
-                    &[&e.key],
+                    &format!(
+                        "SELECT id, {COLUMNS} FROM entries WHERE workload_seq = $1 AND idempotency_key = $2"
+                    ),
+                    &[seq, &e.key],
                 )
                 .await?;
             let stored = Self::read_row(&row)?;
@@ -175,6 +275,19 @@ impl LedgerStore for PostgresStore {
                 return Err(conflict(&stored.entry, e));
             }
             out.duplicates += 1;
+        }
+        let totals = totals_of(inserted);
+        if !totals.is_empty() {
+            let budgets: Vec<&str> = totals.keys().map(|(b, _)| *b).collect();
+            let kinds: Vec<&str> = totals.keys().map(|(_, k)| *k).collect();
+            let credits: Vec<String> = totals.values().map(|t| t.0.to_string()).collect();
+            let counts: Vec<i64> = totals.values().map(|t| t.1).collect();
+            let first_ids: Vec<i64> = totals.values().map(|t| t.2).collect();
+            tx.execute(
+                &statements.add_to_totals,
+                &[&budgets, &kinds, &credits, &counts, &first_ids],
+            )
+            .await?;
         }
         tx.commit().await?;
         Ok(out)
@@ -184,7 +297,9 @@ impl LedgerStore for PostgresStore {
         let client = self.client().await?;
         let rows = client
             .query(
-                "SELECT budget, kind, SUM(credits)::TEXT, MIN(id) FROM entries WHERE ($1::TEXT IS NULL OR budget = $1) GROUP BY budget, kind",
+                // The totals each append keeps (migration 5), not a sum over
+                // millions of entries; verify compares them with the entries.
+                "SELECT budget, kind, credits::TEXT, first_id FROM budget_totals WHERE ($1::TEXT IS NULL OR budget = $1)",
                 &[&budget],
             )
             .await?;
@@ -243,7 +358,9 @@ impl LedgerStore for PostgresStore {
         let client = self.client().await?;
         let rows = client
             .query(
-                &format!("SELECT id, {COLUMNS} FROM entries WHERE workload_uid = $1 ORDER BY id"),
+                &format!(
+                    "SELECT id, {COLUMNS} FROM entries WHERE workload_seq = (SELECT seq FROM workload_ids WHERE uid = $1) ORDER BY id"
+                ),
                 &[&workload_uid],
             )
             .await?;
@@ -254,8 +371,10 @@ impl LedgerStore for PostgresStore {
         let client = self.client().await?;
         let row = client
             .query_opt(
-                &format!("SELECT id, {COLUMNS} FROM entries WHERE idempotency_key = $1"),
-                &[&key],
+                &format!(
+                    "SELECT id, {COLUMNS} FROM entries WHERE workload_seq = (SELECT seq FROM workload_ids WHERE uid = $1) AND idempotency_key = $2"
+                ),
+                &[&key_workload_uid(key), &key],
             )
             .await?;
         row.as_ref().map(Self::read_row).transpose()

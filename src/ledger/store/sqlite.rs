@@ -5,20 +5,96 @@ use std::sync::{Arc, Mutex};
 
 use super::row::{RawRow, check, conflict, corrupt_aggregated, group_kind, merge_open_lines};
 use super::schema::{
-    COLUMNS, CREATE_MIGRATIONS_TABLE, migration, open_reservations_sql, pending_migrations,
+    COLUMNS, CONFLICT_TARGET, CREATE_MIGRATIONS_TABLE, Dialect, add_to_totals_sql, migration,
+    open_reservations_sql, pending_migrations, totals_of,
 };
 use super::{
     AppendOutcome, EntryFilter, KindSums, LedgerStore, OpenReservation, PAGE, StoreError,
     StoredEntry, now_unix,
 };
-use crate::ledger::entry::Entry;
+use crate::ledger::entry::{Entry, key_workload_uid};
+
+/// Pages of the connection's cache (`cache_size`, in KiB when negative): the
+/// upper levels of the indexes and the recent leaves stay in memory, so an
+/// append on a large ledger reads few pages from the file.
+const CACHE_KIB: i64 = 16 * 1024;
+
+/// The least time between two checkpoints: appends in between share one, so a
+/// page written by many of them is copied back once.
+const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// The log is cut back to this size when a checkpoint let it restart.
+const LOG_SIZE_LIMIT: i64 = 64 * 1024 * 1024;
+
+/// A log larger than this gets a RESTART checkpoint, which waits for the
+/// writer: under a sustained burst a passive checkpoint never catches up with
+/// the last frame, and the log would only grow.
+const LOG_RESTART_BYTES: u64 = 256 * 1024 * 1024;
 
 /// The embedded store: one SQLite file in WAL mode with `synchronous=FULL`, so an
-/// append that returned is on disk. Calls run on tokio's blocking pool.
+/// append that returned is on disk. Calls run on tokio's blocking pool; a
+/// thread of its own checkpoints the log (see [`Checkpointer`]).
 #[derive(Clone)]
 pub struct SqliteStore {
     conn: Arc<Mutex<rusqlite::Connection>>,
     path: PathBuf,
+    checkpointer: Arc<Checkpointer>,
+}
+
+/// Copies the write-ahead log back into the database from a second connection
+/// (`wal_checkpoint(PASSIVE)`: it never blocks the writer), so an append only
+/// ever writes the log: a checkpoint of a large log writes and syncs megabytes,
+/// which would otherwise land on one admission's latency. Woken by appends, at
+/// most once per [`CHECKPOINT_EVERY`]; the thread ends when the last handle of
+/// the store is dropped (its sender with it).
+struct Checkpointer {
+    wake: std::sync::mpsc::SyncSender<()>,
+}
+
+impl Checkpointer {
+    fn start(path: &Path) -> Result<Checkpointer, StoreError> {
+        let open_err = |source| StoreError::SqliteOpen {
+            path: path.to_path_buf(),
+            source,
+        };
+        let conn = rusqlite::Connection::open(path).map_err(open_err)?;
+        conn.busy_timeout(std::time::Duration::from_secs(10))
+            .map_err(open_err)?;
+        conn.pragma_update(None, "synchronous", "FULL")
+            .map_err(open_err)?;
+        let (wake, woken) = std::sync::mpsc::sync_channel::<()>(1);
+        let mut log = path.as_os_str().to_owned();
+        log.push("-wal");
+        let log = PathBuf::from(log);
+        std::thread::Builder::new()
+            .name("kaccel-sqlite-checkpoint".into())
+            .spawn(move || {
+                let mut last = std::time::Instant::now() - CHECKPOINT_EVERY;
+                while woken.recv().is_ok() {
+                    std::thread::sleep(CHECKPOINT_EVERY.saturating_sub(last.elapsed()));
+                    // Appends during the wait are covered by this checkpoint.
+                    let _ = woken.try_recv();
+                    last = std::time::Instant::now();
+                    // A failed checkpoint is retried on the next wake; the log
+                    // keeps every committed append meanwhile.
+                    let large = std::fs::metadata(&log).is_ok_and(|m| m.len() > LOG_RESTART_BYTES);
+                    let mode = if large { "RESTART" } else { "PASSIVE" };
+                    if let Err(e) =
+                        conn.query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |_| Ok(()))
+                    {
+                        tracing::warn!(error = %e, "SQLite ledger checkpoint failed; retrying");
+                    }
+                }
+            })
+            .map_err(|e| StoreError::Join(format!("cannot start the checkpoint thread: {e}")))?;
+        Ok(Checkpointer { wake })
+    }
+
+    /// After a commit: the log has new frames to copy back.
+    fn appended(&self) {
+        // Full means a wake is already pending.
+        let _ = self.wake.try_send(());
+    }
 }
 
 impl SqliteStore {
@@ -28,9 +104,11 @@ impl SqliteStore {
         let conn = tokio::task::spawn_blocking(move || Self::open_blocking(&p))
             .await
             .map_err(|e| StoreError::Join(e.to_string()))??;
+        let checkpointer = Arc::new(Checkpointer::start(&path)?);
         Ok(SqliteStore {
             conn: Arc::new(Mutex::new(conn)),
             path,
+            checkpointer,
         })
     }
 
@@ -50,6 +128,13 @@ impl SqliteStore {
             .map_err(open_err)?;
         conn.pragma_update(None, "synchronous", "FULL")
             .map_err(open_err)?;
+        conn.pragma_update(None, "cache_size", -CACHE_KIB)
+            .map_err(open_err)?;
+        // The checkpointer thread copies the log back (see `Checkpointer`).
+        conn.pragma_update(None, "wal_autocheckpoint", 0)
+            .map_err(open_err)?;
+        conn.pragma_update(None, "journal_size_limit", LOG_SIZE_LIMIT)
+            .map_err(open_err)?;
         let tx = conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
             .map_err(open_err)?;
@@ -60,7 +145,7 @@ impl SqliteStore {
             |r| r.get(0),
         )?;
         for version in pending_migrations(found)? {
-            tx.execute_batch(&migration(version, "INTEGER PRIMARY KEY AUTOINCREMENT"))?;
+            tx.execute_batch(&migration(version, Dialect::Sqlite))?;
             tx.execute(
                 "INSERT INTO schema_migrations (version, applied_at) VALUES (?1, ?2)",
                 [version, now_unix()],
@@ -83,6 +168,44 @@ impl SqliteStore {
         })
         .await
         .map_err(|e| StoreError::Join(e.to_string()))?
+    }
+
+    /// Each entry's workload sequence number (`workload_ids`), numbering the
+    /// UIDs the ledger has not seen yet, within the append's transaction.
+    fn workload_seqs(
+        tx: &rusqlite::Transaction<'_>,
+        entries: &[Entry],
+    ) -> Result<Vec<i64>, StoreError> {
+        let mut lookup = tx.prepare_cached("SELECT seq FROM workload_ids WHERE uid = ?1")?;
+        let mut number = tx.prepare_cached("INSERT INTO workload_ids (uid) VALUES (?1)")?;
+        let mut known: std::collections::HashMap<&str, i64> = std::collections::HashMap::new();
+        let mut out = Vec::with_capacity(entries.len());
+        for e in entries {
+            let uid = e.workload_uid.as_str();
+            let seq = match known.get(uid) {
+                Some(seq) => *seq,
+                None => {
+                    let found: Option<i64> = lookup
+                        .query_row([uid], |r| r.get(0))
+                        .map(Some)
+                        .or_else(|e| match e {
+                            rusqlite::Error::QueryReturnedNoRows => Ok(None),
+                            e => Err(e),
+                        })?;
+                    let seq = match found {
+                        Some(seq) => seq,
+                        None => {
+                            number.execute([uid])?;
+                            tx.last_insert_rowid()
+                        }
+                    };
+                    known.insert(uid, seq);
+                    seq
+                }
+            };
+            out.push(seq);
+        }
+        Ok(out)
     }
 
     fn read_row(r: &rusqlite::Row<'_>) -> Result<StoredEntry, StoreError> {
@@ -123,18 +246,21 @@ impl LedgerStore for SqliteStore {
             check(e)?;
         }
         let entries = entries.to_vec();
-        self.with_conn(move |conn| {
+        let out = self.with_conn(move |conn| {
             let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
             let mut out = AppendOutcome::default();
             {
                 let mut insert = tx.prepare_cached(&format!(
-                    "INSERT INTO entries ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20) ON CONFLICT (idempotency_key) DO NOTHING"
+                    "INSERT INTO entries (workload_seq, {COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21) ON CONFLICT {CONFLICT_TARGET} DO NOTHING"
                 ))?;
                 let mut existing = tx.prepare_cached(&format!(
-                    "SELECT id, {COLUMNS} FROM entries WHERE idempotency_key = ?1"
+                    "SELECT id, {COLUMNS} FROM entries WHERE workload_seq = ?1 AND idempotency_key = ?2"
                 ))?;
-                for e in &entries {
+                let seqs = Self::workload_seqs(&tx, &entries)?;
+                let mut inserted = Vec::with_capacity(entries.len());
+                for (e, seq) in entries.iter().zip(&seqs) {
                     let n = insert.execute(rusqlite::params![
+                        seq,
                         e.key,
                         e.kind.as_str(),
                         e.budget,
@@ -158,10 +284,11 @@ impl LedgerStore for SqliteStore {
                     ])?;
                     if n == 1 {
                         out.inserted += 1;
+                        inserted.push((e, tx.last_insert_rowid()));
                         continue;
                     }
                     let stored = {
-                        let mut rows = existing.query([&e.key])?;
+                        let mut rows = existing.query(rusqlite::params![seq, e.key])?;
                         let row = rows.next()?.ok_or_else(|| StoreError::InvalidEntry {
                             key: e.key.clone(),
                             reason: "insert conflicted but no row holds the key".into(),
@@ -173,18 +300,30 @@ impl LedgerStore for SqliteStore {
                     }
                     out.duplicates += 1;
                 }
+                let mut add = tx.prepare_cached(add_to_totals_sql(Dialect::Sqlite))?;
+                for ((budget, kind), (credits, count, first_id)) in totals_of(inserted) {
+                    let credits = i64::try_from(credits).map_err(|_| StoreError::TotalOverflow {
+                        budget: budget.to_string(),
+                        kind,
+                    })?;
+                    add.execute(rusqlite::params![budget, kind, credits, count, first_id])?;
+                }
             }
             tx.commit()?;
             Ok(out)
         })
-        .await
+        .await?;
+        self.checkpointer.appended();
+        Ok(out)
     }
 
     async fn kind_sums(&self, budget: Option<&str>) -> Result<KindSums, StoreError> {
         let budget = budget.map(str::to_string);
         self.with_conn(move |conn| {
+            // The totals each append keeps (migration 5), not a sum over
+            // millions of entries; verify compares them with the entries.
             let mut stmt = conn.prepare_cached(
-                "SELECT budget, kind, SUM(credits), MIN(id) FROM entries WHERE (?1 IS NULL OR budget = ?1) GROUP BY budget, kind",
+                "SELECT budget, kind, credits, first_id FROM budget_totals WHERE (?1 IS NULL OR budget = ?1)",
             )?;
             let mut rows = stmt.query([budget])?;
             let mut out = KindSums::new();
@@ -247,7 +386,7 @@ impl LedgerStore for SqliteStore {
         let uid = workload_uid.to_string();
         self.with_conn(move |conn| {
             let mut stmt = conn.prepare_cached(&format!(
-                "SELECT id, {COLUMNS} FROM entries WHERE workload_uid = ?1 ORDER BY id"
+                "SELECT id, {COLUMNS} FROM entries WHERE workload_seq = (SELECT seq FROM workload_ids WHERE uid = ?1) ORDER BY id"
             ))?;
             let mut rows = stmt.query([uid])?;
             let mut out = Vec::new();
@@ -263,9 +402,9 @@ impl LedgerStore for SqliteStore {
         let key = key.to_string();
         self.with_conn(move |conn| {
             let mut stmt = conn.prepare_cached(&format!(
-                "SELECT id, {COLUMNS} FROM entries WHERE idempotency_key = ?1"
+                "SELECT id, {COLUMNS} FROM entries WHERE workload_seq = (SELECT seq FROM workload_ids WHERE uid = ?1) AND idempotency_key = ?2"
             ))?;
-            let mut rows = stmt.query([key])?;
+            let mut rows = stmt.query([key_workload_uid(&key), &key])?;
             rows.next()?.map(Self::read_row).transpose()
         })
         .await
@@ -369,6 +508,87 @@ mod tests {
         }
     }
 
+    /// A version-4 SQLite ledger as the kaccel before schema version 5 wrote
+    /// it: that DDL, versions 1-4 recorded, rows inserted directly.
+    fn v4_file(path: &Path, entries: &[Entry]) {
+        let conn = rusqlite::Connection::open(path).unwrap();
+        conn.execute_batch(CREATE_MIGRATIONS_TABLE).unwrap();
+        conn.execute_batch(&crate::ledger::store::schema_up_to(4, Dialect::Sqlite))
+            .unwrap();
+        for version in 1..=4 {
+            conn.execute(
+                "INSERT INTO schema_migrations (version, applied_at) VALUES (?1, 1767225600)",
+                [version],
+            )
+            .unwrap();
+        }
+        for e in entries {
+            conn.execute(
+                &format!(
+                    "INSERT INTO entries ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)"
+                ),
+                rusqlite::params![
+                    e.key, e.kind.as_str(), e.budget, e.team, e.namespace, e.workload,
+                    e.workload_uid, i64::from(e.admission), e.class, e.flavor, e.resource,
+                    e.device_units as i64, e.start, e.end, e.credits, e.rate_card, e.reason,
+                    e.created_at, e.rate as i64, e.devices.join(","),
+                ],
+            )
+            .unwrap();
+        }
+    }
+
+    /// Schema version 4 (the key UNIQUE on its own, indexed by UID) becomes 5
+    /// (workload numbers, the key unique per workload) with every row kept.
+    #[tokio::test]
+    async fn sqlite_version_4_is_upgraded_in_place() {
+        use crate::ledger::conformance::{upgraded_ledger_keeps_everything, version_4_ledger};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v4.db");
+        v4_file(&path, &version_4_ledger());
+        assert!(sqlite_indexes(&path).contains(&"entries_workload_uid".to_string()));
+        let store = SqliteStore::open(&path).await.unwrap();
+        assert_eq!(
+            sqlite_indexes(&path),
+            [
+                "entries_budget_created",
+                "entries_budget_kind",
+                "entries_interval_start",
+                "entries_reserves",
+                "entries_workload_key",
+            ]
+        );
+        upgraded_ledger_keeps_everything(&store).await;
+        // Workloads numbered in the order they first reached the ledger (the
+        // budget-level entries' empty UID first: the grant is row 1).
+        let numbered: Vec<(i64, String)> = store
+            .with_conn(|conn| {
+                let mut stmt = conn.prepare("SELECT seq, uid FROM workload_ids ORDER BY seq")?;
+                let v = stmt
+                    .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+                    .collect::<Result<_, _>>()?;
+                Ok(v)
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            numbered,
+            [(1, ""), (2, "u1"), (3, "u2"), (4, "u3")].map(|(n, u)| (n, u.to_string()))
+        );
+        // The key is still unique: the old UNIQUE is gone, the new index holds.
+        let err = store
+            .with_conn(|conn| {
+                conn.execute(
+                    "INSERT INTO entries SELECT NULL, idempotency_key, kind, budget, team, workload_namespace, workload_name, workload_uid, admission, class, flavor, resource, device_units, interval_start, interval_end, credits, rate_card, reason, created_at, rate, devices, workload_seq FROM entries WHERE id = 2",
+                    [],
+                )?;
+                Ok(())
+            })
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("UNIQUE"), "{err}");
+    }
+
     fn sqlite_indexes(path: &Path) -> Vec<String> {
         let conn = rusqlite::Connection::open(path).unwrap();
         let mut stmt = conn
@@ -413,7 +633,7 @@ mod tests {
                 "entries_budget_kind",
                 "entries_interval_start",
                 "entries_reserves",
-                "entries_workload_uid",
+                "entries_workload_key",
             ]
         );
         // Data intact, ids kept.
@@ -451,7 +671,7 @@ mod tests {
 
         // Reopening applies nothing twice.
         let store = SqliteStore::open(&path).await.unwrap();
-        assert_eq!(store.schema_version().await.unwrap(), 4);
+        assert_eq!(store.schema_version().await.unwrap(), 5);
         let versions: Vec<i64> = store
             .with_conn(|conn| {
                 let mut stmt =
@@ -463,11 +683,11 @@ mod tests {
             })
             .await
             .unwrap();
-        assert_eq!(versions, [1, 2, 3, 4]);
+        assert_eq!(versions, [1, 2, 3, 4, 5]);
     }
 
-    /// The admission queries use the migration-2 indexes rather than scanning
-    /// the table.
+    /// The admission queries use the indexes (migrations 2 and 5) rather than
+    /// scanning the table.
     #[tokio::test]
     async fn sqlite_admission_queries_use_indexes() {
         let dir = tempfile::tempdir().unwrap();
@@ -482,7 +702,7 @@ mod tests {
                     Ok(rows.join("; "))
                 };
                 Ok([
-                    plan(&format!("SELECT id, {COLUMNS} FROM entries WHERE workload_uid = 'u' ORDER BY id"))?,
+                    plan(&format!("SELECT id, {COLUMNS} FROM entries WHERE workload_seq = (SELECT seq FROM workload_ids WHERE uid = 'u') ORDER BY id"))?,
                     plan(&open_reservations_sql("SUM(p.credits)", "NULL, NULL"))?,
                     plan("SELECT SUM(credits) FROM entries WHERE budget = 'b' AND kind IN ('Post', 'Correction') AND interval_end >= 1 AND interval_end < 2")?,
                 ])
@@ -493,7 +713,7 @@ mod tests {
             eprintln!("{plan}");
         }
         assert!(
-            plans[0].contains("USING INDEX entries_workload_uid"),
+            plans[0].contains("USING INDEX entries_workload_key"),
             "{}",
             plans[0]
         );
@@ -503,12 +723,12 @@ mod tests {
             plans[1]
         );
         assert!(
-            plans[1].contains("SEARCH p USING INDEX entries_workload_uid"),
+            plans[1].contains("SEARCH p USING INDEX entries_workload_key"),
             "{}",
             plans[1]
         );
         assert!(
-            plans[1].contains("SEARCH v USING INDEX entries_workload_uid"),
+            plans[1].contains("SEARCH v USING INDEX entries_workload_key"),
             "{}",
             plans[1]
         );
