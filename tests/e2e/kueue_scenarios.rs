@@ -245,9 +245,18 @@ async fn drift(env: &mut Env, store: &str) -> Result<()> {
         "ledger verify --cluster passed on a drifted ledger:\n{report}"
     );
     ensure!(report.contains(&format!("Workload {ns}/w1")), "{report}");
-    // The store alone is consistent: only the comparison with Kueue finds it.
+    // The store finds it too: its totals (kept by each append) no longer
+    // match its entries, by W1's reservation.
     let (ok, report) = verify(store)?;
-    ensure!(ok, "{report}");
+    ensure!(
+        !ok,
+        "ledger verify passed without W1's Reserve entry:\n{report}"
+    );
+    ensure!(
+        report.contains(&format!("budget {name}: entries add up to"))
+            && report.contains("reserved 60"),
+        "{report}"
+    );
 
     // Put back, the ledger is in sync again.
     sqlite(

@@ -1179,14 +1179,22 @@ async fn bad_input(env: &mut Env, store: &str, path: &std::path::Path) -> Result
         "{err:#}"
     );
 
+    // Balances come from the totals each append keeps (schema 5), not from
+    // the rows; the Workload's own reconcile reads its entries and names the
+    // row. Any change to W1 (Kueue writes its status often) brings it.
+    wl.patch(
+        "w1",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"annotations": {"e2e.kaccel.io/poke": "corrupted"}}})),
+    )
+    .await?;
     let log = env.controller().log.clone();
     let seen = wait_for(
         "kaccel logs the corrupted row",
         Duration::from_secs(20),
         || async {
             let text = std::fs::read_to_string(&log).unwrap_or_default();
-            // The budget pass reads the aggregate and names no real row (it
-            // says "row id 0"); the column and the value are named on every path.
+            // The column and the value are named on every path.
             Ok(text
                 .lines()
                 .find(|l| {
