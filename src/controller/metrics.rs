@@ -60,6 +60,18 @@ pub struct DecisionLabel {
     pub decision: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StageLabel {
+    pub stage: &'static str,
+}
+
+/// A histogram of the credit check's stages (see `Metrics::check_stage`).
+pub type StageHistograms = Family<StageLabel, Histogram, fn() -> Histogram>;
+
+fn stage_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.0001, 2.0, 16))
+}
+
 #[derive(Clone)]
 pub struct Metrics {
     /// Ledger entries written (replays that were already stored are not counted).
@@ -76,6 +88,10 @@ pub struct Metrics {
     pub check_decisions: Family<DecisionLabel, Counter>,
     /// Seconds from Kueue reserving quota to kaccel setting the check Ready.
     pub check_latency: Histogram,
+    /// Seconds per stage of a reservation on the admission path: `lock` (waiting
+    /// for other reservations), `balances`, `record` (annotation + finalizer
+    /// write), `append` (durable Reserve entry), `status` (check set Ready).
+    pub check_stage: StageHistograms,
     /// Wall time of one budget pass (grants, balances, the reconciliation
     /// against Kueue), store round trips included.
     pub budget_pass_duration: Histogram,
@@ -121,6 +137,7 @@ impl Metrics {
             ledger_drift: Family::default(),
             check_decisions: Family::default(),
             check_latency: Histogram::new(exponential_buckets(0.005, 2.0, 14)),
+            check_stage: Family::new_with_constructor(stage_histogram),
             budget_pass_duration: Histogram::new(exponential_buckets(0.0005, 2.0, 14)),
             budget_pass_cpu: Histogram::new(exponential_buckets(0.0005, 2.0, 14)),
             allocator_trim: Histogram::new(exponential_buckets(0.0001, 2.0, 14)),
@@ -177,6 +194,11 @@ impl Metrics {
             "kaccel_admission_check_latency_seconds",
             "Time from Kueue reserving quota to the credit check set Ready",
             m.check_latency.clone(),
+        );
+        registry.register(
+            "kaccel_admission_check_stage_seconds",
+            "Time per stage of a reservation on the admission path: lock, balances, record, append, status",
+            m.check_stage.clone(),
         );
         registry.register(
             "kaccel_ledger_budget_pass_seconds",

@@ -264,6 +264,11 @@ async fn bench(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
             "kaccel_admission_check_latency_seconds_count",
         ))
         .chain(metric_lines(&metrics, "kaccel_admission_check_decisions"))
+        .chain(
+            metric_lines(&metrics, "kaccel_admission_check_stage_seconds")
+                .into_iter()
+                .filter(|l| l.contains("_sum") || l.contains("_count")),
+        )
     {
         println!("MEASURE metric {line}");
     }

@@ -242,8 +242,18 @@ impl LedgerRuntime {
             admitted_at,
             now,
         };
+        let stage = |name: &'static str, since: std::time::Instant| {
+            self.metrics
+                .check_stage
+                .get_or_create(&StageLabel { stage: name })
+                .observe(since.elapsed().as_secs_f64());
+        };
+        let waited = std::time::Instant::now();
         let guard = self.reserve_lock.lock().await;
+        stage("lock", waited);
+        let read = std::time::Instant::now();
         let balances = self.balances_of(budget_name).await?;
+        stage("balances", read);
         let view = BudgetView {
             budget: budget_name.clone(),
             team: budget.team.clone(),
@@ -265,8 +275,12 @@ impl LedgerRuntime {
                 if let Some(record) = &record {
                     // The record (and finalizer) first: once the Reserve entry exists,
                     // the Workload cannot go away unsettled.
+                    let written = std::time::Instant::now();
                     self.set_record(v, record).await?;
+                    stage("record", written);
+                    let appended = std::time::Instant::now();
                     self.append(&entries).await?;
+                    stage("append", appended);
                 }
                 drop(guard);
                 let note = match &record {
@@ -279,7 +293,9 @@ impl LedgerRuntime {
                 };
                 let placed = self.placement(v, &usage, pricing);
                 let note = with_placed(note, placed.as_deref());
+                let answered = std::time::Instant::now();
                 self.set_check(v, "Ready", &note, None).await?;
+                stage("status", answered);
                 if let Some(placed) = &placed {
                     self.owner_event(v, "Placed", placed).await;
                 }

@@ -45,7 +45,7 @@ use tokio::sync::{Mutex, Notify, OnceCell, mpsc::UnboundedSender};
 
 use super::config::Ledger as LedgerConfig;
 use super::health_poller::now_seconds;
-use super::metrics::{BudgetLabel, DecisionLabel, KindLabel, Metrics, ReasonLabel};
+use super::metrics::{BudgetLabel, DecisionLabel, KindLabel, Metrics, ReasonLabel, StageLabel};
 use crate::api::parsed::{FieldError, ParsedBudget};
 use crate::api::rates::{ClassRates, RateError};
 use crate::api::{CreditBudgetSpec, Credits, ExhaustionPolicy, RenewalShortPolicy, ShortPolicy};
