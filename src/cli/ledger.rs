@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use clap::{Subcommand, ValueEnum};
 
+use crate::controller::allocator::memory_kib;
 use crate::ledger::Rate;
 use crate::ledger::conformance::{admission, grant_like};
 use crate::ledger::entry::{Entry, EntryKind};
@@ -262,14 +263,8 @@ pub async fn export<S: LedgerStore, W: Write>(
 }
 
 /// Peak resident memory of this process in KiB (`VmHWM`), if the kernel says.
-pub fn peak_rss_kib() -> Option<u64> {
-    let s = std::fs::read_to_string("/proc/self/status").ok()?;
-    s.lines()
-        .find(|l| l.starts_with("VmHWM:"))?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
+fn peak_rss_kib() -> Option<u64> {
+    memory_kib("VmHWM")
 }
 
 /// Synthetic two-phase entries in the order a cluster writes them: one Grant
@@ -378,13 +373,7 @@ fn uuid_like(seed: u64, n: u64) -> String {
 
 /// Resident memory of this process now, in KiB (`VmRSS`).
 fn rss_kib() -> Option<u64> {
-    let s = std::fs::read_to_string("/proc/self/status").ok()?;
-    s.lines()
-        .find(|l| l.starts_with("VmRSS:"))?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
+    memory_kib("VmRSS")
 }
 
 async fn bench(url: &str, entries: usize, batch: usize) -> Result<(), String> {

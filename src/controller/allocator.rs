@@ -10,6 +10,19 @@
 
 use std::time::Duration;
 
+/// A memory figure of this process from `/proc/self/status` in KiB (`VmRSS`
+/// now, `VmHWM` the peak), if the kernel says.
+pub fn memory_kib(field: &str) -> Option<u64> {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
 /// How often freed memory is handed back.
 pub const TRIM_INTERVAL: Duration = Duration::from_secs(30);
 
@@ -48,12 +61,7 @@ mod tests {
     use super::*;
 
     fn rss_kib() -> u64 {
-        std::fs::read_to_string("/proc/self/status")
-            .unwrap()
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.split_whitespace().next()?.parse().ok())
-            .unwrap()
+        memory_kib("VmRSS").unwrap()
     }
 
     /// Many small blocks freed out of order from another thread's arena stay

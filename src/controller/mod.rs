@@ -10,7 +10,7 @@
 //! (caches), `reconcile` (the stages in order), `apply`, `node_actions`, `status`,
 //! `name_conflicts`, `pricing` (the ledger's inputs), `events`; `diff` is pure.
 
-mod allocator;
+pub(crate) mod allocator;
 mod apply;
 pub mod config;
 mod credits;

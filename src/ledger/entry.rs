@@ -163,14 +163,19 @@ impl Entry {
         }
     }
 
-    /// The reservation line an entry belongs to (`Reserve`, `Post`, `Void`), as
-    /// [`line_key`].
-    pub fn reservation(&self) -> Option<String> {
-        matches!(
+    /// Writes the reservation line an entry belongs to (`Reserve`, `Post`,
+    /// `Void`), as [`line_key`], into `out` (cleared first; a caller reusing
+    /// one buffer over millions of entries); false for other kinds.
+    pub fn reservation_into(&self, out: &mut String) -> bool {
+        out.clear();
+        let on_a_line = matches!(
             self.kind,
             EntryKind::Reserve | EntryKind::Post | EntryKind::Void
-        )
-        .then(|| line_key(&self.line()))
+        );
+        if on_a_line {
+            push_line_key(out, &self.line());
+        }
+        on_a_line
     }
 
     /// Checks what a store must refuse: empty key or budget, negative amounts

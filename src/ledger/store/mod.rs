@@ -47,7 +47,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 
-use super::entry::{Balances, Entry, EntryKind, ReservationTotals, format_micros, push_line_key};
+use super::entry::{Balances, Entry, EntryKind, ReservationTotals, format_micros};
 
 pub use postgres::PostgresStore;
 pub use schema::{Dialect, SCHEMA_VERSION, schema_up_to};
@@ -304,12 +304,7 @@ pub async fn verify<S: LedgerStore>(store: &S) -> Result<VerifyReport, StoreErro
                 folded.insert(e.budget.clone(), b);
             }
         }
-        if matches!(
-            e.kind,
-            EntryKind::Reserve | EntryKind::Post | EntryKind::Void
-        ) {
-            line.clear();
-            push_line_key(&mut line, &e.line());
+        if e.reservation_into(&mut line) {
             if !reservations.contains_key(line.as_str()) {
                 let first = ReservationTotals {
                     first_id: s.id,

@@ -3,6 +3,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use rusqlite::OptionalExtension;
+
 use super::row::{RawRow, check, conflict, corrupt_aggregated, group_kind, merge_open_lines};
 use super::schema::{
     COLUMNS, CONFLICT_TARGET, CREATE_MIGRATIONS_TABLE, Dialect, add_to_totals_sql, migration,
@@ -53,15 +55,7 @@ struct Checkpointer {
 
 impl Checkpointer {
     fn start(path: &Path) -> Result<Checkpointer, StoreError> {
-        let open_err = |source| StoreError::SqliteOpen {
-            path: path.to_path_buf(),
-            source,
-        };
-        let conn = rusqlite::Connection::open(path).map_err(open_err)?;
-        conn.busy_timeout(std::time::Duration::from_secs(10))
-            .map_err(open_err)?;
-        conn.pragma_update(None, "synchronous", "FULL")
-            .map_err(open_err)?;
+        let conn = SqliteStore::connect(path)?;
         let (wake, woken) = std::sync::mpsc::sync_channel::<()>(1);
         let mut log = path.as_os_str().to_owned();
         log.push("-wal");
@@ -101,14 +95,17 @@ impl SqliteStore {
     pub async fn open(path: &Path) -> Result<Self, StoreError> {
         let path = path.to_path_buf();
         let p = path.clone();
-        let conn = tokio::task::spawn_blocking(move || Self::open_blocking(&p))
-            .await
-            .map_err(|e| StoreError::Join(e.to_string()))??;
-        let checkpointer = Arc::new(Checkpointer::start(&path)?);
+        // Both open files, so both run off the async threads.
+        let (conn, checkpointer) = tokio::task::spawn_blocking(move || {
+            let conn = Self::open_blocking(&p)?;
+            Ok::<_, StoreError>((conn, Checkpointer::start(&p)?))
+        })
+        .await
+        .map_err(|e| StoreError::Join(e.to_string()))??;
         Ok(SqliteStore {
             conn: Arc::new(Mutex::new(conn)),
             path,
-            checkpointer,
+            checkpointer: Arc::new(checkpointer),
         })
     }
 
@@ -116,28 +113,41 @@ impl SqliteStore {
         &self.path
     }
 
-    fn open_blocking(path: &Path) -> Result<rusqlite::Connection, StoreError> {
-        let open_err = |source| StoreError::SqliteOpen {
+    fn open_err(path: &Path) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
+        move |source| StoreError::SqliteOpen {
             path: path.to_path_buf(),
             source,
-        };
-        let mut conn = rusqlite::Connection::open(path).map_err(open_err)?;
+        }
+    }
+
+    /// A connection to `path` as every one of the store's is set: waits up to
+    /// 10 s for a lock, `synchronous=FULL`.
+    fn connect(path: &Path) -> Result<rusqlite::Connection, StoreError> {
+        let open_err = Self::open_err(path);
+        let conn = rusqlite::Connection::open(path).map_err(&open_err)?;
         conn.busy_timeout(std::time::Duration::from_secs(10))
-            .map_err(open_err)?;
-        conn.pragma_update(None, "journal_mode", "WAL")
-            .map_err(open_err)?;
+            .map_err(&open_err)?;
         conn.pragma_update(None, "synchronous", "FULL")
-            .map_err(open_err)?;
+            .map_err(&open_err)?;
+        Ok(conn)
+    }
+
+    fn open_blocking(path: &Path) -> Result<rusqlite::Connection, StoreError> {
+        let open_err = Self::open_err(path);
+        let mut conn = Self::connect(path)?;
+        // Set on the file: every later connection uses the log too.
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(&open_err)?;
         conn.pragma_update(None, "cache_size", -CACHE_KIB)
-            .map_err(open_err)?;
+            .map_err(&open_err)?;
         // The checkpointer thread copies the log back (see `Checkpointer`).
         conn.pragma_update(None, "wal_autocheckpoint", 0)
-            .map_err(open_err)?;
+            .map_err(&open_err)?;
         conn.pragma_update(None, "journal_size_limit", LOG_SIZE_LIMIT)
-            .map_err(open_err)?;
+            .map_err(&open_err)?;
         let tx = conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-            .map_err(open_err)?;
+            .map_err(&open_err)?;
         tx.execute_batch(CREATE_MIGRATIONS_TABLE)?;
         let found: i64 = tx.query_row(
             "SELECT COALESCE(MAX(version), 0) FROM schema_migrations",
@@ -185,13 +195,7 @@ impl SqliteStore {
             let seq = match known.get(uid) {
                 Some(seq) => *seq,
                 None => {
-                    let found: Option<i64> = lookup
-                        .query_row([uid], |r| r.get(0))
-                        .map(Some)
-                        .or_else(|e| match e {
-                            rusqlite::Error::QueryReturnedNoRows => Ok(None),
-                            e => Err(e),
-                        })?;
+                    let found: Option<i64> = lookup.query_row([uid], |r| r.get(0)).optional()?;
                     let seq = match found {
                         Some(seq) => seq,
                         None => {
@@ -548,16 +552,7 @@ mod tests {
         v4_file(&path, &version_4_ledger());
         assert!(sqlite_indexes(&path).contains(&"entries_workload_uid".to_string()));
         let store = SqliteStore::open(&path).await.unwrap();
-        assert_eq!(
-            sqlite_indexes(&path),
-            [
-                "entries_budget_created",
-                "entries_budget_kind",
-                "entries_interval_start",
-                "entries_reserves",
-                "entries_workload_key",
-            ]
-        );
+        assert_eq!(sqlite_indexes(&path), CURRENT_INDEXES);
         upgraded_ledger_keeps_everything(&store).await;
         // Workloads numbered in the order they first reached the ledger (the
         // budget-level entries' empty UID first: the grant is row 1).
@@ -588,6 +583,15 @@ mod tests {
             .unwrap_err();
         assert!(err.to_string().contains("UNIQUE"), "{err}");
     }
+
+    /// The indexes of `entries` at [`SCHEMA_VERSION`](crate::ledger::store::SCHEMA_VERSION).
+    const CURRENT_INDEXES: [&str; 5] = [
+        "entries_budget_created",
+        "entries_budget_kind",
+        "entries_interval_start",
+        "entries_reserves",
+        "entries_workload_key",
+    ];
 
     fn sqlite_indexes(path: &Path) -> Vec<String> {
         let conn = rusqlite::Connection::open(path).unwrap();
@@ -626,16 +630,7 @@ mod tests {
             store.schema_version().await.unwrap(),
             crate::ledger::store::SCHEMA_VERSION
         );
-        assert_eq!(
-            sqlite_indexes(&path),
-            [
-                "entries_budget_created",
-                "entries_budget_kind",
-                "entries_interval_start",
-                "entries_reserves",
-                "entries_workload_key",
-            ]
-        );
+        assert_eq!(sqlite_indexes(&path), CURRENT_INDEXES);
         // Data intact, ids kept.
         let mut all = Vec::new();
         for_each_entry(&store, &EntryFilter::default(), |s: &StoredEntry| {
