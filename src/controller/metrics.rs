@@ -88,9 +88,10 @@ pub struct Metrics {
     pub check_decisions: Family<DecisionLabel, Counter>,
     /// Seconds from Kueue reserving quota to kaccel setting the check Ready.
     pub check_latency: Histogram,
-    /// Seconds per stage of a reservation on the admission path: `lock` (waiting
-    /// for other reservations), `balances`, `record` (annotation + finalizer
-    /// write), `append` (durable Reserve entry), `status` (check set Ready).
+    /// Seconds per stage of a reservation on the admission path, in order:
+    /// `record` (annotation + finalizer write, before the lock; skipped when
+    /// already written), `lock` (waiting for other reservations), `balances`,
+    /// `append` (durable Reserve entry), `status` (check set Ready).
     pub check_stage: StageHistograms,
     /// Wall time of one budget pass (grants, balances, the reconciliation
     /// against Kueue), store round trips included.
@@ -197,7 +198,7 @@ impl Metrics {
         );
         registry.register(
             "kaccel_admission_check_stage_seconds",
-            "Time per stage of a reservation on the admission path: lock, balances, record, append, status",
+            "Time per stage of a reservation on the admission path: record, lock, balances, append, status",
             m.check_stage.clone(),
         );
         registry.register(

@@ -67,13 +67,19 @@ pub fn compare<W: Borrow<Workload>>(
             continue;
         };
         // One open reservation per line: its flavor and units are on the entry;
-        // the ClusterQueue comes from the record.
-        if let Ok(Some(rec)) = record_of(w)
-            && rec.admission == e.admission
+        // the ClusterQueue comes from the record, or, while the record is not
+        // written yet (it follows the check's answer), from the quota the
+        // Workload holds.
+        let cluster_queue = match record_of(w) {
+            Ok(Some(rec)) => (rec.admission == e.admission).then_some(rec.cluster_queue),
+            Ok(None) => w.cluster_queue().map(str::to_string),
+            Err(_) => None,
+        };
+        if let Some(cluster_queue) = cluster_queue
             && counted_by_kueue(w)
         {
             *ledger_units
-                .entry((rec.cluster_queue.clone(), e.flavor.clone()))
+                .entry((cluster_queue, e.flavor.clone()))
                 .or_default() += e.device_units;
         }
     }
@@ -285,6 +291,27 @@ mod tests {
             workload("b", 4, "Pending", false),
         ];
         assert_eq!(run(&open, &workloads, 6), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_reservation_whose_record_is_not_written_yet_counts_where_the_quota_is() {
+        // The record follows the check's answer: between the two the open
+        // reservation counts in the ClusterQueue the Workload holds quota in.
+        let open = [reserve("a", 2)];
+        assert_eq!(
+            run(&open, &[workload("a", 2, "Ready", false)], 2),
+            Vec::<String>::new()
+        );
+        // A record of another admission is not this reservation's.
+        let mut w = workload("a", 2, "Ready", true);
+        let mut rec = record_of(&typed(&w)).unwrap().unwrap();
+        rec.admission = 2;
+        w["metadata"]["annotations"][RESERVATION_ANNOTATION] = json!(rec.to_annotation());
+        let found = run(&open, &[w], 2);
+        assert!(
+            found[0].contains("Kueue holds 2 device(s), the ledger has open reservations for 0"),
+            "{found:?}"
+        );
     }
 
     #[test]

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::admission::{FlavorUsage, RateInfo, ReservationLine};
 use super::charge::{Charge, ChargeOwner};
+use super::entry::{Entry, EntryKind};
 use super::pricing::Rate;
 use crate::kueue::workload::Workload;
 
@@ -139,9 +140,79 @@ impl ReservationRecord {
         }
     }
 
+    /// The record an admission's first-term Reserve entries imply: for a
+    /// Workload whose record was not written because kaccel stopped between the
+    /// durable append and the record write (which follows the check's answer,
+    /// off the admission path). The latest admission with Reserve entries wins;
+    /// its first term's entries (the earliest start) give the lines in the
+    /// order they were appended, the horizon and the admission time, so posts,
+    /// renewals and the settlement derive the same entries (and keys) as with
+    /// the written record. The model is read back from the entry's reason (the
+    /// words the reason was written with, so a replayed renewal is the same
+    /// entry); `model_of` (the flavor's model today) when the reason does not
+    /// say. `None` without Reserve entries.
+    pub fn from_reserve_entries<'a>(
+        entries: impl IntoIterator<Item = &'a Entry> + Clone,
+        cluster_queue: &str,
+        model_of: impl Fn(&str) -> Option<String>,
+    ) -> Option<Self> {
+        let reserves = || {
+            entries
+                .clone()
+                .into_iter()
+                .filter(|e| e.kind == EntryKind::Reserve)
+        };
+        let admission = reserves().map(|e| e.admission).max()?;
+        let first_start = reserves()
+            .filter(|e| e.admission == admission)
+            .map(|e| e.start)
+            .min()?;
+        let first_term: Vec<&Entry> = reserves()
+            .filter(|e| e.admission == admission && e.start == first_start)
+            .collect();
+        let head = first_term.first()?;
+        Some(ReservationRecord {
+            admission,
+            budget: head.budget.clone(),
+            team: head.team.clone(),
+            cluster_queue: cluster_queue.into(),
+            admitted_at: first_start,
+            horizon_seconds: u64::try_from(head.end.saturating_sub(head.start)).unwrap_or(0),
+            lines: first_term
+                .iter()
+                .map(|e| RecordedLine {
+                    flavor: e.flavor.clone(),
+                    resource: e.resource.clone(),
+                    device_units: e.device_units,
+                    class: e.class.clone(),
+                    model: model_in_reason(&e.reason, e.device_units)
+                        .map(str::to_string)
+                        .or_else(|| model_of(&e.flavor))
+                        .unwrap_or_else(|| e.flavor.clone()),
+                    rate: e.rate,
+                    rate_card: e.rate_card.clone(),
+                })
+                .collect(),
+        })
+    }
+
     pub fn to_annotation(&self) -> String {
         serde_json::to_string(self).expect("a record serialises")
     }
+}
+
+/// The device model a Reserve entry's reason names: reasons read
+/// `<why> (term N): <units> x <model> for <duration> at <rate>/device-hour`
+/// ([`super::admission::describe_lines`]). `None` when the reason is not in
+/// those words or names other units.
+pub fn model_in_reason(reason: &str, device_units: u64) -> Option<&str> {
+    let (_, line) = reason.split_once("): ")?;
+    let (units, rest) = line.split_once(" x ")?;
+    if units.parse::<u64>().ok()? != device_units {
+        return None;
+    }
+    let (model, tail) = rest.rsplit_once(" for ")?;
+    (!model.is_empty() && tail.ends_with("/device-hour") && tail.contains(" at ")).then_some(model)
 }
 
 /// The record on a Workload, if any. A record that does not parse is an error
@@ -312,7 +383,7 @@ pub fn ended_at(
 mod tests {
     use super::*;
     use crate::ledger::charge::ChargeState;
-    use crate::ledger::entry::EntryKind;
+    use proptest::prelude::*;
     use serde_json::{Value, json};
 
     fn record(horizon: u64) -> ReservationRecord {
@@ -353,6 +424,102 @@ mod tests {
 
     fn wl(conditions: Value) -> Value {
         json!({"metadata": {"name": "w", "annotations": {}}, "status": {"conditions": conditions}})
+    }
+
+    /// What a reservation and its life write: the first term, two renewals,
+    /// posts, and (before them) a settled earlier admission of the same Workload.
+    fn written_entries(rec: &ReservationRecord) -> Vec<Entry> {
+        let c = rec.charge("ns", "w", "uid-1");
+        let mut earlier = rec.clone();
+        earlier.admission = rec.admission - 1;
+        earlier.admitted_at = rec.admitted_at - 10_000;
+        let old = earlier.charge("ns", "w", "uid-1");
+        let mut out = old.reserve_terms(0, 2, "reserve", earlier.admitted_at);
+        out.extend(c.reserve_terms(0, 1, "reserve", rec.admitted_at + 3));
+        out.extend(c.posts(rec.admitted_at, rec.admitted_at + 60, "usage"));
+        out.extend(c.reserve_terms(1, 3, "renewal", rec.admitted_at + 90));
+        out
+    }
+
+    #[test]
+    fn the_record_comes_back_from_the_reserve_entries() {
+        let mut rec = record(600);
+        rec.admission = 2;
+        rec.lines.push(RecordedLine {
+            flavor: "h100-dra".into(),
+            resource: "dra.kaccel.io/h100-dra".into(),
+            device_units: 1,
+            class: "h100".into(),
+            model: "nvidia-h100-80gb-hbm3".into(),
+            rate: 1_500_000,
+            rate_card: "rc-2".into(),
+        });
+        let entries = written_entries(&rec);
+        let rebuilt =
+            ReservationRecord::from_reserve_entries(&entries, "vision-h100", |_| None).unwrap();
+        assert_eq!(rebuilt, rec);
+        // The renewal the rebuilt record writes is the one already stored.
+        let again = rebuilt
+            .charge("ns", "w", "uid-1")
+            .reserve_terms(1, 2, "renewal", 5);
+        assert!(again[0].same_content(&entries[entries.len() - 4]));
+        assert_eq!(
+            ReservationRecord::from_reserve_entries(&entries[..0], "q", |_| None),
+            None
+        );
+    }
+
+    #[test]
+    fn a_reason_in_other_words_takes_the_flavors_model() {
+        let rec = record(600);
+        let mut entries = rec
+            .charge("ns", "w", "uid-1")
+            .reserve_terms(0, 1, "reserve", 0);
+        entries[0].reason = "written by hand".into();
+        let rebuilt = ReservationRecord::from_reserve_entries(&entries, "vision-h100", |f| {
+            (f == "h100").then(|| "H100 today".to_string())
+        })
+        .unwrap();
+        assert_eq!(rebuilt.lines[0].model, "H100 today");
+        let rebuilt =
+            ReservationRecord::from_reserve_entries(&entries, "vision-h100", |_| None).unwrap();
+        assert_eq!(rebuilt.lines[0].model, "h100", "the flavor's name, last");
+        assert_eq!(
+            model_in_reason("reserve (term 1): 3 x H100 for 1h at 1/device-hour", 2),
+            None
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn any_record_comes_back_from_its_entries(
+            models in proptest::collection::vec("[a-zA-Z0-9][a-zA-Z0-9._-]{0,40}", 1..4),
+            units in 1u64..10_000,
+            rate in 0u64..1_000_000_000_000,
+            horizon in 1u64..10_000_000,
+            admitted_at in 10_001i64..4_000_000_000,
+            admission in 2u32..1000,
+        ) {
+            let mut rec = record(horizon);
+            rec.admission = admission;
+            rec.admitted_at = admitted_at;
+            rec.lines = models
+                .iter()
+                .enumerate()
+                .map(|(i, model)| RecordedLine {
+                    flavor: format!("flavor-{i}"),
+                    resource: "nvidia.com/gpu".into(),
+                    device_units: units + i as u64,
+                    class: "c".into(),
+                    model: model.clone(),
+                    rate: rate / (i as u64 + 1),
+                    rate_card: "rc".into(),
+                })
+                .collect();
+            let entries = written_entries(&rec);
+            let rebuilt = ReservationRecord::from_reserve_entries(&entries, "vision-h100", |_| None);
+            prop_assert_eq!(rebuilt, Some(rec));
+        }
     }
 
     #[test]

@@ -33,7 +33,10 @@ impl Controller {
         std::fs::write(&config_path, config).unwrap();
         let log = dir.join("kaccel.log");
         let out = std::fs::File::create(&log).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_kaccel"))
+        // KACCEL_E2E_BIN: another build of kaccel (a measurement comparing two).
+        let bin = std::env::var_os("KACCEL_E2E_BIN")
+            .unwrap_or_else(|| env!("CARGO_BIN_EXE_kaccel").into());
+        let child = Command::new(bin)
             .args(["run", "--config"])
             .arg(&config_path)
             .args(["--http-address", &format!("127.0.0.1:{port}")])

@@ -893,6 +893,22 @@ async fn small_budget_flow(env: &mut Env, store: &str) -> Result<()> {
     );
     assert!(has_finalizer(&w1), "{w1}");
     wait_figures(&env.budgets, &budget, expect(100, 60, 0)).await?;
+    // The priced lines, written with the finalizer before the Reserve entry.
+    let record: Value = serde_json::from_str(
+        w1["metadata"]["annotations"]["kaccel.io/credit-reservation"]
+            .as_str()
+            .unwrap_or_default(),
+    )?;
+    assert_eq!(
+        (
+            &record["admission"],
+            &record["budget"],
+            &record["horizonSeconds"]
+        ),
+        (&json!(1), &json!(budget), &json!(60)),
+        "{record}"
+    );
+    assert_eq!(record["lines"][0]["deviceUnits"], 1, "{record}");
 
     // W2 needs 60 of the 40 left: it waits, and says why.
     env.workload(&ns, "w2", &class, 60).await?;
@@ -908,6 +924,9 @@ async fn small_budget_flow(env: &mut Env, store: &str) -> Result<()> {
         "{msg}"
     );
     assert!(msg.contains("3600/device-hour"), "{msg}");
+    // Priced, it carries the finalizer and record already (written before the
+    // budget is looked at), with no Reserve entry behind them yet.
+    assert!(has_finalizer(&w2), "{w2}");
     tokio::time::sleep(Duration::from_secs(3)).await;
     let w2 = support::get_json(&wl, "w2").await?;
     assert!(

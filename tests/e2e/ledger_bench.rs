@@ -4,14 +4,17 @@
 //! check). Latency = create request sent -> Admitted=True first seen on a watch,
 //! in milliseconds. Run by `e2e/bench-ledger.sh`.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, ensure};
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kaccel::ledger::store::{LedgerStore, Store};
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::json;
@@ -59,8 +62,42 @@ async fn bench(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(200);
+    // Burst: every Workload created at once (KACCEL_BENCH_BURST=1), instead of
+    // a few in flight per queue.
+    let burst = std::env::var("KACCEL_BENCH_BURST").is_ok_and(|v| !v.is_empty() && v != "0");
     ensure_example_nodes(client).await?;
     let id = support::unique("lb");
+    // A burst needs room for all of them at once in both queues: one more
+    // (fake) H100 node carrying that many devices, and a guarantee that large.
+    let big_node = format!("bench-h100-{id}");
+    if burst {
+        let nodes: Api<Node> = Api::all(client.clone());
+        let mut node = nodes.get("gpu-h100-01").await?;
+        node.metadata = ObjectMeta {
+            name: Some(big_node.clone()),
+            labels: node.metadata.labels.map(|mut labels| {
+                labels.insert("kubernetes.io/hostname".into(), big_node.clone());
+                labels.insert("nvidia.com/gpu.count".into(), n.to_string());
+                labels
+            }),
+            ..ObjectMeta::default()
+        };
+        if let Some(status) = node.status.as_mut() {
+            let amounts = BTreeMap::from([
+                ("cpu".to_string(), Quantity(format!("{}", n + 8))),
+                ("memory".to_string(), Quantity(format!("{}Gi", n + 8))),
+                ("pods".to_string(), Quantity(format!("{}", n + 8))),
+                ("nvidia.com/gpu".to_string(), Quantity(n.to_string())),
+            ]);
+            status.capacity = Some(amounts.clone());
+            status.allocatable = Some(amounts);
+        }
+        nodes.create(&PostParams::default(), &node).await?;
+    }
+    let remove_node = |client: Client, name: String| async move {
+        let nodes: Api<Node> = Api::all(client);
+        let _ = nodes.delete(&name, &DeleteParams::default()).await;
+    };
     let LedgerTeam {
         dir,
         store_url,
@@ -69,10 +106,23 @@ async fn bench(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
         ns,
         cq: checked_cq,
         ..
-    } = h100_team(client, cleanup, &id, "1000000").await?;
+    } = h100_team(client, cleanup, &id, "1000000000").await?;
+    if burst {
+        let budgets: Api<DynamicObject> = Api::all_with(client.clone(), &ledger::budget_ar());
+        let patch = json!({"spec": {"classes": [{"name": class, "guaranteedDevices": n}]}});
+        budgets
+            .patch(
+                &format!("team-{id}"),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await?;
+    }
     let plain = format!("plain-{id}");
 
-    // The plain queue: not kaccel's (no managed-by label), no admission checks.
+    // The plain queue: not kaccel's (no managed-by label), no admission checks;
+    // room for all of them at once.
+    let room = n.max(1000);
     let rfs: Api<DynamicObject> = Api::all_with(client.clone(), &kueue("ResourceFlavor"));
     support::create(
         &rfs,
@@ -90,10 +140,10 @@ async fn bench(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
                    // The harness's Kueue also counts nvidia.com/gpu as kaccel.io/accelerator.
                    "coveredResources": ["cpu", "memory", "nvidia.com/gpu", "kaccel.io/accelerator"],
                    "flavors": [{"name": plain, "resources": [
-                       {"name": "cpu", "nominalQuota": "1000"},
-                       {"name": "memory", "nominalQuota": "1000Gi"},
-                       {"name": "nvidia.com/gpu", "nominalQuota": "1000"},
-                       {"name": "kaccel.io/accelerator", "nominalQuota": "1000"}]}]}]}}),
+                       {"name": "cpu", "nominalQuota": room.to_string()},
+                       {"name": "memory", "nominalQuota": format!("{room}Gi")},
+                       {"name": "nvidia.com/gpu", "nominalQuota": room.to_string()},
+                       {"name": "kaccel.io/accelerator", "nominalQuota": room.to_string()}]}]}]}}),
     )
     .await?;
     cleanup.add(None, kueue("ClusterQueue"), &plain);
@@ -136,8 +186,12 @@ async fn bench(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
     // Watch: the first time each Workload is seen Admitted=True.
     let wls: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &kueue("Workload"));
     let seen: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+    // Where the checked ones spend it: first seen with quota reserved, with
+    // kaccel's check Ready, and (in `seen`) Admitted.
+    let phases: Arc<Mutex<HashMap<String, [Option<Instant>; 2]>>> = Arc::default();
     let watch = {
         let seen = seen.clone();
+        let phases = phases.clone();
         let stream = watcher(
             wls.clone(),
             watcher::Config::default().labels(&format!("e2e.kaccel.io/bench={id}")),
@@ -148,6 +202,17 @@ async fn bench(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
             while let Some(ev) = stream.next().await {
                 let Ok(obj) = ev else { continue };
                 let v = serde_json::to_value(&obj).unwrap_or_default();
+                let now = Instant::now();
+                {
+                    let mut phases = phases.lock().unwrap();
+                    let p = phases.entry(obj.name_any()).or_default();
+                    if is_true(&v, "QuotaReserved") {
+                        p[0].get_or_insert(now);
+                    }
+                    if ledger::credit_check(&v).is_some_and(|c| c["state"] == "Ready") {
+                        p[1].get_or_insert(now);
+                    }
+                }
                 if is_true(&v, "Admitted") {
                     seen.lock()
                         .unwrap()
@@ -163,7 +228,62 @@ async fn bench(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
     let began = Instant::now();
     let mut created: HashMap<String, (bool, Instant)> = HashMap::new();
     let mut names = Vec::new();
-    let mut i = 0;
+    if burst {
+        // All at once: as many creates in flight as the client takes.
+        let specs: Vec<(String, bool)> = (0..n)
+            .flat_map(|i| {
+                let order = if i % 2 == 0 {
+                    [true, false]
+                } else {
+                    [false, true]
+                };
+                order.map(|checked| {
+                    (
+                        format!("{}-{:04}", if checked { "c" } else { "p" }, i),
+                        checked,
+                    )
+                })
+            })
+            .collect();
+        let results: Vec<Result<(String, bool, Instant)>> = futures::stream::iter(specs)
+            .map(|(name, checked)| {
+                let wls = wls.clone();
+                let queue = if checked {
+                    class.clone()
+                } else {
+                    plain.clone()
+                };
+                let obj = support::object(workload(&ns, &name, &queue, &id));
+                async move {
+                    let t = Instant::now();
+                    wls.create(&PostParams::default(), &obj).await?;
+                    Ok((name, checked, t))
+                }
+            })
+            .buffer_unordered(64)
+            .collect()
+            .await;
+        for r in results {
+            let (name, checked, t) = r?;
+            created.insert(name.clone(), (checked, t));
+            names.push(name);
+        }
+        println!(
+            "MEASURE burst: {} Workloads created in {:.1} s",
+            names.len(),
+            began.elapsed().as_secs_f64()
+        );
+        wait_for("the burst admitted", Duration::from_secs(600), || async {
+            let s = seen.lock().unwrap();
+            Ok(names.iter().all(|w| s.contains_key(w)).then_some(()))
+        })
+        .await
+        .with_context(|| format!("--- kaccel log:\n{}", controller.log_tail()))?;
+        for w in &names {
+            ledger::finish(&wls, w).await?;
+        }
+    }
+    let mut i = if burst { n } else { 0 };
     while i < n {
         let mut wave = Vec::new();
         for k in 0..WAVE.min(n - i) {
@@ -211,12 +331,30 @@ async fn bench(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
     }
     checked_ms.sort();
     plain_ms.sort();
+    // Admissions per second of each queue: its Workloads over the time from the
+    // first create to the last admission.
+    let rate = |checked: bool| {
+        let mine = created.iter().filter(|(_, (c, _))| *c == checked);
+        let first = mine.clone().map(|(_, (_, t))| *t).min();
+        let last = mine.map(|(name, _)| seen[name]).max();
+        match (first, last) {
+            (Some(first), Some(last)) => n as f64 / last.duration_since(first).as_secs_f64(),
+            _ => 0.0,
+        }
+    };
     let ms = |us: u128| us as f64 / 1000.0;
     let mean = |v: &[u128]| v.iter().sum::<u128>() as f64 / v.len() as f64 / 1000.0;
-    println!(
-        "MEASURE {n} Workloads per queue, {WAVE} per queue in flight, interleaved; {:.1} s",
-        elapsed.as_secs_f64()
-    );
+    if burst {
+        println!(
+            "MEASURE {n} Workloads per queue, all created at once, interleaved; {:.1} s",
+            elapsed.as_secs_f64()
+        );
+    } else {
+        println!(
+            "MEASURE {n} Workloads per queue, {WAVE} per queue in flight, interleaved; {:.1} s",
+            elapsed.as_secs_f64()
+        );
+    }
     for (what, v) in [
         ("with the credit check   ", &checked_ms),
         ("without (plain queue)   ", &plain_ms),
@@ -236,6 +374,39 @@ async fn bench(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
         ms(percentile(&checked_ms, 50.0)) - ms(percentile(&plain_ms, 50.0)),
         ms(percentile(&checked_ms, 99.0)) - ms(percentile(&plain_ms, 99.0)),
         mean(&checked_ms) - mean(&plain_ms),
+    );
+    // The checked Workloads' path in phases (each as first seen on the watch).
+    let phases = phases.lock().unwrap().clone();
+    let mut to_reserved = Vec::new();
+    let mut to_ready = Vec::new();
+    let mut to_admitted = Vec::new();
+    for (name, (checked, t)) in &created {
+        let (Some([Some(reserved), Some(ready)]), true) = (phases.get(name), *checked) else {
+            continue;
+        };
+        to_reserved.push(reserved.duration_since(*t).as_micros());
+        to_ready.push(ready.duration_since(*reserved).as_micros());
+        to_admitted.push(seen[name].duration_since(*ready).as_micros());
+    }
+    for (what, v) in [
+        ("create -> QuotaReserved", &mut to_reserved),
+        ("QuotaReserved -> check Ready", &mut to_ready),
+        ("check Ready -> Admitted", &mut to_admitted),
+    ] {
+        v.sort();
+        if !v.is_empty() {
+            println!(
+                "MEASURE phase of the checked ones, {what}: p50 {:.1} ms, p99 {:.1} ms, mean {:.1} ms",
+                ms(percentile(v, 50.0)),
+                ms(percentile(v, 99.0)),
+                mean(v)
+            );
+        }
+    }
+    let (with_rate, without_rate) = (rate(true), rate(false));
+    println!(
+        "MEASURE admissions per second: with the check {with_rate:.1}/s, without {without_rate:.1}/s, ratio {:.2}x",
+        with_rate / without_rate
     );
 
     // Settle, then the ledger figures.
@@ -264,6 +435,11 @@ async fn bench(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
             "kaccel_admission_check_latency_seconds_count",
         ))
         .chain(metric_lines(&metrics, "kaccel_admission_check_decisions"))
+        .chain(
+            metric_lines(&metrics, "kaccel_writes_total")
+                .into_iter()
+                .filter(|l| l.contains("kind=\"Workload\"")),
+        )
         .chain(
             metric_lines(&metrics, "kaccel_admission_check_stage_seconds")
                 .into_iter()
@@ -314,5 +490,8 @@ async fn bench(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
         wls.delete(name, &DeleteParams::background()).await?;
     }
     drop(controller);
+    if burst {
+        remove_node(client.clone(), big_node).await;
+    }
     Ok(())
 }

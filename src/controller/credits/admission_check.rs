@@ -14,23 +14,47 @@ impl LedgerRuntime {
         let shown = format!("{namespace}/{name}");
         let uid = obj.uid().unwrap_or_default();
         let check = check_state(v, &self.config.admission_check_name);
+        let finished = is_finished(v);
+        let deleting = deletion_time(v).is_some();
+        let pricing = self.shared.pricing();
         let has_finalizer = obj.finalizers().iter().any(|f| f == FINALIZER);
         if check.is_none() && !has_finalizer {
             return Ok(Action::await_change());
         }
-        let record = record_of(v).map_err(|message| LedgerError::BadWorkload {
+        let mut stored: Option<Vec<StoredEntry>> = None;
+        let mut rebuilt = false;
+        let record = match record_of(v).map_err(|message| LedgerError::BadWorkload {
             workload: shown.clone(),
             message: format!("{message}; remove the annotation to let kaccel charge it again"),
-        })?;
+        })? {
+            Some(record) => Some(record),
+            // Charged, but the record is gone (removed by hand): the Reserve
+            // entries say what the admission holds, so it is still settled
+            // in full.
+            None if has_finalizer => {
+                let entries = self.store().entries_for_workload(&uid).await?;
+                let record = ReservationRecord::from_reserve_entries(
+                    entries.iter().map(|s| &s.entry),
+                    v.cluster_queue().unwrap_or_default(),
+                    |flavor| pricing.flavor_models.get(flavor).cloned(),
+                );
+                stored = Some(entries);
+                rebuilt = record.is_some();
+                record
+            }
+            None => None,
+        };
         let now = now_seconds();
-        let pricing = self.shared.pricing();
         let mut requeue: Option<i64> = None;
 
         // 1. The recorded admission: renewals and periodic posts while it runs, or
         // the settlement once it ended.
         let mut recorded: Option<(Charge, ChargeState)> = None;
         if let Some(rec) = &record {
-            let entries = self.store().entries_for_workload(&uid).await?;
+            let entries = match stored.take() {
+                Some(entries) => entries,
+                None => self.store().entries_for_workload(&uid).await?,
+            };
             let mut charge = rec.charge(&namespace, &name, &uid);
             charge.devices = self
                 .devices
@@ -81,8 +105,9 @@ impl LedgerRuntime {
         }
 
         // 2. Answer a Pending check of a Workload holding quota.
-        let finished = is_finished(v);
-        let deleting = deletion_time(v).is_some();
+        if !matches!(check, Some(("Pending", _))) || finished || deleting {
+            self.forget_answered(&uid);
+        }
         if let Some((state, message)) = check
             && matches!(state, "Pending")
             && holds_quota(v)
@@ -95,25 +120,48 @@ impl LedgerRuntime {
                 source,
             })?;
             match (&record, &recorded) {
+                (Some(_), Some(_)) if self.recently_answered(&uid, admission) => {
+                    // The cache lags this process's own Ready write: look again
+                    // once it should show.
+                    let again = now + ANSWER_CACHE_LAG.as_secs() as i64;
+                    requeue = Some(requeue.map_or(again, |r| r.min(again)));
+                }
                 (Some(rec), Some((charge, _))) if rec.admission == admission => {
-                    // Reserved before a crash (or the cache lags the check write).
+                    // Reserved before a crash.
                     let usage = usage_from_workload(v).unwrap_or_default();
                     let placed = self.placement(v, &usage, &pricing);
                     let note = with_placed(ready_note(rec, charge, v), placed.as_deref());
                     self.set_check(v, "Ready", &note, None).await?;
+                    self.note_answered(&uid, admission);
                 }
                 _ => {
-                    if let Some(after) = self
-                        .decide(v, &shown, &uid, admission, message, &pricing, now)
-                        .await?
-                    {
+                    let charge = Admission {
+                        shown: &shown,
+                        uid: &uid,
+                        number: admission,
+                    };
+                    if let Some(after) = self.decide(v, &charge, message, &pricing, now).await? {
                         requeue = Some(requeue.map_or(after, |r| r.min(after)));
                     }
                 }
             }
         }
 
-        // 3. The finalizer goes once a finished or deleted Workload is settled
+        // 3. A record rebuilt from the entries is written back while its
+        // admission is open, once Kueue has admitted the Workload: a write while
+        // Kueue turns the check's Ready into Admitted makes Kueue's
+        // resourceVersion-checked update conflict and retry.
+        if rebuilt
+            && !finished
+            && !deleting
+            && v.is_true("Admitted")
+            && let (Some(rec), Some((_, state))) = (&record, &recorded)
+            && !state.voided
+        {
+            self.set_record(v, rec).await?;
+        }
+
+        // 4. The finalizer goes once a finished or deleted Workload is settled
         // (a failed settlement returned early above).
         if has_finalizer && (finished || deleting) {
             self.release(v).await?;
@@ -129,17 +177,19 @@ impl LedgerRuntime {
 
     /// Prices the admission and reserves, waits or rejects. Returns when to look
     /// again (unix seconds) while waiting.
-    #[allow(clippy::too_many_arguments)]
     pub(super) async fn decide(
         &self,
         v: &Workload,
-        shown: &str,
-        uid: &str,
-        admission: u32,
+        admission: &Admission<'_>,
         current_message: &str,
         pricing: &PricingSnapshot,
         now: i64,
     ) -> Result<Option<i64>, LedgerError> {
+        let Admission {
+            shown,
+            uid,
+            number: admission,
+        } = *admission;
         let retry_at = now + i64::from(self.config.retry_after_seconds);
         let cluster_queue = v.cluster_queue().unwrap_or_default();
         let Some((budget_name, class_name)) = pricing.queues.get(cluster_queue) else {
@@ -248,6 +298,32 @@ impl LedgerRuntime {
                 .get_or_create(&StageLabel { stage: name })
                 .observe(since.elapsed().as_secs_f64());
         };
+        // Unpriced usage is rejected below, whatever the balance: no record.
+        let record = (!priced.lines.is_empty() && priced.unpriced.is_empty()).then(|| {
+            ReservationRecord::from_lines(
+                admission,
+                budget_name,
+                &budget.team,
+                cluster_queue,
+                admitted_at,
+                horizon,
+                &priced.lines,
+            )
+        });
+        // The finalizer and the record before the Reserve entry (once the entry
+        // exists, the Workload cannot go away unsettled), and before the lock:
+        // the lock serialises the balance check and the append of every
+        // reservation, and held across this API write it let a burst through at
+        // one admission per write. Written whether it reserves or waits; a
+        // Workload that waits keeps it and is not written again while its
+        // price stays.
+        if let Some(record) = &record
+            && (!v.has_finalizer(FINALIZER) || record_of(v).ok().flatten().as_ref() != Some(record))
+        {
+            let written = std::time::Instant::now();
+            self.set_record(v, record).await?;
+            stage("record", written);
+        }
         let waited = std::time::Instant::now();
         let guard = self.reserve_lock.lock().await;
         stage("lock", waited);
@@ -261,23 +337,7 @@ impl LedgerRuntime {
         };
         match decide(&view, &workload, &priced) {
             Decision::Reserve { entries } => {
-                let record = (!entries.is_empty()).then(|| {
-                    ReservationRecord::from_lines(
-                        admission,
-                        budget_name,
-                        &budget.team,
-                        cluster_queue,
-                        admitted_at,
-                        horizon,
-                        &priced.lines,
-                    )
-                });
-                if let Some(record) = &record {
-                    // The record (and finalizer) first: once the Reserve entry exists,
-                    // the Workload cannot go away unsettled.
-                    let written = std::time::Instant::now();
-                    self.set_record(v, record).await?;
-                    stage("record", written);
+                if !entries.is_empty() {
                     let appended = std::time::Instant::now();
                     self.append(&entries).await?;
                     stage("append", appended);
@@ -296,6 +356,7 @@ impl LedgerRuntime {
                 let answered = std::time::Instant::now();
                 self.set_check(v, "Ready", &note, None).await?;
                 stage("status", answered);
+                self.note_answered(uid, admission);
                 if let Some(placed) = &placed {
                     self.owner_event(v, "Placed", placed).await;
                 }

@@ -27,7 +27,7 @@
 //! and the reconciliation against Kueue, `workload_cache` what is cached of a
 //! Workload and the index of open work.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -67,7 +67,17 @@ use crate::ledger::lifecycle::{
     STOPPED_ANNOTATION, check_state, condition, deletion_time, ended_at, evicted_since_admission,
     holds_quota, is_finished, record_of,
 };
-use crate::ledger::store::{LedgerStore, OpenReservation, Store, StoreError};
+use crate::ledger::store::{LedgerStore, OpenReservation, Store, StoreError, StoredEntry};
+
+/// The admission the check is asked about.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Admission<'a> {
+    /// `namespace/name`, as messages show it.
+    pub shown: &'a str,
+    pub uid: &'a str,
+    /// Kueue's admission number ([`admission_number`]).
+    pub number: u32,
+}
 
 /// What the planner knows that the check needs to price an admission; replaced
 /// after every plan.
@@ -224,6 +234,10 @@ fn store_unreachable(e: &StoreError) -> bool {
 /// API writes; 32 keeps a burst of admissions moving on 2 cores.
 const RECONCILE_CONCURRENCY: u16 = 32;
 
+/// How long a Ready this process wrote explains a cached Pending (the watch
+/// delivers the write well within it); after that the check is answered again.
+const ANSWER_CACHE_LAG: Duration = Duration::from_secs(5);
+
 pub fn workload_resource() -> ApiResource {
     crate::k8s::resources::kueue("Workload")
 }
@@ -252,6 +266,12 @@ pub struct LedgerRuntime {
     balances: std::sync::Mutex<BTreeMap<String, Balances>>,
     /// Reserve appends so far (changed under `reserve_lock`).
     reserves_appended: std::sync::atomic::AtomicU64,
+    /// Workload UID -> (admission, when) of the checks this process set Ready:
+    /// a reconcile the watch brings before the Ready write itself is cached
+    /// (the record write's own event) still reads Pending, and must not write
+    /// Ready again (in a burst of 2,000 that was 1,700 extra status writes,
+    /// each another event for Kueue).
+    answered: std::sync::Mutex<HashMap<String, (u32, std::time::Instant)>>,
     /// Wakes the planner (Hold, status) when a budget's ledger view changed.
     wake_planner: UnboundedSender<()>,
     /// Events on Workloads (a stop for want of credits).
@@ -301,6 +321,7 @@ impl LedgerRuntime {
             reserve_lock: Mutex::new(()),
             balances: Default::default(),
             reserves_appended: Default::default(),
+            answered: Default::default(),
             wake_planner,
             previous_findings: Mutex::new(BTreeSet::new()),
             cluster_queues: std::sync::OnceLock::new(),
@@ -409,6 +430,29 @@ impl LedgerRuntime {
             .clone()
             .budget_loop(workloads, relevant, cluster_queues, trigger_tx);
         tokio::join!(workload_task, budget_task);
+    }
+
+    /// Notes that this process set the check of `uid`'s `admission` Ready.
+    fn note_answered(&self, uid: &str, admission: u32) {
+        let mut answered = self.answered.lock().expect("answered lock");
+        // Bounded by admissions in flight: an entry only matters until the
+        // cache shows the write.
+        answered.retain(|_, (_, at)| at.elapsed() < ANSWER_CACHE_LAG);
+        answered.insert(uid.to_string(), (admission, std::time::Instant::now()));
+    }
+
+    /// Whether this process set the check of `uid`'s `admission` Ready so
+    /// recently that a cached Pending is the cache lagging, not a new question.
+    fn recently_answered(&self, uid: &str, admission: u32) -> bool {
+        let answered = self.answered.lock().expect("answered lock");
+        answered
+            .get(uid)
+            .is_some_and(|(a, at)| *a == admission && at.elapsed() < ANSWER_CACHE_LAG)
+    }
+
+    /// Forgets `uid` once the cache shows kaccel's answer (or it is gone).
+    fn forget_answered(&self, uid: &str) {
+        self.answered.lock().expect("answered lock").remove(uid);
     }
 
     fn store(&self) -> &Store {
