@@ -909,6 +909,27 @@ async fn small_budget_flow(env: &mut Env, store: &str) -> Result<()> {
         "{record}"
     );
     assert_eq!(record["lines"][0]["deviceUnits"], 1, "{record}");
+    // Removed by hand while the reservation is open: kaccel rebuilds the record
+    // from the Reserve entries and writes it back, the same, so W1 is still
+    // settled in full below.
+    let written = w1["metadata"]["annotations"]["kaccel.io/credit-reservation"].clone();
+    wl.patch(
+        "w1",
+        &PatchParams::default(),
+        &Patch::Json::<()>(serde_json::from_value(json!([
+            {"op": "remove", "path": "/metadata/annotations/kaccel.io~1credit-reservation"}
+        ]))?),
+    )
+    .await?;
+    let rebuilt = support::wait_until(&wl, "w1", "the record rebuilt from the ledger", WAIT, |o| {
+        o.pointer("/metadata/annotations/kaccel.io~1credit-reservation")
+            .is_some()
+    })
+    .await?;
+    assert_eq!(
+        rebuilt["metadata"]["annotations"]["kaccel.io/credit-reservation"], written,
+        "the rebuilt record differs from the one written at admission"
+    );
 
     // W2 needs 60 of the 40 left: it waits, and says why.
     env.workload(&ns, "w2", &class, 60).await?;
