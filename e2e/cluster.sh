@@ -21,6 +21,8 @@
 #                                            ports (defaults in versions.env)
 #   KACCEL_E2E_TIMEOUT seconds to wait for each component (default 180)
 #   KACCEL_E2E_NO_KACCEL_CRDS=1  do not install crds/*.yaml (harness checks only)
+#   KACCEL_E2E_KUEUE_GATES  more Kueue feature gates, e.g.
+#                           WorkloadRequestUseMergePatch=true (measurements only)
 set -euo pipefail
 
 E2E_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -252,6 +254,12 @@ webhook_manifests() {
 }
 
 write_kueue_config() {
+  # KACCEL_E2E_KUEUE_GATES: more Kueue feature gates, comma-separated Name=bool
+  # (a measurement's variant; the suite runs without).
+  local KUEUE_EXTRA_GATES="" gate gates="${KACCEL_E2E_KUEUE_GATES:-}"
+  for gate in ${gates//,/ }; do
+    KUEUE_EXTRA_GATES+="  ${gate%%=*}: ${gate#*=}"$'\n'
+  done
   cat >"$RUN/kueue-config.yaml" <<EOF
 apiVersion: config.kueue.x-k8s.io/v1beta2
 kind: Configuration
@@ -283,6 +291,7 @@ featureGates:
   VisibilityOnDemand: false
   # Count devices requested through ResourceClaimTemplates (alpha in v0.17).
   DynamicResourceAllocation: true
+${KUEUE_EXTRA_GATES}
 # Kueue reads these only when it starts: the DRA flavors the e2e tests plan, as
 # kaccel plan --kueue-config prints them (E2E_DRA_FLAVORS; tests/e2e/dra.rs).
 # Every kaccel DeviceClass's claims count as the class resource (one device, one
