@@ -141,9 +141,9 @@ impl ReservationRecord {
     }
 
     /// The record an admission's first-term Reserve entries imply: for a
-    /// Workload whose record was not written because kaccel stopped between the
-    /// durable append and the record write (which follows the check's answer,
-    /// off the admission path). The latest admission with Reserve entries wins;
+    /// charged Workload whose record annotation is gone (removed by hand while
+    /// its reservation is open), so it is still settled in full. The latest
+    /// admission with Reserve entries wins;
     /// its first term's entries (the earliest start) give the lines in the
     /// order they were appended, the horizon and the admission time, so posts,
     /// renewals and the settlement derive the same entries (and keys) as with
