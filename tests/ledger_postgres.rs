@@ -61,6 +61,19 @@ async fn raw(url: &str) -> tokio_postgres::Client {
     client
 }
 
+/// The first column of what `sql` returns, in order.
+async fn column<T: for<'a> tokio_postgres::types::FromSql<'a>>(
+    c: &tokio_postgres::Client,
+    sql: &str,
+) -> Vec<T> {
+    c.query(sql, &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
 macro_rules! suite_tests {
     ($($name:ident),* $(,)?) => {$(
         #[tokio::test]
@@ -141,16 +154,11 @@ async fn version_4_is_upgraded_in_place() {
     }
     let store = PostgresStore::connect(&url).await.unwrap();
     suite::upgraded_ledger_keeps_everything(&store).await;
-    let constraints: Vec<String> = c
-        .query(
-            "SELECT conname::text FROM pg_constraint WHERE conrelid = 'entries'::regclass ORDER BY conname",
-            &[],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let constraints: Vec<String> = column(
+        &c,
+        "SELECT conname::text FROM pg_constraint WHERE conrelid = 'entries'::regclass ORDER BY conname",
+    )
+    .await;
     assert_eq!(constraints, ["entries_pkey"]);
     let numbered: Vec<(i64, String)> = c
         .query("SELECT seq, uid FROM workload_ids ORDER BY seq", &[])
@@ -184,15 +192,11 @@ async fn version_1_is_upgraded_in_place() {
     )
     .await
     .unwrap();
-    let indexes = || async {
-        let rows = c
-            .query(
-                "SELECT indexname FROM pg_indexes WHERE tablename = 'entries' ORDER BY indexname",
-                &[],
-            )
-            .await
-            .unwrap();
-        rows.iter().map(|r| r.get(0)).collect::<Vec<String>>()
+    let indexes = || {
+        column::<String>(
+            &c,
+            "SELECT indexname FROM pg_indexes WHERE tablename = 'entries' ORDER BY indexname",
+        )
     };
     assert!(
         !indexes()
@@ -211,16 +215,8 @@ async fn version_1_is_upgraded_in_place() {
     ] {
         assert!(got.contains(&name.to_string()), "{name} missing: {got:?}");
     }
-    let versions: Vec<i64> = c
-        .query(
-            "SELECT version FROM schema_migrations ORDER BY version",
-            &[],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let versions: Vec<i64> =
+        column(&c, "SELECT version FROM schema_migrations ORDER BY version").await;
     assert_eq!(versions, vec![1, 2, 3, 4, 5]);
     let stored = store.entries_for_workload("u1").await.unwrap();
     let stored: Vec<_> = stored.into_iter().map(|s| s.entry).collect();

@@ -228,20 +228,27 @@ async fn bench(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
     let began = Instant::now();
     let mut created: HashMap<String, (bool, Instant)> = HashMap::new();
     let mut names = Vec::new();
-    if burst {
-        // All at once: as many creates in flight as the client takes.
-        let specs: Vec<(String, bool)> = (0..n)
-            .flat_map(|i| {
-                let order = if i % 2 == 0 {
+    // A wave of pairs (one Workload per queue) is created, admitted and
+    // finished before the next; a burst is one wave of all of them, created
+    // with as many requests in flight as the client takes.
+    let (wave_size, in_flight, wait) = if burst {
+        (n, 64, Duration::from_secs(600))
+    } else {
+        (WAVE, 1, Duration::from_secs(60))
+    };
+    let mut i = 0;
+    while i < n {
+        let specs: Vec<(String, bool)> = (i..(i + wave_size).min(n))
+            .flat_map(|k| {
+                // Alternate which queue goes first within a pair.
+                let order = if k % 2 == 0 {
                     [true, false]
                 } else {
                     [false, true]
                 };
                 order.map(|checked| {
-                    (
-                        format!("{}-{:04}", if checked { "c" } else { "p" }, i),
-                        checked,
-                    )
+                    let name = format!("{}-{:03}", if checked { "c" } else { "p" }, k);
+                    (name, checked)
                 })
             })
             .collect();
@@ -260,52 +267,24 @@ async fn bench(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
                     Ok((name, checked, t))
                 }
             })
-            .buffer_unordered(64)
+            .buffered(in_flight)
             .collect()
             .await;
+        let mut wave = Vec::new();
         for r in results {
             let (name, checked, t) = r?;
             created.insert(name.clone(), (checked, t));
-            names.push(name);
+            wave.push(name);
         }
-        println!(
-            "MEASURE burst: {} Workloads created in {:.1} s",
-            names.len(),
-            began.elapsed().as_secs_f64()
-        );
-        wait_for("the burst admitted", Duration::from_secs(600), || async {
-            let s = seen.lock().unwrap();
-            Ok(names.iter().all(|w| s.contains_key(w)).then_some(()))
-        })
-        .await
-        .with_context(|| format!("--- kaccel log:\n{}", controller.log_tail()))?;
-        for w in &names {
-            ledger::finish(&wls, w).await?;
+        if burst {
+            println!(
+                "MEASURE burst: {} Workloads created in {:.1} s",
+                wave.len(),
+                began.elapsed().as_secs_f64()
+            );
         }
-    }
-    let mut i = if burst { n } else { 0 };
-    while i < n {
-        let mut wave = Vec::new();
-        for k in 0..WAVE.min(n - i) {
-            // Alternate which queue goes first within a pair.
-            let order = if (i + k) % 2 == 0 {
-                [true, false]
-            } else {
-                [false, true]
-            };
-            for checked in order {
-                let name = format!("{}-{:03}", if checked { "c" } else { "p" }, i + k);
-                let queue = if checked { &class } else { &plain };
-                let obj = support::object(workload(&ns, &name, queue, &id));
-                let t = Instant::now();
-                wls.create(&PostParams::default(), &obj).await?;
-                created.insert(name.clone(), (checked, t));
-                wave.push(name.clone());
-                names.push(name);
-            }
-        }
-        i += WAVE;
-        wait_for("the wave admitted", Duration::from_secs(60), || async {
+        i += wave_size;
+        wait_for("the wave admitted", wait, || async {
             let s = seen.lock().unwrap();
             Ok(wave.iter().all(|w| s.contains_key(w)).then_some(()))
         })
@@ -314,6 +293,7 @@ async fn bench(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
         for w in &wave {
             ledger::finish(&wls, w).await?;
         }
+        names.extend(wave);
     }
     let elapsed = began.elapsed();
     watch.abort();

@@ -139,6 +139,7 @@ impl LedgerRuntime {
                         shown: &shown,
                         uid: &uid,
                         number: admission,
+                        written: record.as_ref().filter(|_| !rebuilt),
                     };
                     if let Some(after) = self.decide(v, &charge, message, &pricing, now).await? {
                         requeue = Some(requeue.map_or(after, |r| r.min(after)));
@@ -189,6 +190,7 @@ impl LedgerRuntime {
             shown,
             uid,
             number: admission,
+            written,
         } = *admission;
         let retry_at = now + i64::from(self.config.retry_after_seconds);
         let cluster_queue = v.cluster_queue().unwrap_or_default();
@@ -318,7 +320,7 @@ impl LedgerRuntime {
         // Workload that waits keeps it and is not written again while its
         // price stays.
         if let Some(record) = &record
-            && (!v.has_finalizer(FINALIZER) || record_of(v).ok().flatten().as_ref() != Some(record))
+            && (!v.has_finalizer(FINALIZER) || written != Some(record))
         {
             let written = std::time::Instant::now();
             self.set_record(v, record).await?;

@@ -77,6 +77,9 @@ pub(super) struct Admission<'a> {
     pub uid: &'a str,
     /// Kueue's admission number ([`admission_number`]).
     pub number: u32,
+    /// The reservation record as written on the Workload (its annotation,
+    /// already parsed), if any.
+    pub written: Option<&'a ReservationRecord>,
 }
 
 /// What the planner knows that the check needs to price an admission; replaced
