@@ -2,6 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use futures::{StreamExt, stream};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::runtime::events::EventType;
 use serde_json::Value;
@@ -22,9 +23,30 @@ pub(super) struct Applied {
     pub(super) held_up: Vec<(ObjectRef, ObjectRef)>,
 }
 
+/// Writes of one wave sent at once: one Node's change can move the quota of a
+/// hundred ClusterQueues, and one write at a time (10-20 ms each) would hold the
+/// affected quota back by seconds.
+const WRITES_IN_FLIGHT: usize = 8;
+
+/// `actions` cut into runs that may be written in any order: the same kind and
+/// verb (and, for Cohorts, the same depth: parents before children). The diff's
+/// order between runs is kept.
+fn waves(actions: &[Action]) -> Vec<&[Action]> {
+    let key = |a: &Action| match a {
+        Action::Apply { target, object, .. } | Action::Recreate { target, object } => (
+            target.kind,
+            false,
+            target.kind == Kind::Cohort && object["spec"]["parentName"].is_string(),
+        ),
+        Action::Delete { target } => (target.kind, true, false),
+    };
+    actions.chunk_by(|a, b| key(a) == key(b)).collect()
+}
+
 impl Reconciler {
-    /// Writes `actions` in order; an object that would use a name taken earlier
-    /// in the pass is held up rather than written.
+    /// Writes `actions` wave by wave (see [`waves`]), a few at once within a wave;
+    /// an object that would use a name taken in an earlier wave is held up rather
+    /// than written.
     pub(super) async fn apply_all(
         &self,
         actions: &[Action],
@@ -38,35 +60,46 @@ impl Reconciler {
         // not written because they would use one of those.
         let mut taken: BTreeMap<ObjectRef, String> = BTreeMap::new();
         let mut held_up: Vec<(ObjectRef, ObjectRef)> = Vec::new();
-        for action in actions {
-            if let Action::Apply { target, object, .. } | Action::Recreate { target, object } =
-                action
-                && let Some(used) = diff::references(target.kind, object)
-                    .into_iter()
-                    .find(|r| taken.contains_key(r))
-            {
-                held_up.push((target.clone(), used));
-                continue;
+        for wave in waves(actions) {
+            let mut ready = Vec::with_capacity(wave.len());
+            for action in wave {
+                if let Action::Apply { target, object, .. } | Action::Recreate { target, object } =
+                    action
+                    && let Some(used) = diff::references(target.kind, object)
+                        .into_iter()
+                        .find(|r| taken.contains_key(r))
+                {
+                    held_up.push((target.clone(), used));
+                    continue;
+                }
+                ready.push(action);
             }
-            match self.apply(action, live).await {
-                Ok(()) => {}
-                Err(Error::Unmanaged { target, holder }) => {
-                    tracing::warn!(%target, %holder, "planned name taken by an object kaccel does not own; left unchanged");
-                    if let Action::Apply { target, .. } = action {
-                        taken.insert(target.clone(), holder);
+            let results: Vec<(&Action, Result<(), Error>)> = stream::iter(ready)
+                .map(|action| async move { (action, self.apply(action, live).await) })
+                .buffer_unordered(WRITES_IN_FLIGHT)
+                .collect()
+                .await;
+            for (action, result) in results {
+                match result {
+                    Ok(()) => {}
+                    Err(Error::Unmanaged { target, holder }) => {
+                        tracing::warn!(%target, %holder, "planned name taken by an object kaccel does not own; left unchanged");
+                        if let Action::Apply { target, .. } = action {
+                            taken.insert(target.clone(), holder);
+                        }
                     }
-                }
-                Err(Error::Api {
-                    source: kube::Error::Api(status),
-                    ..
-                }) if status.code == 404 && is_local_queue(action) => {
-                    if let Some((budget, ns)) = local_queue_budget(action) {
-                        missing_namespaces.entry(budget).or_default().insert(ns);
+                    Err(Error::Api {
+                        source: kube::Error::Api(status),
+                        ..
+                    }) if status.code == 404 && is_local_queue(action) => {
+                        if let Some((budget, ns)) = local_queue_budget(action) {
+                            missing_namespaces.entry(budget).or_default().insert(ns);
+                        }
                     }
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "write failed");
-                    first_error.get_or_insert(e);
+                    Err(e) => {
+                        tracing::warn!(error = %e, "write failed");
+                        first_error.get_or_insert(e);
+                    }
                 }
             }
         }
@@ -203,6 +236,44 @@ fn device_quota(cq: &Value) -> u64 {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    fn apply(kind: Kind, name: &str, object: Value) -> Action {
+        Action::Apply {
+            target: ObjectRef {
+                kind,
+                namespace: None,
+                name: name.into(),
+            },
+            object,
+            create: false,
+        }
+    }
+
+    #[test]
+    fn waves_keep_kinds_verbs_and_cohort_depths_apart_in_the_diffs_order() {
+        let root = json!({"spec": {}});
+        let child = json!({"spec": {"parentName": "root"}});
+        let actions = vec![
+            apply(Kind::ResourceFlavor, "a", json!({})),
+            apply(Kind::ResourceFlavor, "b", json!({})),
+            apply(Kind::Cohort, "root", root),
+            apply(Kind::Cohort, "team-a", child.clone()),
+            apply(Kind::Cohort, "team-b", child),
+            apply(Kind::ClusterQueue, "q1", json!({})),
+            apply(Kind::ClusterQueue, "q2", json!({})),
+            Action::Delete {
+                target: ObjectRef {
+                    kind: Kind::ClusterQueue,
+                    namespace: None,
+                    name: "old".into(),
+                },
+            },
+        ];
+        let sizes: Vec<usize> = waves(&actions).iter().map(|w| w.len()).collect();
+        assert_eq!(sizes, [2, 1, 2, 2, 1]);
+        let flattened: Vec<&Action> = waves(&actions).into_iter().flatten().collect();
+        assert_eq!(flattened, actions.iter().collect::<Vec<_>>(), "order kept");
+    }
 
     fn queue(groups: Value) -> Value {
         json!({"metadata": {"name": "team-a-h100"}, "spec": {"resourceGroups": groups}})

@@ -24,7 +24,11 @@ pub struct Config {
     pub field_manager: String,
     /// Root Cohort that every team Cohort hangs under.
     pub root_cohort: String,
-    /// Quiet time after the last watch event before re-planning, in milliseconds.
+    /// Quiet time after the last watch event before re-planning, in milliseconds:
+    /// the events of one change (a label patch, a status write) become one plan.
+    pub quiet_ms: u64,
+    /// Least time between the starts of two re-plans, in milliseconds: a stream of
+    /// events re-plans at most this often.
     pub debounce_ms: u64,
     /// Longest a burst of events may delay a re-plan, in milliseconds.
     pub max_delay_ms: u64,
@@ -338,6 +342,7 @@ impl Default for Config {
         Config {
             field_manager: "kaccel".into(),
             root_cohort: "kaccel".into(),
+            quiet_ms: 10,
             debounce_ms: 250,
             max_delay_ms: 2000,
             resync_seconds: 300,
@@ -431,6 +436,10 @@ impl Config {
 
     pub fn debounce(&self) -> Duration {
         Duration::from_millis(self.debounce_ms)
+    }
+
+    pub fn quiet(&self) -> Duration {
+        Duration::from_millis(self.quiet_ms)
     }
 
     pub fn max_delay(&self) -> Duration {

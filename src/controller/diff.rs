@@ -146,6 +146,93 @@ pub fn is_managed(live: &Value) -> bool {
     live["metadata"]["labels"][MANAGED_BY_LABEL].as_str() == Some(MANAGED_BY)
 }
 
+/// Objects found in sync at the last diff: the applied hash kaccel wanted and the
+/// live resourceVersion it was compared at. While neither moved the object is in
+/// sync still, so a re-plan after one Node's change compares the few objects
+/// that change, not every object kaccel manages.
+#[derive(Debug, Default)]
+pub struct InSync {
+    at: std::collections::HashMap<ObjectRef, (String, String)>,
+}
+
+impl InSync {
+    /// Whether `target`, wanted as `desired`, was in sync at `live_version`.
+    pub fn holds(
+        &self,
+        target: &ObjectRef,
+        desired: Option<&Value>,
+        live_version: Option<&str>,
+    ) -> bool {
+        match (self.at.get(target), desired, live_version) {
+            (Some((hash, version)), Some(desired), Some(live_version)) => {
+                version == live_version && applied_hash(desired) == Some(hash.as_str())
+            }
+            _ => false,
+        }
+    }
+
+    /// After a diff: objects wanted, compared (present in `live`) and left
+    /// without an action are in sync at their live version; the rest is forgotten
+    /// (compared again next time), as is anything no longer wanted.
+    pub fn record(
+        &mut self,
+        desired: &BTreeMap<ObjectRef, Value>,
+        live: &BTreeMap<ObjectRef, Value>,
+        actions: &[Action],
+    ) {
+        let acted: std::collections::HashSet<&ObjectRef> =
+            actions.iter().map(Action::target).collect();
+        self.at
+            .retain(|target, _| desired.contains_key(target) && !acted.contains(target));
+        for (target, current) in live {
+            if acted.contains(target) {
+                continue;
+            }
+            let (Some(want), Some(version)) = (
+                desired.get(target).and_then(applied_hash),
+                current["metadata"]["resourceVersion"].as_str(),
+            ) else {
+                continue;
+            };
+            self.at
+                .insert(target.clone(), (want.to_string(), version.to_string()));
+        }
+    }
+}
+
+fn applied_hash(object: &Value) -> Option<&str> {
+    object["metadata"]["annotations"][APPLIED_HASH_ANNOTATION].as_str()
+}
+
+impl Action {
+    pub fn target(&self) -> &ObjectRef {
+        match self {
+            Action::Apply { target, .. }
+            | Action::Recreate { target, .. }
+            | Action::Delete { target } => target,
+        }
+    }
+}
+
+/// The writes that bring `live` (managed objects only) to `desired`, in a safe order:
+/// applies in kind order, then deletes in reverse kind order. Objects in `in_sync`
+/// (left out of `live` by the caller) need nothing.
+pub fn diff_skipping(
+    desired: &BTreeMap<ObjectRef, Value>,
+    live: &BTreeMap<ObjectRef, Value>,
+    in_sync: &std::collections::HashSet<ObjectRef>,
+) -> Vec<Action> {
+    if in_sync.is_empty() {
+        return diff(desired, live);
+    }
+    let rest: BTreeMap<ObjectRef, Value> = desired
+        .iter()
+        .filter(|(target, _)| !in_sync.contains(*target))
+        .map(|(target, v)| (target.clone(), v.clone()))
+        .collect();
+    diff(&rest, live)
+}
+
 /// The writes that bring `live` (managed objects only) to `desired`, in a safe order:
 /// applies in kind order, then deletes in reverse kind order.
 pub fn diff(
@@ -343,6 +430,88 @@ mod tests {
             .map(|(r, v)| (r.clone(), as_stored(v)))
             .collect();
         assert_eq!(diff(&desired, &live), vec![]);
+    }
+
+    /// One reconcile's diff as the controller runs it: objects held in sync are
+    /// left out of `live` and of the comparison.
+    fn diff_with(
+        in_sync: &mut InSync,
+        desired: &BTreeMap<ObjectRef, Value>,
+        stored: &BTreeMap<ObjectRef, Value>,
+    ) -> (Vec<Action>, usize) {
+        let mut skipped = std::collections::HashSet::new();
+        let live: BTreeMap<ObjectRef, Value> = stored
+            .iter()
+            .filter(|(r, v)| {
+                let holds = in_sync.holds(
+                    r,
+                    desired.get(*r),
+                    v["metadata"]["resourceVersion"].as_str(),
+                );
+                if holds {
+                    skipped.insert((*r).clone());
+                }
+                !holds
+            })
+            .map(|(r, v)| (r.clone(), v.clone()))
+            .collect();
+        let actions = diff_skipping(desired, &live, &skipped);
+        in_sync.record(desired, &live, &actions);
+        (actions, live.len())
+    }
+
+    #[test]
+    fn objects_in_sync_are_not_compared_again_until_they_or_their_plan_move() {
+        let desired = desired_objects(&example_plan());
+        let mut stored: BTreeMap<ObjectRef, Value> = desired
+            .iter()
+            .map(|(r, v)| (r.clone(), as_stored(v)))
+            .collect();
+        let mut in_sync = InSync::default();
+        let (actions, compared) = diff_with(&mut in_sync, &desired, &stored);
+        assert_eq!((actions, compared), (vec![], stored.len()));
+        // Nothing moved: nothing compared.
+        let (actions, compared) = diff_with(&mut in_sync, &desired, &stored);
+        assert_eq!((actions, compared), (vec![], 0));
+
+        // A hand edit moves the live object's resourceVersion: compared, restored.
+        let cq = desired
+            .keys()
+            .find(|r| r.kind == Kind::ClusterQueue)
+            .unwrap()
+            .clone();
+        stored.get_mut(&cq).unwrap()["spec"]["stopPolicy"] = json!("Hold");
+        stored.get_mut(&cq).unwrap()["metadata"]["resourceVersion"] = json!("100");
+        let (actions, compared) = diff_with(&mut in_sync, &desired, &stored);
+        assert_eq!(compared, 1);
+        assert!(
+            matches!(&actions[..], [Action::Apply { target, create: false, .. }] if *target == cq)
+        );
+        // Until the write lands it is compared each time (not held in sync).
+        let (_, compared) = diff_with(&mut in_sync, &desired, &stored);
+        assert_eq!(compared, 1);
+
+        // A plan that moves one object: that one is compared (and applied).
+        stored.insert(cq.clone(), as_stored(&desired[&cq]));
+        diff_with(&mut in_sync, &desired, &stored);
+        let mut moved = desired.clone();
+        let lq = desired
+            .keys()
+            .find(|r| r.kind == Kind::LocalQueue)
+            .unwrap()
+            .clone();
+        let mut object = desired[&lq].clone();
+        object["metadata"]["annotations"][APPLIED_HASH_ANNOTATION] = json!("0000000000000001");
+        moved.insert(lq.clone(), object);
+        let (actions, compared) = diff_with(&mut in_sync, &moved, &stored);
+        assert_eq!(compared, 1);
+        assert_eq!(actions.len(), 1);
+
+        // An object no longer planned is still deleted.
+        let mut fewer = desired.clone();
+        fewer.remove(&lq);
+        let (actions, _) = diff_with(&mut in_sync, &fewer, &stored);
+        assert_eq!(actions, vec![Action::Delete { target: lq }]);
     }
 
     #[test]

@@ -110,6 +110,8 @@ pub struct Metrics {
     pub node_actions_held_back: Gauge,
     /// Accelerator devices no adapter could classify (offered to no class).
     pub inventory_unclassified_devices: Gauge,
+    /// Nodes parsed into the inventory (again): the work a re-plan does per change.
+    pub inventory_node_reads: Counter,
     pub reconciles: Counter,
     pub reconcile_failures: Family<ReasonLabel, Counter>,
     pub reconcile_duration: Histogram,
@@ -149,6 +151,7 @@ impl Metrics {
             node_actions: Family::default(),
             node_actions_held_back: Gauge::default(),
             inventory_unclassified_devices: Gauge::default(),
+            inventory_node_reads: Counter::default(),
             reconciles: Counter::default(),
             reconcile_failures: Family::default(),
             reconcile_duration: Histogram::new(exponential_buckets(0.001, 2.0, 14)),
@@ -300,6 +303,11 @@ impl Metrics {
             "kaccel_inventory_unclassified_devices",
             "Accelerator devices kaccel cannot classify (unknown resource, label scheme or model): offered to no class and not CPU-only capacity; `kaccel plan -o summary` on the Node YAML names them (alert on > 0)",
             m.inventory_unclassified_devices.clone(),
+        );
+        registry.register(
+            "kaccel_inventory_node_reads",
+            "Nodes read into the inventory; a re-plan reads only the Nodes whose resourceVersion changed since the last one",
+            m.inventory_node_reads.clone(),
         );
         registry.register(
             "kaccel_event_write_failures",

@@ -1,12 +1,12 @@
 //! `kaccel run`: the thin I/O shell around the planner.
 //!
 //! Watches feed in-memory caches (reflectors). Any event marks the world dirty; after
-//! a short quiet period (debounce) one reconcile runs, in named stages:
+//! a short quiet period one reconcile runs (paced: see `run::Pace`), in named stages:
 //! observe (snapshot the caches) -> plan (pure) -> diff (pure) -> apply (server-side
 //! apply / delete, only what differs) -> status (only what differs) -> events.
 //! Only the replica holding the leader Lease reconciles.
 //!
-//! Files by job: `run` (startup, leader election, the debounced loop), `watches`
+//! Files by job: `run` (startup, leader election, the paced loop), `watches`
 //! (caches), `reconcile` (the stages in order), `apply`, `node_actions`, `status`,
 //! `name_conflicts`, `pricing` (the ledger's inputs), `events`; `diff` is pure.
 

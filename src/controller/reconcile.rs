@@ -58,6 +58,11 @@ pub(super) struct Reconciler {
     pub(super) held_rules: super::http::SharedHeldRules,
     /// The credit ledger, when `ledger.enabled`.
     pub(super) ledger: Option<LedgerParts>,
+    /// Managed objects found in sync at the last diff (not compared again until
+    /// they or their plan move).
+    pub(super) in_sync: std::sync::Mutex<diff::InSync>,
+    /// The Node index's parse count at the last reconcile (for the metric).
+    pub(super) node_reads_seen: std::sync::atomic::AtomicU64,
 }
 
 /// The ledger's tasks and what they share with the planner loop.
@@ -95,20 +100,28 @@ impl Reconciler {
             .iter()
             .map(|b| (**b).clone())
             .collect();
-        let nodes = caches.nodes.state();
         let slices = caches
             .slices
             .as_ref()
             .map(|s| s.state())
             .unwrap_or_default();
-        let inventory = Inventory::from_nodes_and_slices(
-            nodes.iter().map(|n| n.as_ref()),
-            slices.iter().map(|s| s.as_ref()),
-        );
+        // The Node watch parsed each Node as it changed: nothing to read here.
+        let nodes = caches.nodes.snapshot();
+        let reads = caches.nodes.reads();
+        let before = self.node_reads_seen.swap(reads, Ordering::Relaxed);
+        self.metrics
+            .inventory_node_reads
+            .inc_by(reads.saturating_sub(before));
+        let with_slices;
+        let inventory: &Inventory = if slices.is_empty() {
+            &nodes
+        } else {
+            with_slices = nodes.with_slices(slices.iter().map(|s| s.as_ref()));
+            &with_slices
+        };
         self.metrics
             .inventory_unclassified_devices
             .set(i64::try_from(inventory.unclassified_device_count()).unwrap_or(i64::MAX));
-        let live = caches.live_objects();
 
         // Plan (pure).
         let mut options = self.config.plan_options();
@@ -132,19 +145,19 @@ impl Reconciler {
             .collect();
         let health = {
             let tracker = self.health.lock().expect("tracker lock");
-            tracker.snapshot(&inventory, health_poller::now_seconds())
+            tracker.snapshot(inventory, health_poller::now_seconds())
         };
         let mut health = health;
-        apply_node_conditions(&mut health, &inventory, &self.config.health.node_conditions);
+        apply_node_conditions(&mut health, inventory, &self.config.health.node_conditions);
         let mut planned = plan(&PlanInput {
             classes: &classes,
             budgets: &budgets,
-            inventory: &inventory,
+            inventory,
             health: &health,
             options: &options,
         });
         // One failed DRA device out by a DeviceTaintRule, not its node.
-        let quarantine = self.quarantine(caches, &inventory, &planned);
+        let quarantine = self.quarantine(caches, inventory, &planned);
         planned.device_taint_rules = quarantine.rules.clone();
         *self.held_rules.lock().expect("held rules lock") = quarantine
             .rules
@@ -158,7 +171,20 @@ impl Reconciler {
 
         // Diff (pure).
         let desired = desired_objects(&planned);
-        let actions = diff::diff(&desired, &live);
+        let (live, actions) = {
+            let mut in_sync = self.in_sync.lock().expect("in-sync lock");
+            let mut skipped = std::collections::HashSet::new();
+            let live = caches.live_objects(|target, version| {
+                let holds = in_sync.holds(target, desired.get(target), version);
+                if holds {
+                    skipped.insert(target.clone());
+                }
+                holds
+            });
+            let actions = diff::diff_skipping(&desired, &live, &skipped);
+            in_sync.record(&desired, &live, &actions);
+            (live, actions)
+        };
 
         // Apply.
         let Applied {
@@ -176,7 +202,7 @@ impl Reconciler {
         // Nodes: taint / cordon for health, within the share limit.
         let mut decided = self
             .act_on_nodes(
-                &inventory,
+                inventory,
                 &health,
                 &planned,
                 &quarantine.covered,

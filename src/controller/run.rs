@@ -1,4 +1,4 @@
-//! The process around the reconcile: startup, leader election, the debounced loop, shutdown.
+//! The process around the reconcile: startup, leader election, the paced loop, shutdown.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -136,6 +136,8 @@ pub async fn run(config: Config) -> Result<(), Error> {
         next_eviction_check: std::sync::Mutex::new(0),
         namespaces_missing: AtomicBool::new(false),
         names_taken: AtomicBool::new(false),
+        node_reads_seen: Default::default(),
+        in_sync: Default::default(),
         // Each source's first poll ends within its timeout (plus the poller's
         // start): until then, or until every source answered or failed, the
         // planner would see its cards unread.
@@ -302,6 +304,38 @@ fn tokio_stream_from(rx: tokio::sync::mpsc::UnboundedReceiver<()>) -> Events {
     receiver_stream(rx).map(Ok).boxed()
 }
 
+/// When a re-plan starts once something changed (config `quietMs`, `debounceMs`,
+/// `maxDelayMs`).
+#[derive(Clone, Copy, Debug)]
+struct Pace {
+    /// Quiet after the last event: the events of one change become one plan.
+    quiet: Duration,
+    /// Least time between two starts: a stream of events re-plans at this pace.
+    spacing: Duration,
+    /// Longest a stream of events may hold a re-plan back after the first one.
+    max_delay: Duration,
+}
+
+impl Pace {
+    /// The start of the next re-plan; None while nothing is pending. A lone change
+    /// after a calm waits `quiet` only, so one Node's label reaches its quota in
+    /// milliseconds, not after a fixed debounce.
+    fn next_start(
+        &self,
+        dirty_since: Option<Instant>,
+        last_event: Instant,
+        last_start: Option<Instant>,
+    ) -> Option<Instant> {
+        let first = dirty_since?;
+        let quiet_after = last_event + self.quiet;
+        let paced = match last_start {
+            Some(start) => quiet_after.max(start + self.spacing),
+            None => quiet_after,
+        };
+        Some(paced.min(first + self.max_delay).max(first))
+    }
+}
+
 async fn reconcile_loop(
     reconciler: Reconciler,
     caches: Caches,
@@ -328,14 +362,18 @@ async fn reconcile_loop(
         AbortOnDrop(tokio::spawn(l.runtime.clone().run(cluster_queues)))
     });
 
-    let debounce = reconciler.config.debounce();
-    let max_delay = reconciler.config.max_delay();
+    let pace = Pace {
+        quiet: reconciler.config.quiet(),
+        spacing: reconciler.config.debounce(),
+        max_delay: reconciler.config.max_delay(),
+    };
     let mut dirty_since: Option<Instant> = Some(Instant::now());
     let mut last_event = Instant::now();
+    let mut last_start: Option<Instant> = None;
     let mut resync = tokio::time::interval(reconciler.config.resync());
     resync.tick().await;
     loop {
-        let deadline = dirty_since.map(|first| (last_event + debounce).min(first + max_delay));
+        let deadline = pace.next_start(dirty_since, last_event, last_start);
         let sleep = async {
             match deadline {
                 Some(d) => tokio::time::sleep_until(d.into()).await,
@@ -367,6 +405,7 @@ async fn reconcile_loop(
             _ = sleep => {
                 dirty_since = None;
                 let started = Instant::now();
+                last_start = Some(started);
                 reconciler.metrics.reconciles.inc();
                 if let Err(e) = reconciler.reconcile(&caches).await {
                     tracing::warn!(error = %e, "reconcile failed; retrying");
@@ -402,6 +441,74 @@ async fn reconcile_loop(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn pace() -> Pace {
+        Pace {
+            quiet: Duration::from_millis(10),
+            spacing: Duration::from_millis(250),
+            max_delay: Duration::from_millis(2000),
+        }
+    }
+
+    #[test]
+    fn nothing_pending_starts_nothing() {
+        let now = Instant::now();
+        assert_eq!(pace().next_start(None, now, Some(now)), None);
+    }
+
+    #[test]
+    fn a_lone_change_after_a_calm_waits_only_the_quiet_time() {
+        let t0 = Instant::now();
+        let last_start = t0;
+        let event = t0 + Duration::from_secs(10);
+        assert_eq!(
+            pace().next_start(Some(event), event, Some(last_start)),
+            Some(event + Duration::from_millis(10))
+        );
+        // The first plan after start-up, too.
+        assert_eq!(
+            pace().next_start(Some(t0), t0, None),
+            Some(t0 + Duration::from_millis(10))
+        );
+    }
+
+    #[test]
+    fn a_change_soon_after_a_plan_waits_for_the_spacing() {
+        let t0 = Instant::now();
+        let event = t0 + Duration::from_millis(40);
+        assert_eq!(
+            pace().next_start(Some(event), event, Some(t0)),
+            Some(t0 + Duration::from_millis(250))
+        );
+    }
+
+    #[test]
+    fn a_stream_of_events_is_held_back_no_longer_than_the_max_delay() {
+        let t0 = Instant::now();
+        let first = t0 + Duration::from_secs(1);
+        // An event every 5 ms keeps the quiet time moving...
+        let last_event = first + Duration::from_millis(1995);
+        assert_eq!(
+            pace().next_start(Some(first), last_event, Some(t0)),
+            Some(first + Duration::from_millis(2000))
+        );
+        // ...and while it is short of the cap, the quiet time decides.
+        let last_event = first + Duration::from_millis(500);
+        assert_eq!(
+            pace().next_start(Some(first), last_event, Some(t0)),
+            Some(last_event + Duration::from_millis(10))
+        );
+    }
+
+    #[test]
+    fn a_retry_set_in_the_future_is_kept() {
+        let t0 = Instant::now();
+        let later = t0 + Duration::from_secs(1);
+        assert_eq!(
+            pace().next_start(Some(later), later, Some(t0)),
+            Some(later + Duration::from_millis(10))
+        );
+    }
 
     #[tokio::test]
     async fn wake_ups_are_events_until_every_sender_is_gone() {

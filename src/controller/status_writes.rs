@@ -2,6 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::EventType;
@@ -18,21 +19,25 @@ use crate::api::{
 use crate::plan::Plan;
 use crate::plan::nodes::HeldBack;
 
+/// Status writes sent at once (classes and budgets are independent objects).
+const STATUS_WRITES_IN_FLIGHT: usize = 8;
+
 impl Reconciler {
     /// `limited`: flavor -> (nodes allowed out, nodes held back by the share limit).
-    pub(super) async fn write_class_status(
-        &self,
-        classes: &[AcceleratorClass],
-        planned: &Plan,
-        limited: &std::collections::BTreeMap<String, (u32, Vec<String>)>,
-        name_conflicts: &BTreeMap<String, Vec<String>>,
+    pub(super) async fn write_class_status<'a>(
+        &'a self,
+        classes: &'a [AcceleratorClass],
+        planned: &'a Plan,
+        limited: &'a std::collections::BTreeMap<String, (u32, Vec<String>)>,
+        name_conflicts: &'a BTreeMap<String, Vec<String>>,
     ) -> Result<(), Error> {
         let now = Time(k8s_openapi::jiff::Timestamp::now());
         let api: Api<AcceleratorClass> = Api::all(self.client.clone());
-        for class in classes {
+        let (api, now) = (&api, &now);
+        let write_one = |class: &'a AcceleratorClass| async move {
             let name = class.name_any();
             let Some(report) = planned.classes.get(&name) else {
-                continue;
+                return Ok(());
             };
             let existing = class.status.clone().unwrap_or_default();
             let generation = class.metadata.generation;
@@ -51,10 +56,10 @@ impl Reconciler {
                 }),
                 flavors: report.flavors.clone(),
                 devices: report.devices,
-                conditions: merge_conditions(&existing.conditions, &desired, &now, generation),
+                conditions: merge_conditions(&existing.conditions, &desired, now, generation),
             };
             if status == existing {
-                continue;
+                return Ok(());
             }
             let was_ready = condition_true(&existing.conditions, crate::api::READY);
             let patch = json!({"apiVersion": "kaccel.io/v1alpha1", "kind": "AcceleratorClass", "status": status});
@@ -81,25 +86,31 @@ impl Reconciler {
                 )
                 .await;
             }
-        }
-        Ok(())
+            Ok::<(), Error>(())
+        };
+        stream::iter(classes)
+            .map(write_one)
+            .buffer_unordered(STATUS_WRITES_IN_FLIGHT)
+            .try_collect()
+            .await
     }
 
     /// `missing`: budget -> namespaces whose LocalQueues could not be created.
-    pub(super) async fn write_budget_status(
-        &self,
-        budgets: &[CreditBudget],
-        planned: &Plan,
-        missing: &std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
-        ledger_views: &BTreeMap<String, credits::BudgetLedgerView>,
-        name_conflicts: &BTreeMap<String, Vec<String>>,
+    pub(super) async fn write_budget_status<'a>(
+        &'a self,
+        budgets: &'a [CreditBudget],
+        planned: &'a Plan,
+        missing: &'a std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
+        ledger_views: &'a BTreeMap<String, credits::BudgetLedgerView>,
+        name_conflicts: &'a BTreeMap<String, Vec<String>>,
     ) -> Result<(), Error> {
         let now = Time(k8s_openapi::jiff::Timestamp::now());
         let api: Api<CreditBudget> = Api::all(self.client.clone());
-        for budget in budgets {
+        let (api, now) = (&api, &now);
+        let write_one = |budget: &'a CreditBudget| async move {
             let name = budget.name_any();
             let Some(report) = planned.budgets.get(&name) else {
-                continue;
+                return Ok(());
             };
             let existing = budget.status.clone().unwrap_or_default();
             let generation = budget.metadata.generation;
@@ -125,7 +136,7 @@ impl Reconciler {
                 cohort: report.cohort.clone(),
                 cluster_queues: report.cluster_queues.clone(),
                 local_queues: report.local_queues.clone(),
-                conditions: merge_conditions(&existing.conditions, &desired, &now, generation),
+                conditions: merge_conditions(&existing.conditions, &desired, now, generation),
                 granted: figure(|v| v.balances.granted),
                 reserved: figure(|v| v.balances.reserved),
                 spent: figure(|v| v.balances.spent),
@@ -136,7 +147,7 @@ impl Reconciler {
                 period_end: time(view.and_then(|v| v.period.map(|p| p.1))),
             };
             if status == existing {
-                continue;
+                return Ok(());
             }
             let patch = json!({"apiVersion": "kaccel.io/v1alpha1", "kind": "CreditBudget", "status": status});
             api.patch_status(
@@ -160,8 +171,13 @@ impl Reconciler {
                 )
                 .await;
             }
-        }
-        Ok(())
+            Ok::<(), Error>(())
+        };
+        stream::iter(budgets)
+            .map(write_one)
+            .buffer_unordered(STATUS_WRITES_IN_FLIGHT)
+            .try_collect()
+            .await
     }
 }
 

@@ -1,6 +1,7 @@
 //! The watch caches a reconcile reads, and the event stream that marks the world dirty.
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 
 use futures::stream::{self, BoxStream, StreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
@@ -14,12 +15,14 @@ use serde_json::Value;
 use super::diff::{Kind, ObjectRef};
 use super::{Config, Error, managed_resource};
 use crate::api::{AcceleratorClass, CreditBudget};
+use crate::inventory::Inventory;
+use crate::inventory::index::NodeIndex;
 use crate::k8s::labels::{MANAGED_BY, MANAGED_BY_LABEL};
 
 /// The watch caches the reconcile reads.
 #[derive(Clone)]
 pub(super) struct Caches {
-    pub(super) nodes: Store<Node>,
+    pub(super) nodes: NodeCache,
     pub(super) slices: Option<Store<ResourceSlice>>,
     pub(super) classes: Store<AcceleratorClass>,
     pub(super) budgets: Store<CreditBudget>,
@@ -54,7 +57,28 @@ where
     K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
 {
+    watch_waking_on(api, config, slim, None)
+}
+
+/// A watch cache (as [`watch_slimmed`]) whose events wake the planner only when
+/// `relevant` of an object changed, it was deleted, or a re-list finished (every
+/// event wakes it when `relevant` is None: kinds whose spec changes do not move
+/// their generation, as a ConfigMap's data). The
+/// store still holds every update: a status write, a kubelet's heartbeat or an
+/// admission counted in a ClusterQueue's status is kept without a re-plan
+/// (each costs a full one otherwise, several a second on a busy fleet).
+fn watch_waking_on<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    slim: impl Fn(&mut K) + Send + Sync + 'static,
+    relevant: Option<fn(&K) -> u64>,
+) -> (Store<K>, Events)
+where
+    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+{
     let (store, writer) = reflector::store();
+    let mut seen = WakeFilter::default();
     let events = watcher(api, config)
         .default_backoff()
         .modify(move |o: &mut K| {
@@ -62,9 +86,132 @@ where
             slim(o);
         })
         .reflect(writer)
-        .map(|e| e.map(|_| ()))
+        .filter_map(move |event| {
+            let wake = match (&event, relevant) {
+                (Ok(e), Some(relevant)) => seen.wakes(e, relevant),
+                _ => true,
+            };
+            std::future::ready(wake.then(|| event.map(|_| ())))
+        })
         .boxed();
     (store, events)
+}
+
+/// What the planner read of each object when it last woke for it, hashed, by
+/// namespace/name. An object first seen in a re-list is not hashed (the re-list's
+/// end wakes the planner for all of them); its first update then always wakes.
+#[derive(Default)]
+struct WakeFilter {
+    seen: std::collections::HashMap<String, u64>,
+}
+
+impl WakeFilter {
+    fn wakes<K: Resource>(&mut self, event: &watcher::Event<K>, relevant: fn(&K) -> u64) -> bool {
+        let key = |o: &K| {
+            let meta = o.meta();
+            format!(
+                "{}/{}",
+                meta.namespace.as_deref().unwrap_or_default(),
+                meta.name.as_deref().unwrap_or_default()
+            )
+        };
+        match event {
+            watcher::Event::Apply(o) => {
+                let hash = relevant(o);
+                self.seen.insert(key(o), hash) != Some(hash)
+            }
+            watcher::Event::Delete(o) => {
+                self.seen.remove(&key(o));
+                true
+            }
+            watcher::Event::Init => {
+                // Objects gone while the watch was down get no Delete event.
+                self.seen.clear();
+                false
+            }
+            watcher::Event::InitApply(_) => false,
+            watcher::Event::InitDone => true,
+        }
+    }
+}
+
+/// Spec changes (generation), labels and annotations: everything a reconcile
+/// reads of a class, a budget or a managed Kueue object, but its status.
+fn spec_and_metadata<K: Resource>(o: &K) -> u64 {
+    use std::hash::{BuildHasher, Hash, Hasher};
+    let meta = o.meta();
+    let mut h = foldhash::fast::FixedState::with_seed(0x6b61_6363).build_hasher();
+    meta.generation.hash(&mut h);
+    meta.labels.hash(&mut h);
+    meta.annotations.hash(&mut h);
+    meta.deletion_timestamp.is_some().hash(&mut h);
+    h.finish()
+}
+
+/// The Node watch's index (see [`NodeIndex`]): the inventory's reading of every
+/// Node, no Node objects.
+#[derive(Clone)]
+pub(super) struct NodeCache {
+    index: Arc<Mutex<NodeIndex>>,
+    synced: tokio::sync::watch::Receiver<bool>,
+}
+
+impl NodeCache {
+    /// The Nodes as of the last event, as the inventory reads them.
+    pub(super) fn snapshot(&self) -> Arc<Inventory> {
+        self.index.lock().expect("node index lock").snapshot()
+    }
+
+    /// Nodes parsed since start.
+    pub(super) fn reads(&self) -> u64 {
+        self.index.lock().expect("node index lock").reads()
+    }
+
+    async fn wait_until_ready(&self) {
+        let mut synced = self.synced.clone();
+        let _ = synced.wait_for(|s| *s).await;
+    }
+}
+
+/// Nodes read into a [`NodeIndex`] as their events arrive; an update that changes
+/// nothing the inventory reads (a kubelet's status heartbeat) wakes nothing.
+fn watch_nodes(client: &Client) -> (NodeCache, Events) {
+    let index = Arc::new(Mutex::new(NodeIndex::default()));
+    let (synced_tx, synced) = tokio::sync::watch::channel(false);
+    let cache = NodeCache {
+        index: index.clone(),
+        synced,
+    };
+    let events = watcher(Api::<Node>::all(client.clone()), Default::default())
+        .default_backoff()
+        .filter_map(move |event| {
+            let wake = match &event {
+                Ok(e) => {
+                    let mut index = index.lock().expect("node index lock");
+                    match e {
+                        watcher::Event::Init => {
+                            index.begin_relist();
+                            false
+                        }
+                        watcher::Event::InitApply(node) => {
+                            index.relisted(node);
+                            false
+                        }
+                        watcher::Event::InitDone => {
+                            index.end_relist();
+                            let _ = synced_tx.send(true);
+                            true
+                        }
+                        watcher::Event::Apply(node) => index.upsert(node),
+                        watcher::Event::Delete(node) => index.remove(&node.name_any()),
+                    }
+                }
+                Err(_) => true,
+            };
+            std::future::ready(wake.then(|| event.map(|_| ())))
+        })
+        .boxed();
+    (cache, events)
 }
 
 /// ResourceClaims, for who holds each DRA device: only their allocation and the
@@ -90,18 +237,6 @@ pub(super) fn watch_claims(client: &Client) -> (Store<ResourceClaim>, Events) {
             }
         },
     )
-}
-
-/// What kubelets report that the inventory and health loop never read: the
-/// node's container images (up to 50 names and sizes each, the largest part of
-/// a real Node), attached volumes and the kubelet's config source.
-fn slim_node(node: &mut Node) {
-    if let Some(status) = node.status.as_mut() {
-        status.images = None;
-        status.volumes_attached = None;
-        status.volumes_in_use = None;
-        status.config = None;
-    }
 }
 
 /// Every ClusterQueue, slimmed to its labels and `spec.resourceGroups[].coveredResources`
@@ -158,17 +293,20 @@ pub(super) async fn start_watches(
     config: &Config,
 ) -> Result<(Caches, Events), Error> {
     let managed = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"));
-    let (nodes, nodes_events) = watch_slimmed(
-        Api::<Node>::all(client.clone()),
-        Default::default(),
-        slim_node,
-    );
-    let (classes, class_events) = watch_typed(
+    let (nodes, nodes_events) = watch_nodes(client);
+    // kaccel's own status writes come back as events: only spec and metadata wake.
+    let (classes, class_events) = watch_waking_on(
         Api::<AcceleratorClass>::all(client.clone()),
         Default::default(),
+        |_| {},
+        Some(spec_and_metadata),
     );
-    let (budgets, budget_events) =
-        watch_typed(Api::<CreditBudget>::all(client.clone()), Default::default());
+    let (budgets, budget_events) = watch_waking_on(
+        Api::<CreditBudget>::all(client.clone()),
+        Default::default(),
+        |_| {},
+        Some(spec_and_metadata),
+    );
     let mut streams: Vec<Events> = vec![nodes_events, class_events, budget_events];
 
     let slices = if config.watch_resource_slices {
@@ -244,11 +382,21 @@ pub(super) async fn start_watches(
             kueue.insert(kind, store);
             continue;
         }
+        // Kueue writes a ClusterQueue's status at each admission: only spec and
+        // metadata changes wake the planner (the ledger reads the status from
+        // the store).
+        let mut seen = WakeFilter::default();
         let events = watcher(api, managed.clone())
             .default_backoff()
             .modify(|o: &mut DynamicObject| o.metadata.managed_fields = None)
             .reflect(writer)
-            .map(|e| e.map(|_| ()))
+            .filter_map(move |event| {
+                let wake = match &event {
+                    Ok(e) => seen.wakes(e, spec_and_metadata),
+                    Err(_) => true,
+                };
+                std::future::ready(wake.then(|| event.map(|_| ())))
+            })
             .boxed();
         streams.push(events);
         kueue.insert(kind, store);
@@ -270,7 +418,7 @@ pub(super) async fn start_watches(
 
 impl Caches {
     pub(super) async fn wait_until_ready(&self) {
-        let _ = self.nodes.wait_until_ready().await;
+        self.nodes.wait_until_ready().await;
         let _ = self.classes.wait_until_ready().await;
         let _ = self.budgets.wait_until_ready().await;
         if let Some(s) = &self.slices {
@@ -288,19 +436,26 @@ impl Caches {
         }
     }
 
-    pub(super) fn live_objects(&self) -> BTreeMap<ObjectRef, Value> {
+    /// The managed objects as JSON, but those `skip` says are known in sync at
+    /// their resourceVersion (turning 2,600 queues with their status into JSON at
+    /// every re-plan was most of its cost at fleet scale).
+    pub(super) fn live_objects(
+        &self,
+        mut skip: impl FnMut(&ObjectRef, Option<&str>) -> bool,
+    ) -> BTreeMap<ObjectRef, Value> {
         let mut live = BTreeMap::new();
         for (kind, store) in &self.kueue {
             for obj in store.state() {
+                let target = ObjectRef {
+                    kind: *kind,
+                    namespace: obj.metadata.namespace.clone(),
+                    name: obj.name_any(),
+                };
+                if skip(&target, obj.metadata.resource_version.as_deref()) {
+                    continue;
+                }
                 let value = serde_json::to_value(obj.as_ref()).expect("objects serialise");
-                live.insert(
-                    ObjectRef {
-                        kind: *kind,
-                        namespace: obj.metadata.namespace.clone(),
-                        name: obj.name_any(),
-                    },
-                    value,
-                );
+                live.insert(target, value);
             }
         }
         live
@@ -312,43 +467,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_cached_node_keeps_what_the_inventory_reads_and_drops_its_images() {
-        let mut node: Node = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "gpu-1", "labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}},
-            "spec": {"taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]},
-            "status": {
-                "allocatable": {"nvidia.com/gpu": "8"}, "capacity": {"nvidia.com/gpu": "8"},
-                "conditions": [{"type": "Ready", "status": "True"}],
-                "images": [{"names": ["registry.k8s.io/pause:3.10"], "sizeBytes": 320368}],
-                "volumesInUse": ["kubernetes.io/csi/x"],
-                "volumesAttached": [{"name": "kubernetes.io/csi/x", "devicePath": ""}]
-            }
-        }))
-        .unwrap();
-        let kept = node.clone();
-        slim_node(&mut node);
-        let status = node.status.as_ref().unwrap();
-        assert!(status.images.is_none() && status.volumes_in_use.is_none());
-        assert!(status.volumes_attached.is_none());
-        let before = kept.status.as_ref().unwrap();
-        assert_eq!(status.allocatable, before.allocatable);
-        assert_eq!(status.capacity, before.capacity);
-        assert_eq!(status.conditions, before.conditions);
-        assert_eq!(node.metadata, kept.metadata);
-        assert_eq!(node.spec, kept.spec);
-    }
-
-    #[test]
-    fn a_cached_node_drops_the_kubelet_config_source_and_a_bare_node_is_left_alone() {
-        let mut node: Node = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "gpu-1"},
-            "status": {"config": {"error": "kubelet config checkpoint is invalid"}}
-        }))
-        .unwrap();
-        slim_node(&mut node);
-        assert!(node.status.as_ref().unwrap().config.is_none());
-        let mut bare = Node::default();
-        slim_node(&mut bare);
-        assert_eq!(bare, Node::default());
+    fn a_status_write_wakes_nothing_a_spec_change_does() {
+        let mut filter = WakeFilter::default();
+        let queue = |generation: i64, admitted: u64| -> DynamicObject {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
+                "metadata": {"name": "team-a-h100", "generation": generation},
+                "status": {"admittedWorkloads": admitted},
+            }))
+            .unwrap()
+        };
+        let relevant = spec_and_metadata as fn(&DynamicObject) -> u64;
+        assert!(filter.wakes(&watcher::Event::Apply(queue(1, 0)), relevant));
+        assert!(!filter.wakes(&watcher::Event::Apply(queue(1, 5)), relevant));
+        assert!(filter.wakes(&watcher::Event::Apply(queue(2, 5)), relevant));
     }
 }

@@ -11,6 +11,7 @@ mod dra;
 mod google;
 pub mod holders;
 mod huawei;
+pub mod index;
 mod intel;
 mod nvidia;
 use crate::k8s::quantity::{self, parse_count, parse_cpu_millis, parse_memory_bytes};
@@ -289,6 +290,14 @@ impl Inventory {
             let entry = read_node(node);
             inventory.nodes.insert(entry.name.clone(), entry);
         }
+        dra::merge_slices(&mut inventory, slices);
+        inventory
+    }
+
+    /// A copy with DRA ResourceSlices merged in (a slice's devices land on its
+    /// Node's entry).
+    pub fn with_slices<'a>(&self, slices: impl IntoIterator<Item = &'a ResourceSlice>) -> Self {
+        let mut inventory = self.clone();
         dra::merge_slices(&mut inventory, slices);
         inventory
     }

@@ -358,13 +358,8 @@ fn quotas_for(
     amount: u64,
     borrowing_limit: Option<u64>,
 ) -> Vec<ResourceQuota> {
-    let share = |total: u64| -> u64 {
-        if flavor.healthy_capacity == 0 {
-            0
-        } else {
-            (u128::from(total) * u128::from(amount) / u128::from(flavor.healthy_capacity)) as u64
-        }
-    };
+    let share =
+        |total: u64| -> u64 { per_device(total, flavor.healthy_capacity).saturating_mul(amount) };
     let is_cpu_pool = flavor.resource_name == CPU;
     covered
         .iter()
@@ -394,6 +389,24 @@ fn quotas_for(
             }
         })
         .collect()
+}
+
+/// A flavor's CPU (millicores) or memory (bytes) per healthy device, rounded down
+/// to 8 significant bits. Quotas are `amount` times it: one Node's change moves the
+/// flavor's average by a hair, and an exact average would rewrite every
+/// ClusterQueue holding the flavor for it (132 of 800 for one relabelled node of
+/// 5,000). Rounding down keeps every sum within the flavor's capacity and costs
+/// under 0.4 %.
+pub(super) fn per_device(total: u64, healthy_devices: u64) -> u64 {
+    if healthy_devices == 0 {
+        return 0;
+    }
+    let exact = total / healthy_devices;
+    let step = match exact >> 8 {
+        0 => 1,
+        coarse => 1u64 << (63 - coarse.leading_zeros()),
+    };
+    exact - exact % step
 }
 
 fn cpu_quantity(millis: u64) -> Quantity {

@@ -144,6 +144,9 @@ impl Config {
         if self.max_delay_ms < self.debounce_ms {
             return Err(invalid("maxDelayMs", "must be at least debounceMs"));
         }
+        if self.max_delay_ms < self.quiet_ms {
+            return Err(invalid("maxDelayMs", "must be at least quietMs"));
+        }
         let le = &self.leader_election;
         if le.enabled && le.renew_grace_seconds >= le.lease_duration_seconds {
             return Err(invalid(

@@ -145,3 +145,30 @@ fn cpu_quotas_are_whole_cores_when_they_can_be() {
     assert_eq!(cpu_quantity(64_000), Quantity("64".into()));
     assert_eq!(cpu_quantity(1_500), Quantity("1500m".into()));
 }
+
+#[test]
+fn per_device_rates_keep_eight_significant_bits_and_round_down() {
+    // 24 cores a device, exactly: kept.
+    assert_eq!(per_device(192_000, 8), 24_000);
+    // The fleet average a little above it lands on the same step.
+    assert_eq!(per_device(192_238 * 800, 8 * 800), 24_000);
+    assert_eq!(per_device(192_239 * 800, 8 * 800), 24_000);
+    // 256 GiB a device is a power of two: kept.
+    assert_eq!(per_device(2 << 40, 8), 256 << 30);
+    // Small rates are exact.
+    assert_eq!(per_device(3_400, 1), 3_400);
+    assert_eq!(per_device(255, 1), 255);
+    assert_eq!(per_device(0, 8), 0);
+    assert_eq!(per_device(1_000, 0), 0);
+}
+
+proptest::proptest! {
+    /// Never above the exact rate, and less than 0.4 % below it.
+    #[test]
+    fn per_device_is_within_a_step_below_the_exact_rate(total in 0u64..1 << 50, devices in 1u64..100_000) {
+        let exact = total / devices;
+        let rounded = per_device(total, devices);
+        proptest::prop_assert!(rounded <= exact);
+        proptest::prop_assert!((exact - rounded) as f64 <= exact as f64 / 256.0);
+    }
+}

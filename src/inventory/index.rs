@@ -1,0 +1,219 @@
+//! The fleet's Nodes as the inventory reads them, kept current from a Node watch.
+//!
+//! Each Node is parsed once per change, when its event arrives, and only the parse
+//! is kept (not the Node): a re-plan takes the current inventory as it is, and a
+//! Node update that changes nothing the inventory reads (a kubelet's heartbeat)
+//! is told apart so it wakes nobody. Pure and synchronous, fed by the controller's
+//! watch (`controller/watches.rs`), like a reflector's store.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Node;
+
+use super::{Inventory, NodeInventory, read_node};
+
+#[derive(Debug, Default)]
+pub struct NodeIndex {
+    /// Shared with the re-plans reading it; an update while one holds it copies it
+    /// first (`Arc::make_mut`), so a re-plan never sees a half-applied change.
+    current: Arc<Inventory>,
+    /// Nodes of a re-list under way; they replace `current` when it ends.
+    relist: Option<BTreeMap<String, NodeInventory>>,
+    synced: bool,
+    reads: u64,
+}
+
+impl NodeIndex {
+    /// The inventory as of the last event (no slices merged).
+    pub fn snapshot(&self) -> Arc<Inventory> {
+        self.current.clone()
+    }
+
+    /// Whether a first list has completed.
+    pub fn is_synced(&self) -> bool {
+        self.synced
+    }
+
+    /// Nodes parsed so far.
+    pub fn reads(&self) -> u64 {
+        self.reads
+    }
+
+    /// A (re-)list starts: Nodes it does not return are gone when it ends.
+    pub fn begin_relist(&mut self) {
+        self.relist = Some(BTreeMap::new());
+    }
+
+    /// A Node of the re-list under way (treated as an update without one).
+    pub fn relisted(&mut self, node: &Node) {
+        let read = read_node(node);
+        self.reads += 1;
+        match self.relist.as_mut() {
+            Some(relist) => {
+                relist.insert(read.name.clone(), read);
+            }
+            None => {
+                Arc::make_mut(&mut self.current)
+                    .nodes
+                    .insert(read.name.clone(), read);
+            }
+        }
+    }
+
+    /// The re-list ended: its Nodes are the fleet now. Always a change to plan for.
+    pub fn end_relist(&mut self) {
+        if let Some(nodes) = self.relist.take() {
+            self.current = Arc::new(Inventory { nodes });
+        }
+        self.synced = true;
+    }
+
+    /// A Node added or updated; true when what the inventory reads of it changed.
+    pub fn upsert(&mut self, node: &Node) -> bool {
+        let read = read_node(node);
+        self.reads += 1;
+        if self.current.nodes.get(&read.name) == Some(&read) {
+            return false;
+        }
+        Arc::make_mut(&mut self.current)
+            .nodes
+            .insert(read.name.clone(), read);
+        true
+    }
+
+    /// A Node deleted; true when it was in the inventory.
+    pub fn remove(&mut self, name: &str) -> bool {
+        if !self.current.nodes.contains_key(name) {
+            return false;
+        }
+        Arc::make_mut(&mut self.current).nodes.remove(name);
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inventory::synthetic::generate_fleet;
+    use proptest::prelude::*;
+
+    fn relabelled(mut node: Node, key: &str, value: &str) -> Node {
+        node.metadata
+            .labels
+            .get_or_insert_default()
+            .insert(key.into(), value.into());
+        node
+    }
+
+    #[test]
+    fn a_list_then_updates_then_a_relist() {
+        let fleet = generate_fleet(20, 3);
+        let mut index = NodeIndex::default();
+        index.begin_relist();
+        for node in &fleet {
+            index.relisted(node);
+        }
+        assert!(!index.is_synced());
+        assert!(
+            index.snapshot().nodes.is_empty(),
+            "not before the list ends"
+        );
+        index.end_relist();
+        assert!(index.is_synced());
+        assert_eq!(*index.snapshot(), Inventory::from_nodes(&fleet));
+
+        // The same Node again (a heartbeat): nothing to plan.
+        assert!(!index.upsert(&fleet[3]));
+        // A label the inventory reads: a change, and a re-plan holding the old
+        // snapshot keeps seeing the old Node.
+        let held = index.snapshot();
+        let changed = relabelled(fleet[3].clone(), "topology.kubernetes.io/zone", "zone-z");
+        assert!(index.upsert(&changed));
+        assert_ne!(*held, *index.snapshot());
+        assert_eq!(*held, Inventory::from_nodes(&fleet));
+
+        // Deleted, and deleted again (already gone).
+        let name = fleet[5].metadata.name.clone().unwrap();
+        assert!(index.remove(&name));
+        assert!(!index.remove(&name));
+
+        // A re-list without fleet[0]: it is gone once the re-list ends.
+        index.begin_relist();
+        for node in &fleet[1..] {
+            index.relisted(node);
+        }
+        index.end_relist();
+        assert_eq!(*index.snapshot(), Inventory::from_nodes(&fleet[1..]));
+    }
+
+    #[test]
+    fn a_kubelet_heartbeat_is_no_change() {
+        let node = |heartbeat: &str| -> Node {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "gpu-1", "labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}},
+                "status": {
+                    "allocatable": {"nvidia.com/gpu": "8"}, "capacity": {"nvidia.com/gpu": "8"},
+                    "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                                    "lastHeartbeatTime": heartbeat}],
+                    "images": [{"names": ["registry.k8s.io/pause:3.10"], "sizeBytes": 320368}],
+                },
+            }))
+            .unwrap()
+        };
+        let mut index = NodeIndex::default();
+        assert!(index.upsert(&node("2026-12-05T08:00:00Z")));
+        assert!(!index.upsert(&node("2026-12-05T08:05:00Z")));
+        let mut not_ready = node("2026-12-05T08:06:00Z");
+        not_ready
+            .status
+            .as_mut()
+            .unwrap()
+            .conditions
+            .as_mut()
+            .unwrap()[0]
+            .status = "False".into();
+        assert!(index.upsert(&not_ready));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Whatever the updates, the index is what a fresh read of the current
+        /// Nodes gives, and an update says "changed" exactly when that read moved.
+        #[test]
+        fn the_index_is_a_fresh_read_of_the_current_nodes(
+            seed in any::<u64>(),
+            updates in proptest::collection::vec((0usize..15, 0usize..15, any::<bool>()), 1..20),
+        ) {
+            let fleet = generate_fleet(15, seed);
+            let others = generate_fleet(15, seed ^ 7);
+            let mut current: BTreeMap<String, Node> = fleet
+                .iter()
+                .map(|n| (n.metadata.name.clone().unwrap(), n.clone()))
+                .collect();
+            let mut index = NodeIndex::default();
+            index.begin_relist();
+            fleet.iter().for_each(|n| index.relisted(n));
+            index.end_relist();
+            for (i, j, delete) in updates {
+                let name = fleet[i].metadata.name.clone().unwrap();
+                let before = Inventory::from_nodes(current.values());
+                let said = if delete {
+                    current.remove(&name);
+                    index.remove(&name)
+                } else {
+                    let mut node = if j % 3 == 0 { fleet[i].clone() } else { others[j].clone() };
+                    node.metadata.name = Some(name.clone());
+                    node.metadata.labels.get_or_insert_default()
+                        .insert("kubernetes.io/hostname".into(), name.clone());
+                    current.insert(name, node.clone());
+                    index.upsert(&node)
+                };
+                let after = Inventory::from_nodes(current.values());
+                prop_assert_eq!(&*index.snapshot(), &after);
+                prop_assert_eq!(said, before != after);
+            }
+        }
+    }
+}
