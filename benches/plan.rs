@@ -7,111 +7,16 @@
 use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use kaccel::api::*;
+
+use kaccel::api::{SharingMode, synthetic};
 use kaccel::health::HealthSnapshot;
 use kaccel::inventory::{Inventory, synthetic::generate_fleet};
 use kaccel::plan::{PlanInput, PlanOptions, plan};
 use serde_json::json;
 
-/// 50 classes: every sharing mode, vendor subsets, memory floors, partition
-/// profiles and preferences, as a large platform team would write them.
-fn classes() -> Vec<AcceleratorClass> {
-    let vendor_sets: [&[Vendor]; 6] = [
-        &[Vendor::Nvidia],
-        &[Vendor::Amd],
-        &[Vendor::Nvidia, Vendor::Amd],
-        &[Vendor::Intel, Vendor::Huawei],
-        &[Vendor::Aws, Vendor::Google],
-        &[],
-    ];
-    let profiles = ["1g.10gb", "3g.40gb", "cpx_nps4", "4c", "neuroncore"];
-    (0..50)
-        .map(|i| {
-            let sharing = match i % 10 {
-                0..=5 => SharingMode::Whole,
-                6 | 7 => SharingMode::Partition,
-                8 => SharingMode::TimeShare,
-                _ => SharingMode::CpuOnly,
-            };
-            let selector = match sharing {
-                SharingMode::CpuOnly => HardwareSelector::default(),
-                _ => HardwareSelector {
-                    vendors: vendor_sets[i % vendor_sets.len()].to_vec(),
-                    min_memory_mib: (sharing == SharingMode::Whole && i % 3 == 0)
-                        .then_some(40_000 + (i as u64 % 4) * 20_000),
-                    partition_profile: (sharing == SharingMode::Partition)
-                        .then(|| profiles[i % profiles.len()].to_string()),
-                    ..Default::default()
-                },
-            };
-            AcceleratorClass {
-                metadata: ObjectMeta {
-                    name: Some(format!("class-{i:02}")),
-                    ..Default::default()
-                },
-                spec: AcceleratorClassSpec {
-                    description: None,
-                    sharing,
-                    selector,
-                    pooling: Pooling::default(),
-                    preference: if i % 2 == 0 {
-                        vec!["*H100*".into(), "*MI300X*".into()]
-                    } else {
-                        vec![]
-                    },
-                    devices_per_pod: vec![],
-                    pod_settings: vec![],
-                    credits: CreditRate {
-                        per_device_hour: "2.5".into(),
-                        model_overrides: vec![],
-                    },
-                },
-                status: None,
-            }
-        })
-        .collect()
-}
-
-fn budgets() -> Vec<CreditBudget> {
-    (0..200)
-        .map(|i| CreditBudget {
-            metadata: ObjectMeta {
-                name: Some(format!("team-{i:03}")),
-                ..Default::default()
-            },
-            spec: CreditBudgetSpec {
-                team: format!("team-{i:03}"),
-                namespaces: vec![format!("team-{i:03}-a"), format!("team-{i:03}-b")],
-                classes: (0..4)
-                    .map(|k| ClassGrant {
-                        name: format!("class-{:02}", (i * 7 + k * 13) % 50),
-                        guaranteed_devices: ((i + k) % 5) as u32 * 4,
-                    })
-                    .collect(),
-                credits: CreditAllowance {
-                    per_period: "10000".into(),
-                    period: Period {
-                        start: Time(
-                            k8s_openapi::jiff::Timestamp::from_second(1_764_547_200).unwrap(),
-                        ),
-                        days: 30,
-                    },
-                    top_ups: Vec::new(),
-                },
-                fair_share_weight: None,
-                on_exhaustion: ExhaustionPolicy::Hold,
-                allow_borrowing: true,
-                admission: Default::default(),
-            },
-            status: None,
-        })
-        .collect()
-}
-
 fn bench_plan(c: &mut Criterion) {
-    let classes = classes();
-    let budgets = budgets();
+    let classes = synthetic::classes(50);
+    let budgets = synthetic::budgets(200, 50);
     let health = HealthSnapshot::default();
     let options = PlanOptions::default();
 
@@ -224,14 +129,14 @@ fn dra_fleet(
 }
 
 fn bench_plan_dra(c: &mut Criterion) {
-    let mut classes = classes();
+    let mut classes = synthetic::classes(50);
     // Some classes require a driver version, written into their DeviceClasses.
     for (i, class) in classes.iter_mut().enumerate() {
         if class.spec.sharing == SharingMode::Whole && i % 4 == 1 {
             class.spec.selector.min_driver_version = Some("550".into());
         }
     }
-    let budgets = budgets();
+    let budgets = synthetic::budgets(200, 50);
     let health = HealthSnapshot::default();
     let options = PlanOptions::default();
     let (fleet, slices) = dra_fleet(5_000);

@@ -1,15 +1,54 @@
 #!/usr/bin/env bash
-# Controller figures on the local control plane (a measurement, not a test):
-#   - time for kaccel to sync its caches and write every planned object with N Nodes,
-#   - its memory (VmRSS now, VmHWM peak) with N simulated Nodes in the API server,
-#   - time from applying an AcceleratorClass to its ClusterQueue and LocalQueue
-#     existing (median and max of 10), measured with `kubectl wait --for=create`.
+# Controller figures on the local control plane (measurements, not tests).
 #
 #   bash e2e/bench-controller.sh [NODES]      # default 5000
+#     - time for kaccel to sync its caches and write every planned object with N Nodes,
+#     - its memory (VmRSS now, VmHWM peak) with N simulated Nodes in the API server,
+#     - time from applying an AcceleratorClass to its ClusterQueue and LocalQueue
+#       existing (median and max of 10), measured with `kubectl wait --for=create`.
 #
-# Uses a run folder and ports of its own, so a running demo or test cluster is not
-# disturbed; tears its cluster down at the end.
+#   bash e2e/bench-controller.sh scale [NODES] [WORKLOADS]   # defaults 5000, 20000
+#     the fleet-scale case (tests/e2e/fleet_bench.rs): N synthetic Nodes of 6
+#     vendors, WORKLOADS inactive Workloads (loaded first; Kueue works through them
+#     before kaccel starts), 50 classes, 200 budgets, 500 fake dcgm-exporters on
+#     loopback, kaccel in release with the SQLite ledger. Prints: start -> every
+#     ClusterQueue written; settled memory; a quiet minute (writes, re-plans, polls
+#     per exporter, missed polls); Node label changes and device health changes ->
+#     the root Cohort's quota written (p50 / p99 / max), with kaccel's CPU, re-plans
+#     and Node reads per change. KACCEL_BENCH_CLASSES, _BUDGETS, _EXPORTERS,
+#     _CHANGES (each kind, default 50) and _QUIET_SECONDS change the sizes.
+#
+# Each uses a run folder and ports of its own, so a running demo or test cluster is
+# not disturbed, and tears its cluster down at the end.
 set -euo pipefail
+
+if [[ "${1:-}" == scale ]]; then
+  NODES="${2:-5000}"
+  WORKLOADS="${3:-20000}"
+  say() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+  # shellcheck source=e2e/bench-lib.sh
+  source "$(dirname "${BASH_SOURCE[0]}")/bench-lib.sh"
+  say "building kaccel and the measurement (release)"
+  # One build: the test's kaccel binary (target/release/kaccel) is the one run.
+  cargo test --release --features e2e --test e2e --no-run --quiet 2>/dev/null
+  bench_cluster bench-fleet 35791 35792 35443 35543 35643 35081 35082
+  say "loading $NODES synthetic Nodes"
+  "$CARGO_TARGET_DIR/release/kaccel" generate-fleet --nodes "$NODES" --seed 42 >"$KACCEL_E2E_RUN/fleet.yaml"
+  "$E2E_DIR/nodes.sh" "$KACCEL_E2E_RUN/fleet.yaml" 2>&1 | tail -1
+  if ((WORKLOADS > 0)); then
+    kubectl create namespace fleet-history >/dev/null
+    create_inactive "$WORKLOADS" fleet-history history
+    wait_for_kueue_quiet
+  fi
+  out="$KACCEL_E2E_RUN/bench-fleet.out"
+  status=0
+  cargo test --release --features e2e --test e2e controller_at_fleet_scale \
+    -- --ignored --nocapture >"$out" 2>&1 || status=$?
+  grep -E 'MEASURE|test result|panicked|Error:' "$out" | sed 's/^MEASURE /  /' || true
+  echo "  Workloads in the cluster: $WORKLOADS (inactive, loaded before kaccel started)"
+  [[ $status -eq 0 ]] || echo "  the measurement FAILED (exit $status); full output: $out"
+  exit "$status"
+fi
 
 NODES="${1:-5000}"
 E2E_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

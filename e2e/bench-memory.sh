@@ -44,6 +44,8 @@ HTTP=127.0.0.1:18191
 NS=vision-research
 cd "$REPO_DIR"
 say() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+# shellcheck source=e2e/bench-lib.sh
+source "$E2E_DIR/bench-lib.sh" # create_inactive, wait_for_kueue_quiet
 
 say "building kaccel (profile $PROFILE${FEATURES:+, features $FEATURES})"
 cargo build --profile "$PROFILE" --quiet --bin kaccel ${FEATURES:+--features "$FEATURES"}
@@ -168,19 +170,6 @@ pass_cpu() {
       printf "budget passes in %ss of nothing changing: %d, wall %.2f ms and CPU %.2f ms per pass (mean); kaccel CPU in the window: %.0f ms\n",
         w, n, (n > 0 ? 1000 * wall / n : 0), (n > 0 ? 1000 * cpu / n : 0), 1000 * t / hz }'
 }
-create_inactive() {
-  local n="$1" chunk=500 start
-  say "creating $n inactive Workloads in $NS"
-  for ((start = 0; start < n; start += chunk)); do
-    echo "$start $((start + chunk < n ? start + chunk : n))"
-  done | xargs -r -P 3 -L 1 bash -c '
-    { echo "{\"apiVersion\": \"v1\", \"kind\": \"List\", \"items\": ["
-      for ((i = $0; i < $1; i++)); do
-        ((i > $0)) && echo ","
-        printf "{\"apiVersion\": \"kueue.x-k8s.io/v1beta2\", \"kind\": \"Workload\", \"metadata\": {\"name\": \"hist-%06d\", \"namespace\": \"%s\", \"labels\": {\"bench.kaccel.io/memory\": \"yes\", \"bench.kaccel.io/chunk\": \"c%s\"}}, \"spec\": {\"active\": false, \"queueName\": \"large-training\", \"podSets\": [{\"name\": \"main\", \"count\": 8, \"template\": {\"spec\": {\"restartPolicy\": \"Never\", \"containers\": [{\"name\": \"main\", \"image\": \"registry.k8s.io/pause:3.10\", \"resources\": {\"requests\": {\"cpu\": \"8\", \"memory\": \"64Gi\", \"nvidia.com/gpu\": \"8\"}, \"limits\": {\"nvidia.com/gpu\": \"8\"}}}]}}}]}}" "$i" "'"$NS"'" "$0"
-      done
-      echo "]}"; } | kubectl create -f - >/dev/null'
-}
 delete_inactive() {
   say "deleting the Workloads"
   # One deletecollection request per creation chunk of 500 (one for all of them
@@ -207,24 +196,6 @@ open_reservations() {
   kubectl wait --for=condition=Admitted workloads.kueue.x-k8s.io -n bench-open -l bench.kaccel.io/open=yes --timeout=300s >/dev/null
   say "open reservations in the ledger: $(metric_sum kaccel_ledger_open_reservations)"
 }
-# Waits (at most KACCEL_BENCH_KUEUE_WAIT seconds, default 1800) until Kueue has
-# worked through what was just created: fewer than 10 Workload status writes in
-# 10 s, read from the API server's request counter. (On 2 cores Kueue takes about
-# 15 minutes to write the status of 20,000 new inactive Workloads, about 45
-# writes/s with the API server saturated, and until then adds kaccel's check to a
-# new Workload's status only minutes late: a churn started earlier measures that.)
-status_writes() {
-  kubectl get --raw /metrics | awk '/^apiserver_request_total\{/ && /resource="workloads"/ && /subresource="status"/ && /verb="(PUT|PATCH|APPLY)"/ {s += $NF} END {print s + 0}'
-}
-wait_for_kueue_quiet() {
-  local a b waited=0 limit="${KACCEL_BENCH_KUEUE_WAIT:-1800}"
-  while ((waited < limit)); do
-    a=$(status_writes); sleep 10; b=$(status_writes); waited=$((waited + 10))
-    if ((b - a < 10)); then say "Kueue done with the Workloads after ${waited}s"; return 0; fi
-  done
-  say "Kueue still writing Workload status after ${waited}s"
-}
-
 case "$MODE" in
 workloads)
   N="${1:-20000}"
@@ -233,7 +204,7 @@ workloads)
   echo "|---|---|---|---|"
   open_reservations
   report "before ($OPEN open reservations)"
-  create_inactive "$N"
+  create_inactive "$N" "$NS" large-training
   sleep 5
   report "+0 s (all created)"
   wait_for_kueue_quiet
@@ -252,7 +223,7 @@ soak)
   RATE="${2:-10}"
   N="${3:-20000}"
   open_reservations
-  create_inactive "$N"
+  create_inactive "$N" "$NS" large-training
   wait_for_kueue_quiet
   echo "| soak: $N inactive Workloads + $RATE Workloads/s churn ($build_label) | kaccel RSS | Kueue RSS | kaccel/Kueue |"
   echo "|---|---|---|---|"

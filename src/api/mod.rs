@@ -12,6 +12,7 @@ mod credit_budget;
 mod credits;
 pub mod parsed;
 pub mod rates;
+pub mod synthetic;
 
 pub use accelerator_class::*;
 pub use conditions::*;

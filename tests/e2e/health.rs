@@ -36,6 +36,10 @@ pub enum Answer {
 pub struct FakeExporter {
     pub port: u16,
     pub answer: Arc<Mutex<Answer>>,
+    /// When each request came (a measurement reads the gaps between polls).
+    pub requests: Arc<Mutex<Vec<Instant>>>,
+    /// When the answer last `set` was first served (None until it was).
+    pub first_served: Arc<Mutex<Option<Instant>>>,
 }
 
 impl FakeExporter {
@@ -43,13 +47,23 @@ impl FakeExporter {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let answer = Arc::new(Mutex::new(initial));
+        let requests: Arc<Mutex<Vec<Instant>>> = Arc::default();
+        let first_served: Arc<Mutex<Option<Instant>>> = Arc::default();
         let shared = answer.clone();
+        let (seen, served) = (requests.clone(), first_served.clone());
         tokio::spawn(async move {
             loop {
                 let Ok((mut conn, _)) = listener.accept().await else {
                     return;
                 };
-                let current = shared.lock().unwrap().clone();
+                let now = Instant::now();
+                seen.lock().unwrap().push(now);
+                // Under the answer's lock: `set` cannot come between the two.
+                let current = {
+                    let answer = shared.lock().unwrap();
+                    served.lock().unwrap().get_or_insert(now);
+                    answer.clone()
+                };
                 tokio::spawn(async move {
                     let mut buf = [0u8; 4096];
                     let _ = conn.read(&mut buf).await;
@@ -73,23 +87,37 @@ impl FakeExporter {
                 });
             }
         });
-        FakeExporter { port, answer }
+        FakeExporter {
+            port,
+            answer,
+            requests,
+            first_served,
+        }
     }
 
     pub fn set(&self, answer: Answer) {
-        *self.answer.lock().unwrap() = answer;
+        // Under the answer's lock, so a request in between is counted for one or
+        // the other answer, not lost.
+        let mut current = self.answer.lock().unwrap();
+        *current = answer;
+        *self.first_served.lock().unwrap() = None;
     }
 }
 
 /// dcgm-exporter output for `gpus` H100s on `node`; `ecc_on` GPUs carry a
 /// double-bit ECC error.
 pub fn dcgm(node: &str, gpus: u32, ecc_on: &[u32]) -> String {
+    dcgm_of(node, "NVIDIA H100 80GB HBM3", gpus, ecc_on)
+}
+
+/// dcgm-exporter output for `gpus` GPUs of `model` (its `modelName`) on `node`.
+pub fn dcgm_of(node: &str, model: &str, gpus: u32, ecc_on: &[u32]) -> String {
     let mut s = String::from(
         "# HELP DCGM_FI_DEV_GPU_TEMP GPU temperature (in C).\n# TYPE DCGM_FI_DEV_GPU_TEMP gauge\n",
     );
     let labels = |i: u32| {
         format!(
-            "gpu=\"{i}\",UUID=\"GPU-{node}-{i:04}\",pci_bus_id=\"00000000:{:02X}:00.0\",device=\"nvidia{i}\",modelName=\"NVIDIA H100 80GB HBM3\",Hostname=\"{node}\",DCGM_FI_DRIVER_VERSION=\"550.54.15\"",
+            "gpu=\"{i}\",UUID=\"GPU-{node}-{i:04}\",pci_bus_id=\"00000000:{:02X}:00.0\",device=\"nvidia{i}\",modelName=\"{model}\",Hostname=\"{node}\",DCGM_FI_DRIVER_VERSION=\"550.54.15\"",
             0x18 + i
         )
     };

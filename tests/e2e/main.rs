@@ -8,6 +8,7 @@
 mod class_requests;
 mod controller;
 mod dra;
+mod fleet_bench;
 mod health;
 mod health_sources;
 mod health_trends;

@@ -1,0 +1,467 @@
+//! kaccel at fleet scale (a measurement, not a test: `bash e2e/bench-controller.sh`).
+//!
+//! The script loads the synthetic Nodes (`kaccel generate-fleet`: 6 vendors, about
+//! 8 devices a node) and W inactive Workloads, and waits until Kueue is done with
+//! them; this adds 50 classes and 200 budgets (400 namespaces) and one fake
+//! dcgm-exporter on loopback per NVIDIA node, up to 500 (polled every 5 s, the
+//! default), starts `kaccel run` (release, SQLite ledger on) and prints MEASURE
+//! lines:
+//! - start -> every planned ClusterQueue written; memory once settled;
+//! - a quiet minute: kaccel's writes and re-plans, each exporter's polls and the
+//!   longest gap between two polls of one exporter;
+//! - Node label changes (an H100 node relabelled as an L40S one and back, as GPU
+//!   feature discovery does after a card swap) and device health changes (one GPU
+//!   of an exporter's node turns failed): change -> the root Cohort's quota
+//!   written (seen on a watch), p50 / p99 / max; kaccel's CPU, re-plans and Node
+//!   reads per change.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::Node;
+use kaccel::api::{AcceleratorClass, CreditBudget, synthetic};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+
+use crate::controller::{Controller, free_port, metric_sum};
+use crate::health::{Answer, FakeExporter, dcgm_of};
+use crate::support::{self, kueue};
+
+const ROOT: &str = "fleet-root";
+const INTERVAL_SECONDS: u64 = 5;
+
+fn env_or(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+fn summary(mut ms: Vec<f64>) -> String {
+    ms.sort_by(f64::total_cmp);
+    format!(
+        "p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms (n = {})",
+        percentile(&ms, 50.0),
+        percentile(&ms, 99.0),
+        ms.last().copied().unwrap_or(f64::NAN),
+        ms.len()
+    )
+}
+
+/// utime + stime of a process, in milliseconds (clock ticks of 10 ms).
+fn cpu_ms(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may hold spaces) start at state (3).
+    let after = stat.rsplit_once(") ").map(|(_, rest)| rest).unwrap_or("");
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks: u64 = fields
+        .get(11..13)
+        .map(|f| f.iter().filter_map(|v| v.parse::<u64>().ok()).sum())
+        .unwrap_or(0);
+    ticks * 10
+}
+
+fn memory(pid: u32) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|kb| kb.parse::<f64>().ok())
+            .map_or(f64::NAN, |kb| kb / 1024.0)
+    };
+    format!(
+        "VmRSS {:.1} MiB, peak VmHWM {:.1} MiB",
+        field("VmRSS:"),
+        field("VmHWM:")
+    )
+}
+
+#[tokio::test]
+#[ignore = "a measurement: bash e2e/bench-controller.sh"]
+async fn controller_at_fleet_scale() {
+    let _guard = support::serial().await;
+    let client = support::client().await;
+    bench(&client).await.unwrap();
+}
+
+async fn bench(client: &Client) -> Result<()> {
+    let classes_wanted = env_or("KACCEL_BENCH_CLASSES", 50);
+    let budgets_wanted = env_or("KACCEL_BENCH_BUDGETS", 200);
+    let exporters_wanted = env_or("KACCEL_BENCH_EXPORTERS", 500);
+    let changes = env_or("KACCEL_BENCH_CHANGES", 50);
+    let quiet_seconds = env_or("KACCEL_BENCH_QUIET_SECONDS", 60) as u64;
+
+    let nodes_api: Api<Node> = Api::all(client.clone());
+    let nodes = nodes_api.list(&ListParams::default()).await?.items;
+    let by_label = |key: &str, value: &str| -> Vec<Node> {
+        nodes
+            .iter()
+            .filter(|n| n.labels().get(key).map(String::as_str) == Some(value))
+            .cloned()
+            .collect()
+    };
+    const PRODUCT: &str = "nvidia.com/gpu.product";
+    let h100 = by_label(PRODUCT, "NVIDIA-H100-80GB-HBM3");
+    let l40s = by_label(PRODUCT, "NVIDIA-L40S");
+    if h100.len() < 2 * changes || l40s.is_empty() {
+        bail!(
+            "the fleet has {} H100 and {} L40S nodes: load more Nodes",
+            h100.len(),
+            l40s.len()
+        );
+    }
+    println!("MEASURE fleet: {} Nodes", nodes.len());
+
+    // Classes, budgets and their namespaces.
+    let classes = synthetic::classes(classes_wanted);
+    let budgets = synthetic::budgets(budgets_wanted, classes_wanted);
+    let namespaces: Vec<String> = budgets
+        .iter()
+        .flat_map(|b| b.spec.namespaces.clone())
+        .collect();
+    let existing: Vec<String> = Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .map(|n| n.name_any())
+        .collect();
+    futures::stream::iter(namespaces.iter().filter(|n| !existing.contains(n)))
+        .map(|ns| support::namespace(client, ns))
+        .buffer_unordered(16)
+        .try_collect::<Vec<_>>()
+        .await?;
+    let post = PostParams::default();
+    let class_api: Api<AcceleratorClass> = Api::all(client.clone());
+    futures::stream::iter(classes.iter())
+        .map(|c| class_api.create(&post, c))
+        .buffer_unordered(16)
+        .try_collect::<Vec<_>>()
+        .await?;
+    let budget_api: Api<CreditBudget> = Api::all(client.clone());
+    futures::stream::iter(budgets.iter())
+        .map(|b| budget_api.create(&post, b))
+        .buffer_unordered(16)
+        .try_collect::<Vec<_>>()
+        .await?;
+    println!(
+        "MEASURE objects: {} classes, {} budgets, {} namespaces",
+        classes.len(),
+        budgets.len(),
+        namespaces.len()
+    );
+
+    // One exporter per NVIDIA whole-GPU node (H100s not relabelled below, then L40S).
+    let watched: Vec<(String, String)> = h100[2 * changes..]
+        .iter()
+        .chain(l40s.iter())
+        .take(exporters_wanted)
+        .map(|n| {
+            let model = n.labels()[PRODUCT].replace('-', " ");
+            (n.name_any(), model)
+        })
+        .collect();
+    let mut exporters = Vec::new();
+    for (node, model) in &watched {
+        let exporter = FakeExporter::start(Answer::Metrics(dcgm_of(node, model, 8, &[]))).await;
+        exporters.push(exporter);
+    }
+    let mut config = format!(
+        "rootCohort: {ROOT}\nleaderElection:\n  enabled: false\nwatchResourceSlices: false\n\
+         ledger:\n  enabled: true\n  store: sqlite://{}/ledger.db\n\
+         health:\n  sources:\n",
+        std::env::temp_dir()
+            .join(format!("kaccel-fleet-bench-{}", std::process::id()))
+            .display()
+    );
+    for ((node, _), exporter) in watched.iter().zip(&exporters) {
+        config.push_str(&format!(
+            "  - name: dcgm-{node}\n    kind: dcgm-exporter\n    url: http://127.0.0.1:{}/metrics\n    node: {node}\n    intervalSeconds: {INTERVAL_SECONDS}\n",
+            exporter.port
+        ));
+    }
+    std::fs::create_dir_all(
+        std::env::temp_dir().join(format!("kaccel-fleet-bench-{}", std::process::id())),
+    )?;
+    println!(
+        "MEASURE exporters: {} on loopback, polled every {INTERVAL_SECONDS} s",
+        exporters.len()
+    );
+
+    // The root Cohort, as kaccel writes it, seen on a watch.
+    let (cohort_tx, mut cohort_rx) = tokio::sync::mpsc::unbounded_channel::<(Instant, Value)>();
+    let cohorts: Api<DynamicObject> = Api::all_with(client.clone(), &kueue("Cohort"));
+    let watch = watcher(
+        cohorts.clone(),
+        watcher::Config::default().fields(&format!("metadata.name={ROOT}")),
+    )
+    .applied_objects();
+    tokio::spawn(async move {
+        let mut watch = std::pin::pin!(watch);
+        while let Some(Ok(cohort)) = watch.next().await {
+            let spec = cohort.data.get("spec").cloned().unwrap_or(Value::Null);
+            if cohort_tx.send((Instant::now(), spec)).is_err() {
+                return;
+            }
+        }
+    });
+
+    let port = free_port();
+    let started = Instant::now();
+    let mut kaccel = Controller::start("fleet-bench", port, &config);
+    let pid = kaccel.pid();
+    let cluster_queues: Api<DynamicObject> = Api::all_with(client.clone(), &kueue("ClusterQueue"));
+    let want = budgets.iter().map(|b| b.spec.classes.len()).sum::<usize>();
+    let written = loop {
+        let n = cluster_queues
+            .list(&ListParams::default().labels("app.kubernetes.io/managed-by=kaccel"))
+            .await?
+            .items
+            .len();
+        if n >= want {
+            break started.elapsed();
+        }
+        if !kaccel.is_running() {
+            bail!("kaccel exited; its log:\n{}", kaccel.log_tail());
+        }
+        if started.elapsed() > Duration::from_secs(300) {
+            bail!(
+                "{n} of {want} ClusterQueues after 5 minutes; kaccel log:\n{}",
+                kaccel.log_tail()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    println!(
+        "MEASURE start -> all {want} ClusterQueues written: {:.1} s",
+        written.as_secs_f64()
+    );
+
+    // Settled: no write for 10 s (the health's first polls, node actions, budget
+    // status), at most 3 minutes.
+    let mut last = kaccel.writes().unwrap_or(0);
+    let mut calm_since = Instant::now();
+    let settle_start = Instant::now();
+    while calm_since.elapsed() < Duration::from_secs(10)
+        && settle_start.elapsed() < Duration::from_secs(180)
+    {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = kaccel.writes().unwrap_or(0);
+        if now != last {
+            last = now;
+            calm_since = Instant::now();
+        }
+    }
+    // Past the allocator's trim (every 30 s).
+    tokio::time::sleep(Duration::from_secs(35)).await;
+    println!("MEASURE memory settled: {}", memory(pid));
+
+    // A quiet minute.
+    let metrics = kaccel.metrics().context("metrics")?;
+    let (writes0, replans0) = (
+        metric_sum(&metrics, "kaccel_writes_total"),
+        metric_sum(&metrics, "kaccel_reconciles_total"),
+    );
+    let errors0 = metric_sum(&metrics, "kaccel_health_source_errors_total");
+    let cpu0 = cpu_ms(pid);
+    let window_start = Instant::now();
+    tokio::time::sleep(Duration::from_secs(quiet_seconds)).await;
+    let window_end = Instant::now();
+    let metrics = kaccel.metrics().context("metrics")?;
+    let (mut fewest, mut most, mut longest_gap, mut missed) = (usize::MAX, 0, Duration::ZERO, 0);
+    for exporter in &exporters {
+        let times: Vec<Instant> = exporter
+            .requests
+            .lock()
+            .unwrap()
+            .iter()
+            .copied()
+            .filter(|t| *t >= window_start && *t <= window_end)
+            .collect();
+        fewest = fewest.min(times.len());
+        most = most.max(times.len());
+        let mut edges = vec![window_start];
+        edges.extend(times);
+        edges.push(window_end);
+        for pair in edges.windows(2) {
+            let gap = pair[1] - pair[0];
+            longest_gap = longest_gap.max(gap);
+            // A poll is missed when no request came within 1.5 intervals.
+            if gap > Duration::from_millis(INTERVAL_SECONDS * 1500) {
+                missed += 1;
+            }
+        }
+    }
+    println!(
+        "MEASURE quiet {quiet_seconds} s: {} writes, {} re-plans, kaccel CPU {} ms; polls per exporter {fewest}..{most} (every {INTERVAL_SECONDS} s: {} expected), longest gap {:.2} s, missed polls {missed}, source errors {}",
+        metric_sum(&metrics, "kaccel_writes_total") - writes0,
+        metric_sum(&metrics, "kaccel_reconciles_total") - replans0,
+        cpu_ms(pid) - cpu0,
+        quiet_seconds / INTERVAL_SECONDS,
+        longest_gap.as_secs_f64(),
+        metric_sum(&metrics, "kaccel_health_source_errors_total") - errors0,
+    );
+
+    // Drain what the watch saw so far; the current spec is the last one.
+    let mut current = Value::Null;
+    while let Ok((_, spec)) = cohort_rx.try_recv() {
+        current = spec;
+    }
+    if current.is_null() {
+        bail!("no root Cohort {ROOT} seen");
+    }
+    let mut wait_for_change = async |before: &Value, since: Instant| -> Result<(f64, Value)> {
+        let deadline = since + Duration::from_secs(30);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match tokio::time::timeout(left, cohort_rx.recv()).await {
+                Ok(Some((at, spec))) if spec != *before => {
+                    return Ok(((at - since).as_secs_f64() * 1000.0, spec));
+                }
+                Ok(Some(_)) => continue,
+                Ok(None) => bail!("the Cohort watch ended"),
+                Err(_) => bail!("the root Cohort did not change within 30 s"),
+            }
+        }
+    };
+
+    // Node label changes: an H100 node gets an L40S node's GPU labels, then the
+    // next one; the nodes relabelled before keep them (each change moves 8 devices).
+    let l40s_labels: BTreeMap<String, String> = l40s[0]
+        .labels()
+        .iter()
+        .filter(|(k, _)| k.starts_with("nvidia.com/"))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let (cpu0, reads0, replans0) = {
+        let m = kaccel.metrics().context("metrics")?;
+        (
+            cpu_ms(pid),
+            metric_sum(&m, "kaccel_inventory_node_reads"),
+            metric_sum(&m, "kaccel_reconciles_total"),
+        )
+    };
+    // KACCEL_BENCH_PERF=FILE: a CPU profile of kaccel over the label changes.
+    let perf = std::env::var("KACCEL_BENCH_PERF").ok().map(|file| {
+        std::process::Command::new("perf")
+            .args([
+                "record",
+                "-F",
+                "299",
+                "--call-graph",
+                "dwarf,16384",
+                "-o",
+                &file,
+            ])
+            .args(["-p", &pid.to_string()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("perf starts")
+    });
+    let mut label_ms = Vec::new();
+    for node in h100.iter().take(changes) {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let patch = json!({"metadata": {"labels": l40s_labels}});
+        let sent = Instant::now();
+        nodes_api
+            .patch(
+                &node.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await?;
+        let (ms, spec) = wait_for_change(&current, sent).await?;
+        label_ms.push(ms);
+        current = spec;
+    }
+    if let Some(mut perf) = perf {
+        let _ = std::process::Command::new("kill")
+            .args(["-INT", &perf.id().to_string()])
+            .status();
+        let _ = perf.wait();
+    }
+    let m = kaccel.metrics().context("metrics")?;
+    println!(
+        "MEASURE Node label change -> root Cohort quota written: {}",
+        summary(label_ms.clone())
+    );
+    println!(
+        "MEASURE per label change: kaccel CPU {:.1} ms, {:.2} re-plans, {:.2} Nodes read",
+        (cpu_ms(pid) - cpu0) as f64 / changes as f64,
+        (metric_sum(&m, "kaccel_reconciles_total") - replans0) as f64 / changes as f64,
+        (metric_sum(&m, "kaccel_inventory_node_reads") - reads0) as f64 / changes as f64,
+    );
+
+    // Health changes: one GPU of an exporter's node turns failed (a double-bit
+    // ECC error), measured from the first poll that read it.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    while let Ok((_, spec)) = cohort_rx.try_recv() {
+        current = spec;
+    }
+    let (cpu0, replans0) = {
+        let m = kaccel.metrics().context("metrics")?;
+        (cpu_ms(pid), metric_sum(&m, "kaccel_reconciles_total"))
+    };
+    let mut health_ms = Vec::new();
+    for ((node, model), exporter) in watched.iter().zip(&exporters).take(changes) {
+        exporter.set(Answer::Metrics(dcgm_of(node, model, 8, &[0])));
+        let (at, spec) = loop {
+            match tokio::time::timeout(Duration::from_secs(30), cohort_rx.recv()).await {
+                Ok(Some((at, spec))) if spec != current => break (at, spec),
+                Ok(Some(_)) => continue,
+                _ => bail!("no quota change after {node}'s GPU failed"),
+            }
+        };
+        let polled = exporter
+            .first_served
+            .lock()
+            .unwrap()
+            .context("the change was never served")?;
+        health_ms.push((at - polled).as_secs_f64() * 1000.0);
+        current = spec;
+        // The failed GPU's node may be cordoned or tainted next (a second quota
+        // change for the same failure): let it land before the next change.
+        while let Ok(Some((_, spec))) =
+            tokio::time::timeout(Duration::from_millis(1500), cohort_rx.recv()).await
+        {
+            current = spec;
+        }
+    }
+    let m = kaccel.metrics().context("metrics")?;
+    println!(
+        "MEASURE device health change (first poll that read it) -> root Cohort quota written: {}",
+        summary(health_ms.clone())
+    );
+    println!(
+        "MEASURE per health change: kaccel CPU {:.1} ms, {:.2} re-plans",
+        (cpu_ms(pid) - cpu0) as f64 / changes as f64,
+        (metric_sum(&m, "kaccel_reconciles_total") - replans0) as f64 / changes as f64,
+    );
+    let mut all = label_ms;
+    all.extend(health_ms);
+    println!("MEASURE all changes -> quota written: {}", summary(all));
+    println!("MEASURE memory at the end: {}", memory(pid));
+    for line in m.lines().filter(|l| {
+        l.starts_with("kaccel_reconcile_duration_seconds_sum")
+            || l.starts_with("kaccel_reconcile_duration_seconds_count")
+            || l.starts_with("kaccel_writes_total")
+    }) {
+        println!("MEASURE metric {line}");
+    }
+    Ok(())
+}
