@@ -29,7 +29,7 @@ use serde_json::{Value, json};
 
 use crate::controller::{Controller, free_port, metric_sum};
 use crate::health::{Answer, FakeExporter, dcgm_of};
-use crate::support::{self, kueue};
+use crate::support::{self, kueue, percentile};
 
 const ROOT: &str = "fleet-root";
 const INTERVAL_SECONDS: u64 = 5;
@@ -41,15 +41,10 @@ fn env_or(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
 fn summary(mut ms: Vec<f64>) -> String {
+    if ms.is_empty() {
+        return "no changes".into();
+    }
     ms.sort_by(f64::total_cmp);
     format!(
         "p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms (n = {})",
@@ -88,6 +83,45 @@ fn memory(pid: u32) -> String {
         field("VmRSS:"),
         field("VmHWM:")
     )
+}
+
+/// The root Cohort's spec as a watch delivers it, and the one seen last.
+struct CohortWatch {
+    rx: tokio::sync::mpsc::UnboundedReceiver<(Instant, Value)>,
+    current: Value,
+}
+
+impl CohortWatch {
+    /// Takes what the watch delivered so far: the last one is current.
+    fn drain(&mut self) {
+        while let Ok((_, spec)) = self.rx.try_recv() {
+            self.current = spec;
+        }
+    }
+
+    /// When the spec next differs from the current one (which it becomes).
+    async fn next_change(&mut self, what: &str) -> Result<Instant> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match tokio::time::timeout(left, self.rx.recv()).await {
+                Ok(Some((at, spec))) if spec != self.current => {
+                    self.current = spec;
+                    return Ok(at);
+                }
+                Ok(Some(_)) => continue,
+                Ok(None) => bail!("the Cohort watch ended"),
+                Err(_) => bail!("the root Cohort did not change within 30 s after {what}"),
+            }
+        }
+    }
+
+    /// Takes the changes that follow within `quiet` of each other.
+    async fn settle(&mut self, quiet: Duration) {
+        while let Ok(Some((_, spec))) = tokio::time::timeout(quiet, self.rx.recv()).await {
+            self.current = spec;
+        }
+    }
 }
 
 #[tokio::test]
@@ -203,7 +237,7 @@ async fn bench(client: &Client) -> Result<()> {
     );
 
     // The root Cohort, as kaccel writes it, seen on a watch.
-    let (cohort_tx, mut cohort_rx) = tokio::sync::mpsc::unbounded_channel::<(Instant, Value)>();
+    let (cohort_tx, cohort_rx) = tokio::sync::mpsc::unbounded_channel::<(Instant, Value)>();
     let cohorts: Api<DynamicObject> = Api::all_with(client.clone(), &kueue("Cohort"));
     let watch = watcher(
         cohorts.clone(),
@@ -316,28 +350,14 @@ async fn bench(client: &Client) -> Result<()> {
         metric_sum(&metrics, "kaccel_health_source_errors_total") - errors0,
     );
 
-    // Drain what the watch saw so far; the current spec is the last one.
-    let mut current = Value::Null;
-    while let Ok((_, spec)) = cohort_rx.try_recv() {
-        current = spec;
-    }
-    if current.is_null() {
+    let mut cohort = CohortWatch {
+        rx: cohort_rx,
+        current: Value::Null,
+    };
+    cohort.drain();
+    if cohort.current.is_null() {
         bail!("no root Cohort {ROOT} seen");
     }
-    let mut wait_for_change = async |before: &Value, since: Instant| -> Result<(f64, Value)> {
-        let deadline = since + Duration::from_secs(30);
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match tokio::time::timeout(left, cohort_rx.recv()).await {
-                Ok(Some((at, spec))) if spec != *before => {
-                    return Ok(((at - since).as_secs_f64() * 1000.0, spec));
-                }
-                Ok(Some(_)) => continue,
-                Ok(None) => bail!("the Cohort watch ended"),
-                Err(_) => bail!("the root Cohort did not change within 30 s"),
-            }
-        }
-    };
 
     // Node label changes: an H100 node gets an L40S node's GPU labels, then the
     // next one; the nodes relabelled before keep them (each change moves 8 devices).
@@ -385,9 +405,10 @@ async fn bench(client: &Client) -> Result<()> {
                 &Patch::Merge(&patch),
             )
             .await?;
-        let (ms, spec) = wait_for_change(&current, sent).await?;
-        label_ms.push(ms);
-        current = spec;
+        let at = cohort
+            .next_change(&format!("relabelling {}", node.name_any()))
+            .await?;
+        label_ms.push((at - sent).as_secs_f64() * 1000.0);
     }
     if let Some(mut perf) = perf {
         let _ = std::process::Command::new("kill")
@@ -410,9 +431,7 @@ async fn bench(client: &Client) -> Result<()> {
     // Health changes: one GPU of an exporter's node turns failed (a double-bit
     // ECC error), measured from the first poll that read it.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    while let Ok((_, spec)) = cohort_rx.try_recv() {
-        current = spec;
-    }
+    cohort.drain();
     let (cpu0, replans0) = {
         let m = kaccel.metrics().context("metrics")?;
         (cpu_ms(pid), metric_sum(&m, "kaccel_reconciles_total"))
@@ -420,27 +439,16 @@ async fn bench(client: &Client) -> Result<()> {
     let mut health_ms = Vec::new();
     for ((node, model), exporter) in watched.iter().zip(&exporters).take(changes) {
         exporter.set(Answer::Metrics(dcgm_of(node, model, 8, &[0])));
-        let (at, spec) = loop {
-            match tokio::time::timeout(Duration::from_secs(30), cohort_rx.recv()).await {
-                Ok(Some((at, spec))) if spec != current => break (at, spec),
-                Ok(Some(_)) => continue,
-                _ => bail!("no quota change after {node}'s GPU failed"),
-            }
-        };
+        let at = cohort.next_change(&format!("{node}'s GPU failed")).await?;
         let polled = exporter
             .first_served
             .lock()
             .unwrap()
             .context("the change was never served")?;
         health_ms.push((at - polled).as_secs_f64() * 1000.0);
-        current = spec;
         // The failed GPU's node may be cordoned or tainted next (a second quota
         // change for the same failure): let it land before the next change.
-        while let Ok(Some((_, spec))) =
-            tokio::time::timeout(Duration::from_millis(1500), cohort_rx.recv()).await
-        {
-            current = spec;
-        }
+        cohort.settle(Duration::from_millis(1500)).await;
     }
     let m = kaccel.metrics().context("metrics")?;
     println!(

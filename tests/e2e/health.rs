@@ -17,7 +17,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use crate::controller::{
     Controller, class_from_example, class_with_budget, ensure_example_nodes, free_port, wait_for,
 };
-use crate::support::{self, Cleanup, kueue};
+use crate::support::{self, Cleanup, kueue, percentile};
 
 /// What a fake exporter answers.
 #[derive(Clone, Debug, PartialEq)]
@@ -682,12 +682,6 @@ async fn silence(client: &Client, s: &Setup) -> Result<()> {
         back.elapsed().as_millis()
     );
     Ok(())
-}
-
-/// Percentile (nearest rank) of sorted milliseconds.
-fn percentile(sorted: &[u128], p: f64) -> u128 {
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil().max(1.0) as usize;
-    sorted[rank.min(sorted.len()) - 1]
 }
 
 /// Measurement, not a test of time: run with

@@ -21,15 +21,10 @@ use serde_json::json;
 
 use crate::controller::{Controller, ensure_example_nodes, free_port, wait_for};
 use crate::ledger::{self, LedgerTeam, h100_team};
-use crate::support::{self, Cleanup, is_true, kueue};
+use crate::support::{self, Cleanup, is_true, kueue, percentile};
 
 /// Workloads in flight per queue at a time (well inside either queue's quota).
 const WAVE: usize = 4;
-
-fn percentile(sorted: &[u128], p: f64) -> u128 {
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil().max(1.0) as usize;
-    sorted[rank.min(sorted.len()) - 1]
-}
 
 fn workload(ns: &str, name: &str, queue: &str, label: &str) -> serde_json::Value {
     let mut w = ledger::workload(ns, name, queue, 600);

@@ -322,3 +322,9 @@ pub async fn event_note(
     )
     .await
 }
+
+/// Percentile (nearest rank) of sorted figures; panics on none.
+pub fn percentile<T: Copy>(sorted: &[T], p: f64) -> T {
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil().max(1.0) as usize;
+    sorted[rank.min(sorted.len()) - 1]
+}
