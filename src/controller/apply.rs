@@ -134,9 +134,12 @@ impl Reconciler {
                     });
                 }
                 let verb = if *create { "create" } else { "update" };
-                api.patch(&target.name, &ssa, &Patch::Apply(object))
+                let written = api
+                    .patch(&target.name, &ssa, &Patch::Apply(object))
                     .await
                     .map_err(api_err(format!("applying {target}")))?;
+                self.own_writes
+                    .record(target, written.metadata.resource_version.as_deref());
                 self.metrics.write(target.kind.as_str(), verb);
                 tracing::info!(%target, verb, "applied");
                 if target.kind == Kind::ResourceFlavor && *create {
@@ -167,9 +170,12 @@ impl Reconciler {
                     .await
                     .map_err(api_err(format!("deleting {target} to recreate it")))?;
                 self.metrics.write(target.kind.as_str(), "delete");
-                api.patch(&target.name, &ssa, &Patch::Apply(object))
+                let written = api
+                    .patch(&target.name, &ssa, &Patch::Apply(object))
                     .await
                     .map_err(api_err(format!("recreating {target}")))?;
+                self.own_writes
+                    .record(target, written.metadata.resource_version.as_deref());
                 self.metrics.write(target.kind.as_str(), "create");
             }
             Action::Delete { target } => {

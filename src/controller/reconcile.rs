@@ -61,6 +61,8 @@ pub(super) struct Reconciler {
     /// Managed objects found in sync at the last diff (not compared again until
     /// they or their plan move).
     pub(super) in_sync: std::sync::Mutex<diff::InSync>,
+    /// What kaccel's applies returned, so their watch events wake nothing.
+    pub(super) own_writes: super::watches::OwnWrites,
     /// The Node index's parse count at the last reconcile (for the metric).
     pub(super) node_reads_seen: std::sync::atomic::AtomicU64,
 }

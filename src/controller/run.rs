@@ -68,7 +68,8 @@ pub async fn run(config: Config) -> Result<(), Error> {
     });
 
     tokio::spawn(allocator::trim_periodically(metrics.clone()));
-    let (caches, watch_events) = start_watches(&client, &config).await?;
+    let own_writes = super::watches::OwnWrites::default();
+    let (caches, watch_events) = start_watches(&client, &config, &own_writes).await?;
     // Health pollers wake the reconcile loop like a watch event does.
     let (wake_tx, wake_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
     let ledger = config.ledger.enabled.then(|| {
@@ -138,6 +139,7 @@ pub async fn run(config: Config) -> Result<(), Error> {
         names_taken: AtomicBool::new(false),
         node_reads_seen: Default::default(),
         in_sync: Default::default(),
+        own_writes,
         // Each source's first poll ends within its timeout (plus the poller's
         // start): until then, or until every source answered or failed, the
         // planner would see its cards unread.

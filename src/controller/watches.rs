@@ -135,6 +135,50 @@ impl WakeFilter {
     }
 }
 
+/// The resourceVersion each of kaccel's own writes returned, by object. The watch
+/// event that carries it back is kaccel's write, not news: waking on it cost a
+/// whole re-plan that found everything in sync, and a change arriving meanwhile
+/// waited for that re-plan. An event seen before the write returned still wakes
+/// (one re-plan too many, never one too few).
+#[derive(Clone, Default)]
+pub(super) struct OwnWrites(Arc<Mutex<std::collections::HashMap<ObjectRef, String>>>);
+
+impl OwnWrites {
+    /// kaccel wrote `target`; the API server answered with `resource_version`.
+    pub(super) fn record(&self, target: &ObjectRef, resource_version: Option<&str>) {
+        let mut written = self.0.lock().expect("own writes lock");
+        match resource_version {
+            Some(version) => {
+                written.insert(target.clone(), version.to_string());
+            }
+            None => {
+                written.remove(target);
+            }
+        }
+    }
+
+    /// Whether `object` as the watch shows it is the last write kaccel made of it
+    /// (then forgotten: the next event of it is someone else's).
+    fn is_echo(&self, kind: Kind, object: &DynamicObject) -> bool {
+        let target = ObjectRef {
+            kind,
+            namespace: object.metadata.namespace.clone(),
+            name: object.name_any(),
+        };
+        let mut written = self.0.lock().expect("own writes lock");
+        match (
+            written.get(&target),
+            object.metadata.resource_version.as_deref(),
+        ) {
+            (Some(ours), Some(seen)) if ours == seen => {
+                written.remove(&target);
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
 /// Spec changes (generation), labels and annotations: everything a reconcile
 /// reads of a class, a budget or a managed Kueue object, but its status.
 fn spec_and_metadata<K: Resource>(o: &K) -> u64 {
@@ -291,6 +335,7 @@ pub(super) fn covered_resources(q: &DynamicObject) -> std::collections::BTreeSet
 pub(super) async fn start_watches(
     client: &Client,
     config: &Config,
+    own_writes: &OwnWrites,
 ) -> Result<(Caches, Events), Error> {
     let managed = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"));
     let (nodes, nodes_events) = watch_nodes(client);
@@ -384,15 +429,16 @@ pub(super) async fn start_watches(
         }
         // Kueue writes a ClusterQueue's status at each admission: only spec and
         // metadata changes wake the planner (the ledger reads the status from
-        // the store).
+        // the store), and kaccel's own writes coming back do not.
         let mut seen = WakeFilter::default();
+        let own_writes = own_writes.clone();
         let events = watcher(api, managed.clone())
             .default_backoff()
-            .modify(|o: &mut DynamicObject| o.metadata.managed_fields = None)
+            .modify(move |o: &mut DynamicObject| slim_managed(kind, o))
             .reflect(writer)
             .filter_map(move |event| {
                 let wake = match &event {
-                    Ok(e) => seen.wakes(e, spec_and_metadata),
+                    Ok(e) => managed_object_wakes(&mut seen, &own_writes, kind, e),
                     Err(_) => true,
                 };
                 std::future::ready(wake.then(|| event.map(|_| ())))
@@ -414,6 +460,46 @@ pub(super) async fn start_watches(
         },
         stream::select_all(streams).boxed(),
     ))
+}
+
+/// Keeps what kaccel reads of a managed object: its spec and metadata (the diff)
+/// and, of a ClusterQueue's status, the reservations (the ledger's drift check
+/// and the placement note). The rest of the status, which Kueue rewrites at each
+/// admission (a LocalQueue's lists every flavor with its node labels), was most
+/// of kaccel's memory at fleet scale: 67 MiB for 2,600 objects at 5,000 Nodes.
+fn slim_managed(kind: Kind, o: &mut DynamicObject) {
+    o.metadata.managed_fields = None;
+    let Some(fields) = o.data.as_object_mut() else {
+        return;
+    };
+    let Some(mut status) = fields.remove("status") else {
+        return;
+    };
+    if kind == Kind::ClusterQueue
+        && let Some(reserved) = status.get_mut("flavorsReservation").map(Value::take)
+    {
+        fields.insert(
+            "status".into(),
+            serde_json::json!({ "flavorsReservation": reserved }),
+        );
+    }
+}
+
+/// A managed object's event wakes the planner when its spec or metadata moved
+/// and it is not kaccel's own write coming back.
+fn managed_object_wakes(
+    seen: &mut WakeFilter,
+    own_writes: &OwnWrites,
+    kind: Kind,
+    event: &watcher::Event<DynamicObject>,
+) -> bool {
+    // The filter sees every event first: it must know the echo's hash, or the
+    // next status write of the object would look like a change.
+    let moved = seen.wakes(event, spec_and_metadata);
+    match event {
+        watcher::Event::Apply(object) => moved && !own_writes.is_echo(kind, object),
+        _ => moved,
+    }
 }
 
 impl Caches {
@@ -481,5 +567,108 @@ mod tests {
         assert!(filter.wakes(&watcher::Event::Apply(queue(1, 0)), relevant));
         assert!(!filter.wakes(&watcher::Event::Apply(queue(1, 5)), relevant));
         assert!(filter.wakes(&watcher::Event::Apply(queue(2, 5)), relevant));
+    }
+
+    #[test]
+    fn managed_objects_keep_spec_metadata_and_a_cluster_queues_reservations_only() {
+        let object = |kind: &str| -> DynamicObject {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": kind,
+                "metadata": {"name": "h100", "labels": {"a": "b"},
+                    "managedFields": [{"manager": "kaccel"}]},
+                "spec": {"resourceGroups": []},
+                "status": {
+                    "flavorsReservation": [{"name": "h100", "resources": [{"name": "nvidia.com/gpu", "total": "3"}]}],
+                    "flavors": [{"name": "h100", "nodeLabels": {"nvidia.com/gpu.product": "H100"}}],
+                    "conditions": [{"type": "Active", "status": "True"}],
+                    "admittedWorkloads": 3,
+                },
+            }))
+            .unwrap()
+        };
+        let mut queue = object("ClusterQueue");
+        slim_managed(Kind::ClusterQueue, &mut queue);
+        assert_eq!(queue.metadata.managed_fields, None);
+        assert_eq!(queue.metadata.labels.as_ref().unwrap()["a"], "b");
+        assert_eq!(
+            queue.data["spec"],
+            serde_json::json!({"resourceGroups": []})
+        );
+        assert_eq!(
+            queue.data["status"],
+            serde_json::json!({"flavorsReservation": [{"name": "h100", "resources": [{"name": "nvidia.com/gpu", "total": "3"}]}]})
+        );
+        let mut local = object("LocalQueue");
+        slim_managed(Kind::LocalQueue, &mut local);
+        assert!(local.data.get("status").is_none(), "{:?}", local.data);
+        assert_eq!(
+            local.data["spec"],
+            serde_json::json!({"resourceGroups": []})
+        );
+        // A queue Kueue has not reserved anything in yet keeps no status at all.
+        let mut fresh = object("ClusterQueue");
+        fresh.data["status"] = serde_json::json!({"conditions": []});
+        slim_managed(Kind::ClusterQueue, &mut fresh);
+        assert!(fresh.data.get("status").is_none());
+    }
+
+    fn cluster_queue(generation: i64, version: &str) -> DynamicObject {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
+            "metadata": {"name": "team-a-h100", "generation": generation, "resourceVersion": version},
+        }))
+        .unwrap()
+    }
+
+    fn target() -> ObjectRef {
+        ObjectRef {
+            kind: Kind::ClusterQueue,
+            namespace: None,
+            name: "team-a-h100".into(),
+        }
+    }
+
+    #[test]
+    fn kaccels_own_write_coming_back_wakes_nothing_anyone_elses_does() {
+        let mut seen = WakeFilter::default();
+        let own = OwnWrites::default();
+        let wakes = |seen: &mut WakeFilter, q: DynamicObject| {
+            managed_object_wakes(seen, &own, Kind::ClusterQueue, &watcher::Event::Apply(q))
+        };
+        assert!(wakes(&mut seen, cluster_queue(1, "10")), "first sight");
+        // kaccel applied generation 2 and the API server answered with version 11.
+        own.record(&target(), Some("11"));
+        assert!(!wakes(&mut seen, cluster_queue(2, "11")), "the echo");
+        // Kueue's status write after it: same generation, no wake either.
+        assert!(!wakes(&mut seen, cluster_queue(2, "12")));
+        // Someone edits the spec: news, even at a version kaccel once wrote.
+        assert!(wakes(&mut seen, cluster_queue(3, "13")));
+        // The echo is forgotten once seen: the same version again is not kaccel's.
+        own.record(&target(), Some("14"));
+        assert!(!wakes(&mut seen, cluster_queue(4, "14")));
+        assert!(wakes(&mut seen, cluster_queue(5, "14")));
+    }
+
+    #[test]
+    fn an_echo_seen_before_the_write_returned_still_wakes() {
+        let mut seen = WakeFilter::default();
+        let own = OwnWrites::default();
+        let wakes = |seen: &mut WakeFilter, q: DynamicObject| {
+            managed_object_wakes(seen, &own, Kind::ClusterQueue, &watcher::Event::Apply(q))
+        };
+        assert!(wakes(&mut seen, cluster_queue(1, "10")));
+        // The watch delivered version 11 before the apply's answer was recorded.
+        assert!(wakes(&mut seen, cluster_queue(2, "11")));
+        own.record(&target(), Some("11"));
+        // Someone else's write after it is not mistaken for the echo.
+        assert!(wakes(&mut seen, cluster_queue(3, "12")));
+        // Another kind of the same name is another object.
+        own.record(&target(), Some("20"));
+        assert!(managed_object_wakes(
+            &mut WakeFilter::default(),
+            &own,
+            Kind::LocalQueue,
+            &watcher::Event::Apply(cluster_queue(1, "20"))
+        ));
     }
 }
