@@ -14,6 +14,9 @@ pub const QUOTA_SHORTFALL: &str = "QuotaShortfall";
 pub const EXHAUSTED: &str = "Exhausted";
 pub const OVERDRAWN: &str = "Overdrawn";
 pub const HEALTH_UNKNOWN: &str = "HealthUnknown";
+/// True while devices of a vendor the class selects are in no flavor because no
+/// node label names their model.
+pub const UNLABELLED_MODELS: &str = "UnlabelledModels";
 /// False when a DRA-only flavor of the class has no DeviceClass (a requirement
 /// its driver's attributes cannot express).
 pub const DEVICE_CLASSES_READY: &str = "DeviceClassesReady";

@@ -225,6 +225,7 @@ pub(crate) fn merge_slices<'a>(
             source,
             count,
             reason,
+            unlabelled_model_of: None,
         });
     }
     for name in touched {

@@ -216,6 +216,11 @@ pub struct UnclassifiedDevice {
     pub count: u32,
     /// Why kaccel could not classify them, and what would fix it.
     pub reason: String,
+    /// Set when a vendor adapter knew the devices but no node label names their
+    /// model (`<resource>-unlabelled`): the vendor, so the classes that could
+    /// have pooled them say so (`UnlabelledModels`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unlabelled_model_of: Option<Vendor>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -83,6 +83,7 @@ pub(crate) fn sweep(
                 "no product label names the model: label the nodes {}=<model> (or deploy the vendor's labeller)",
                 super::MODEL_LABEL
             ),
+            unlabelled_model_of: Some(g.variant.vendor),
         });
         false
     });
@@ -103,6 +104,7 @@ pub(crate) fn sweep(
             source: resource.to_string(),
             count,
             reason: "resource name no kaccel adapter reads; not offered to any class".to_string(),
+            unlabelled_model_of: None,
         });
     }
     if groups.is_empty() && out.is_empty() {
@@ -123,6 +125,7 @@ pub(crate) fn sweep(
                 source: label,
                 count: 0,
                 reason: "labels say an accelerator is here but the node advertises no accelerator resource kaccel reads (device plugin not running, or an unknown resource); not counted as CPU-only".to_string(),
+                unlabelled_model_of: None,
             });
         }
     }

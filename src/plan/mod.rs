@@ -280,6 +280,11 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
         device_classes::build(&resolved.flavors, &flavor_names, &nodes, &class_by_name);
     // 9. Status: class conditions, and invalid budgets' conditions.
     status::classes(&mut class_reports, &class_order, &flavor_reports);
+    status::unlabelled_models_condition(
+        &mut class_reports,
+        &class_by_name,
+        &status::unlabelled_models(input.inventory),
+    );
     status::device_class_problems(&mut class_reports, &device_classes.problems);
     kueue_counting::conditions(
         &mut class_reports,

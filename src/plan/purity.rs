@@ -38,10 +38,23 @@ pub struct ImpureFlavor {
     pub node_labels: BTreeMap<String, String>,
     /// Nodes the labels select that carry no device of the variant (sorted, all).
     pub foreign_nodes: Vec<String>,
+    /// No label pins the flavor's devices (no model label, none of the vendor's
+    /// presence labels): its nodeLabels would select any node at all.
+    pub unpinned: bool,
 }
 
 impl ImpureFlavor {
     pub fn message(&self) -> String {
+        if self.unpinned {
+            return format!(
+                "flavor {} ({} {} on {}) not created: no node label names the model of its devices and none of the vendor's presence labels is on their nodes, so its nodeLabels would pin nothing (Kueue could place its pods' cpu and memory on any node, and another unlabelled model would share the flavor); run the vendor's labeller, or label the nodes {}=<model>",
+                self.flavor,
+                self.variant.vendor,
+                self.variant.model,
+                self.variant.resource_name,
+                crate::inventory::MODEL_LABEL,
+            );
+        }
         let shown = crate::k8s::names::first_few(
             self.foreign_nodes.iter().map(String::as_str),
             NAMED_NODES,
@@ -228,14 +241,19 @@ pub(super) fn refuse_impure(
             continue;
         };
         let node_labels = key.node_labels();
+        let dra_only = crate::inventory::is_dra_device_class(&variant.resource_name);
         // A DRA claim can only be given a device its DeviceClass selects, so a DRA-only
         // flavor is checked against the nodes that publish devices of its class.
-        let foreign_nodes = if crate::inventory::is_dra_device_class(&variant.resource_name) {
+        let foreign_nodes = if dra_only {
             foreign_nodes_of_class(&index, variant, &node_labels)
         } else {
             foreign_nodes(&index, variant, &node_labels)
         };
-        if foreign_nodes.is_empty() {
+        // A device-plugin flavor pins at least its vendor's presence label: one
+        // pinned by nothing (or by a class's selector alone) selects nodes that
+        // join the fleet later, a CPU node included, whatever this fleet holds.
+        let unpinned = !dra_only && key.pins.is_empty();
+        if foreign_nodes.is_empty() && !unpinned {
             continue;
         }
         let impure = ImpureFlavor {
@@ -243,6 +261,7 @@ pub(super) fn refuse_impure(
             variant: variant.clone(),
             node_labels,
             foreign_nodes,
+            unpinned,
         };
         for class in &acc.classes {
             if let Some(report) = class_reports.get_mut(class) {

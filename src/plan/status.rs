@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 use crate::api::{self, DesiredCondition, HealthCounts, ResolvedFlavor};
 
 use super::{BudgetReport, ClassReport, FieldError, FlavorReport};
+use crate::api::AcceleratorClass;
+use crate::inventory::{Inventory, Vendor};
 
 /// Completes every class report: an invalid class gets `Ready=False` and its
 /// field errors; a valid one its flavors in preference order, device counts and
@@ -74,6 +76,70 @@ pub(super) fn device_class_problems(
                 messages.join("; "),
             ));
         }
+    }
+}
+
+/// Devices a vendor adapter knew but could not name the model of, per (vendor,
+/// resource): how many, on which nodes. The inventory offers them to no class
+/// (an unknown model could be a partition or a time-shared card; a flavor for them
+/// would pin only the vendor's presence label, pooling every unlabelled model).
+pub(super) type UnlabelledModels = BTreeMap<(Vendor, String), (u64, Vec<String>)>;
+
+pub(super) fn unlabelled_models(inventory: &Inventory) -> UnlabelledModels {
+    let mut out = UnlabelledModels::new();
+    for (node, u) in inventory.unclassified() {
+        if let Some(vendor) = u.unlabelled_model_of {
+            let entry = out.entry((vendor, u.source.clone())).or_default();
+            entry.0 += u64::from(u.count);
+            entry.1.push(node.name.clone());
+        }
+    }
+    out
+}
+
+/// `UnlabelledModels` on every valid class: True, naming them, while devices of a
+/// vendor the class selects (or any, for a class naming no vendor) are left out of
+/// every flavor because no node label names their model.
+pub(super) fn unlabelled_models_condition(
+    class_reports: &mut BTreeMap<String, ClassReport>,
+    classes: &BTreeMap<String, &AcceleratorClass>,
+    unlabelled: &UnlabelledModels,
+) {
+    for (name, report) in class_reports.iter_mut() {
+        let Some(class) = classes.get(name).filter(|_| report.valid) else {
+            continue;
+        };
+        let vendors = &class.spec.selector.vendors;
+        let missed: Vec<String> = unlabelled
+            .iter()
+            .filter(|((vendor, _), _)| vendors.is_empty() || vendors.contains(vendor))
+            .map(|((_, resource), (count, nodes))| {
+                format!(
+                    "{count} {resource} on {} node(s) ({})",
+                    nodes.len(),
+                    crate::k8s::names::first_few(nodes.iter().map(String::as_str), 5)
+                )
+            })
+            .collect();
+        report.conditions.push(if missed.is_empty() {
+            DesiredCondition::new(
+                api::UNLABELLED_MODELS,
+                false,
+                "ModelsLabelled",
+                "a node label names the model of every device this class could pool",
+            )
+        } else {
+            DesiredCondition::new(
+                api::UNLABELLED_MODELS,
+                true,
+                "NoModelLabel",
+                format!(
+                    "no node label names the model of {}: they are in no flavor (a flavor pinned by the vendor's presence label alone would pool every unlabelled model, partitions and time-shared cards included); run the vendor's labeller, or label the nodes {}=<model>",
+                    missed.join(", "),
+                    crate::inventory::MODEL_LABEL
+                ),
+            )
+        });
     }
 }
 

@@ -26,6 +26,7 @@ mod examples;
 mod invariants;
 mod purity_nvidia_amd;
 mod purity_other_vendors;
+mod unlabelled_models;
 
 /// Plan a fleet of Nodes and DRA ResourceSlices, merged as the controller does.
 pub(super) fn run_with_slices(
@@ -316,7 +317,8 @@ fn variant_of(report: &FlavorReport) -> Option<DeviceVariant> {
 
 /// Purity and invariant 1 per variant, recounted from the inventory:
 /// - every node a device flavor's nodeLabels select carries that flavor's kind of
-///   device (vendor, model, sharing, partition; the resource name may differ);
+///   device (vendor, model, sharing, partition; the resource name may differ), and a
+///   device-plugin flavor's nodeLabels are never empty;
 /// - the flavor's quota is at most the usable devices of exactly that variant on the
 ///   schedulable nodes it selects, and the quota of all flavors of one variant
 ///   together at most the usable devices of that variant in the fleet;
@@ -342,6 +344,12 @@ fn assert_pure_and_within_variant_capacity(
         // the nodes that publish such devices are the ones it must not mislead.
         let class = crate::inventory::is_dra_device_class(&variant.resource_name)
             .then_some(variant.resource_name.as_str());
+        // A device-plugin flavor pins at least its vendor's presence label: with
+        // none, it would select any node that joins later.
+        assert!(
+            class.is_some() || !flavor.spec.node_labels.is_empty(),
+            "flavor {name} ({variant:?}) pins no node label"
+        );
         let in_scope = |g: &DeviceGroup| {
             class.is_none_or(|c| crate::inventory::dra_device_class_of(g) == Some(c))
         };
@@ -391,7 +399,7 @@ fn assert_pure_and_within_variant_capacity(
         );
     }
     for impure in &plan.impure_flavors {
-        assert!(!impure.foreign_nodes.is_empty());
+        assert!(impure.unpinned || !impure.foreign_nodes.is_empty());
         assert!(
             !plan
                 .resource_flavors

@@ -1023,6 +1023,131 @@ async fn driver_rollout_flow(client: &Client, cleanup: &mut Cleanup) -> Result<(
     result
 }
 
+// ---------------------------------------------------------------------------
+// Cards no label names the model of: in no flavor, and the class says so.
+
+/// An 8-card Gaudi node before gaudi-feature-discovery ran: only NFD's PCI label for
+/// Habana's vendor id, as the Gaudi operators configure NFD (`pci-1da3.present`).
+fn unlabelled_gaudi_node(name: &str) -> Node {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": {
+            "kubernetes.io/hostname": name,
+            "feature.node.kubernetes.io/pci-1da3.present": "true",
+        }},
+        "status": {
+            "capacity": {"cpu": "96", "memory": "1Ti", "pods": "110", "habana.ai/gaudi": "8"},
+            "allocatable": {"cpu": "96", "memory": "1Ti", "pods": "110", "habana.ai/gaudi": "8"},
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                            "lastHeartbeatTime": "2026-12-01T00:00:00Z", "lastTransitionTime": "2026-12-01T00:00:00Z"}],
+        },
+    }))
+    .expect("a Node")
+}
+
+#[tokio::test]
+async fn cards_no_label_names_the_model_of_are_in_no_flavor_and_the_class_says_so() {
+    let _serial = support::serial().await;
+    let client = support::client().await;
+    let mut cleanup = Cleanup::default();
+    let result = unlabelled_models_flow(&client, &mut cleanup).await;
+    cleanup.run(&client).await;
+    result.unwrap();
+}
+
+async fn unlabelled_models_flow(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
+    let id = support::unique("unl");
+    let nodes: Api<Node> = Api::all(client.clone());
+    let names = [format!("unl-a-{id}"), format!("unl-b-{id}")];
+    for name in &names {
+        nodes
+            .create(&PostParams::default(), &unlabelled_gaudi_node(name))
+            .await?;
+        cleanup.add(None, ApiResource::erase::<Node>(&()), name);
+    }
+    let class_name = format!("unl-{id}");
+    let class: AcceleratorClass = serde_json::from_value(json!({
+        "apiVersion": "kaccel.io/v1alpha1", "kind": "AcceleratorClass",
+        "metadata": {"name": class_name},
+        "spec": {"sharing": "Whole", "selector": {"vendors": ["intel"], "models": ["Gaudi2"]},
+                 "credits": {"perDeviceHour": "1"}},
+    }))?;
+    let Planned { root, .. } = class_with_queues(client, cleanup, &id, &class, 8).await?;
+    let controller = Controller::start(
+        &format!("ctl-{id}"),
+        free_port(),
+        &format!(
+            "rootCohort: {root}\ndebounceMs: 100\nmaxDelayMs: 500\nleaderElection:\n  enabled: false\n"
+        ),
+    );
+    let classes: Api<AcceleratorClass> = Api::all(client.clone());
+    let flavors: Api<DynamicObject> = Api::all_with(client.clone(), &kueue("ResourceFlavor"));
+    let result = async {
+        let (_, reason, message) = wait_for("UnlabelledModels=True naming both nodes", WAIT, || async {
+            Ok(class_condition(&classes, &class_name, "UnlabelledModels")
+                .await?
+                .filter(|(status, _, m)| status == "True" && names.iter().all(|n| m.contains(n.as_str()))))
+        })
+        .await?;
+        ensure!(reason == "NoModelLabel", "reason {reason}: {message}");
+        ensure!(
+            message.contains("16 habana.ai/gaudi on 2 node(s)") && message.contains("kaccel.io/accelerator.model"),
+            "{message}"
+        );
+        // No flavor kaccel wrote selects them: none pins nothing, none pins only
+        // the PCI presence label.
+        let node_labels = nodes.get(&names[0]).await?.labels().clone();
+        for rf in flavors
+            .list(&ListParams::default().labels("app.kubernetes.io/managed-by=kaccel"))
+            .await?
+        {
+            let pins: serde_json::Map<String, Value> = rf.data["spec"]["nodeLabels"]
+                .as_object()
+                .cloned()
+                .unwrap_or_default();
+            ensure!(!pins.is_empty(), "flavor {} pins no node label", rf.name_any());
+            ensure!(
+                !pins.iter().all(|(k, v)| node_labels.get(k).map(String::as_str) == v.as_str()),
+                "flavor {} ({pins:?}) selects an unlabelled Gaudi node",
+                rf.name_any()
+            );
+        }
+        // gaudi-feature-discovery runs: the cards are Gaudi2, in a flavor pinned by
+        // the device type, and the condition clears.
+        for name in &names {
+            let patch = json!({"metadata": {"labels": {"habana.ai/device.type": "GAUDI2"}}});
+            nodes.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+        }
+        wait_for("UnlabelledModels=False", WAIT, || async {
+            Ok(class_condition(&classes, &class_name, "UnlabelledModels")
+                .await?
+                .filter(|(status, _, _)| status == "False"))
+        })
+        .await?;
+        let status = classes.get(&class_name).await?.status.context("a status")?;
+        let flavor = status
+            .flavors
+            .first()
+            .context("the class resolved a flavor for the labelled cards")?
+            .name
+            .clone();
+        cleanup.add(None, kueue("ResourceFlavor"), &flavor);
+        let rf = wait_obj(&flavors, &flavor, "written", |_| true).await?;
+        ensure!(
+            rf["spec"]["nodeLabels"]["habana.ai/device.type"] == "GAUDI2",
+            "{flavor} is not pinned by the device type: {}",
+            rf["spec"]["nodeLabels"]
+        );
+        eprintln!("MEASURE unlabelled Gaudi cards: in no flavor, class condition {message:?}; labelled: flavor {flavor} pins {}", rf["spec"]["nodeLabels"]);
+        Ok(())
+    }
+    .await;
+    if result.is_err() {
+        eprintln!("kaccel log:\n{}", controller.log_tail());
+    }
+    result
+}
+
 /// dcgm-exporter's answer for `node`'s GPUs, each with the VBIOS version it
 /// reports (`DCGM_FI_DEV_VBIOS_VERSION`, a label field in dcgm-exporter's CSV).
 fn dcgm_with_vbios(node: &str, vbios: &[&str]) -> String {
