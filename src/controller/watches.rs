@@ -160,11 +160,7 @@ impl OwnWrites {
     /// Whether `object` as the watch shows it is the last write kaccel made of it
     /// (then forgotten: the next event of it is someone else's).
     fn is_echo(&self, kind: Kind, object: &DynamicObject) -> bool {
-        let target = ObjectRef {
-            kind,
-            namespace: object.metadata.namespace.clone(),
-            name: object.name_any(),
-        };
+        let target = Self::target(kind, object);
         let mut written = self.0.lock().expect("own writes lock");
         match (
             written.get(&target),
@@ -176,6 +172,26 @@ impl OwnWrites {
             }
             _ => false,
         }
+    }
+
+    /// The object is gone: a version recorded for it (an echo that arrived before
+    /// its write's answer) would otherwise stay for as long as kaccel runs.
+    fn forget(&self, kind: Kind, object: &DynamicObject) {
+        let target = Self::target(kind, object);
+        self.0.lock().expect("own writes lock").remove(&target);
+    }
+
+    fn target(kind: Kind, object: &DynamicObject) -> ObjectRef {
+        ObjectRef {
+            kind,
+            namespace: object.metadata.namespace.clone(),
+            name: object.name_any(),
+        }
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.0.lock().expect("own writes lock").len()
     }
 }
 
@@ -498,6 +514,10 @@ fn managed_object_wakes(
     let moved = seen.wakes(event, spec_and_metadata);
     match event {
         watcher::Event::Apply(object) => moved && !own_writes.is_echo(kind, object),
+        watcher::Event::Delete(object) => {
+            own_writes.forget(kind, object);
+            moved
+        }
         _ => moved,
     }
 }
@@ -662,6 +682,15 @@ mod tests {
         own.record(&target(), Some("11"));
         // Someone else's write after it is not mistaken for the echo.
         assert!(wakes(&mut seen, cluster_queue(3, "12")));
+        // The stale record goes with the object.
+        assert_eq!(own.len(), 1);
+        assert!(managed_object_wakes(
+            &mut seen,
+            &own,
+            Kind::ClusterQueue,
+            &watcher::Event::Delete(cluster_queue(3, "13"))
+        ));
+        assert_eq!(own.len(), 0);
         // Another kind of the same name is another object.
         own.record(&target(), Some("20"));
         assert!(managed_object_wakes(
