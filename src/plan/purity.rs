@@ -38,8 +38,8 @@ pub struct ImpureFlavor {
     pub node_labels: BTreeMap<String, String>,
     /// Nodes the labels select that carry no device of the variant (sorted, all).
     pub foreign_nodes: Vec<String>,
-    /// No label pins the flavor's devices (no model label, none of the vendor's
-    /// presence labels): its nodeLabels would select any node at all.
+    /// The vendor adapter pinned no node label for the variant (a class's own
+    /// selector does not count): its nodeLabels would select any node that joins.
     pub unpinned: bool,
 }
 
@@ -47,7 +47,7 @@ impl ImpureFlavor {
     pub fn message(&self) -> String {
         if self.unpinned {
             return format!(
-                "flavor {} ({} {} on {}) not created: no node label names the model of its devices and none of the vendor's presence labels is on their nodes, so its nodeLabels would pin nothing (Kueue could place its pods' cpu and memory on any node, and another unlabelled model would share the flavor); run the vendor's labeller, or label the nodes {}=<model>",
+                "flavor {} ({} {} on {}) not created: no vendor label pins its devices, so its nodeLabels would pin nothing (Kueue could place its pods' cpu and memory on any node, a CPU node that joins later included, and another model without labels would share the flavor); run the vendor's labeller, or label the nodes {}=<model>",
                 self.flavor,
                 self.variant.vendor,
                 self.variant.model,

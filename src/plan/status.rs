@@ -1,4 +1,5 @@
-//! Stage 9, status: the Ready, Degraded, HealthUnknown and Invalid conditions of reports.
+//! Stage 9, status: the Ready, Degraded, HealthUnknown, UnlabelledModels and Invalid
+//! conditions of reports.
 
 use std::collections::BTreeMap;
 
