@@ -439,12 +439,16 @@ async fn bench(client: &Client) -> Result<()> {
     let mut health_ms = Vec::new();
     for ((node, model), exporter) in watched.iter().zip(&exporters).take(changes) {
         exporter.set(Answer::Metrics(dcgm_of(node, model, 8, &[0])));
-        let at = cohort.next_change(&format!("{node}'s GPU failed")).await?;
-        let polled = exporter
-            .first_served
-            .lock()
-            .unwrap()
-            .context("the change was never served")?;
+        // A Cohort change seen before the exporter served the failure is not
+        // this failure's (the previous one's cordon landing after the settle
+        // below, on a small fleet): wait on for the one after it.
+        let (at, polled) = loop {
+            let at = cohort.next_change(&format!("{node}'s GPU failed")).await?;
+            let served = *exporter.first_served.lock().unwrap();
+            if let Some(polled) = served.filter(|polled| at >= *polled) {
+                break (at, polled);
+            }
+        };
         health_ms.push((at - polled).as_secs_f64() * 1000.0);
         // The failed GPU's node may be cordoned or tainted next (a second quota
         // change for the same failure): let it land before the next change.
