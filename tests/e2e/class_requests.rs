@@ -40,17 +40,12 @@ fn node(name: &str, vendor: &str, product: &str) -> Node {
             "amd.com/gpu",
         ),
     };
-    serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": name, "labels": labels},
-        "status": {
-            "capacity": {"cpu": "192", "memory": "2Ti", "pods": "110", resource: "8"},
-            "allocatable": {"cpu": "192", "memory": "2Ti", "pods": "110", resource: "8"},
-            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                            "lastHeartbeatTime": now, "lastTransitionTime": now}]
-        }
-    }))
-    .expect("a Node")
+    support::ready_node(
+        name,
+        labels,
+        json!({"cpu": "192", "memory": "2Ti", "pods": "110", resource: "8"}),
+        &now,
+    )
 }
 
 /// One pod asking for `units` of each of `resources` (requests = limits).

@@ -899,9 +899,9 @@ async fn name_taken(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
 /// driver version `driver` (`nvidia.com/cuda.driver-version.*`).
 fn gfd_node(name: &str, product: &str, driver: &str) -> Node {
     let major = driver.split('.').next().unwrap_or_default();
-    serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": name, "labels": {
+    support::ready_node(
+        name,
+        json!({
             "kubernetes.io/hostname": name,
             "nvidia.com/gpu.present": "true",
             "nvidia.com/gpu.product": product,
@@ -911,15 +911,10 @@ fn gfd_node(name: &str, product: &str, driver: &str) -> Node {
             "nvidia.com/gpu.family": "hopper",
             "nvidia.com/cuda.driver-version.full": driver,
             "nvidia.com/cuda.driver-version.major": major,
-        }},
-        "status": {
-            "capacity": {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": "8"},
-            "allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": "8"},
-            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                            "lastHeartbeatTime": "2026-12-01T00:00:00Z", "lastTransitionTime": "2026-12-01T00:00:00Z"}],
-        },
-    }))
-    .expect("a Node")
+        }),
+        json!({"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": "8"}),
+        "2026-12-01T00:00:00Z",
+    )
 }
 
 #[tokio::test]
@@ -1029,20 +1024,15 @@ async fn driver_rollout_flow(client: &Client, cleanup: &mut Cleanup) -> Result<(
 /// An 8-card Gaudi node before gaudi-feature-discovery ran: only NFD's PCI label for
 /// Habana's vendor id, as the Gaudi operators configure NFD (`pci-1da3.present`).
 fn unlabelled_gaudi_node(name: &str) -> Node {
-    serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": name, "labels": {
+    support::ready_node(
+        name,
+        json!({
             "kubernetes.io/hostname": name,
             "feature.node.kubernetes.io/pci-1da3.present": "true",
-        }},
-        "status": {
-            "capacity": {"cpu": "96", "memory": "1Ti", "pods": "110", "habana.ai/gaudi": "8"},
-            "allocatable": {"cpu": "96", "memory": "1Ti", "pods": "110", "habana.ai/gaudi": "8"},
-            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                            "lastHeartbeatTime": "2026-12-01T00:00:00Z", "lastTransitionTime": "2026-12-01T00:00:00Z"}],
-        },
-    }))
-    .expect("a Node")
+        }),
+        json!({"cpu": "96", "memory": "1Ti", "pods": "110", "habana.ai/gaudi": "8"}),
+        "2026-12-01T00:00:00Z",
+    )
 }
 
 #[tokio::test]

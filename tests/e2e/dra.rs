@@ -27,20 +27,15 @@ fn device_classes(client: &Client) -> Api<DynamicObject> {
 /// A Node published only through DRA (no device plugin): labelled with its
 /// model, as the vendor's labeller or the platform team does.
 fn dra_node(name: &str, model: &str) -> Node {
-    serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": name, "labels": {
+    support::ready_node(
+        name,
+        json!({
             "kubernetes.io/hostname": name,
             "kaccel.io/accelerator.model": model,
-        }},
-        "status": {
-            "capacity": {"cpu": "64", "memory": "512Gi", "pods": "110"},
-            "allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110"},
-            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                            "lastHeartbeatTime": "2026-12-01T00:00:00Z", "lastTransitionTime": "2026-12-01T00:00:00Z"}],
-        },
-    }))
-    .expect("a Node")
+        }),
+        json!({"cpu": "64", "memory": "512Gi", "pods": "110"}),
+        "2026-12-01T00:00:00Z",
+    )
 }
 
 /// A DRA-only Node labelled with `model` and the ResourceSlice its driver

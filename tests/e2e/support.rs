@@ -323,6 +323,26 @@ pub async fn event_note(
     .await
 }
 
+/// A Ready Node as a kubelet reports it, with `labels` and `capacity` (also its
+/// allocatable); the Ready condition's times are `heartbeat`.
+pub fn ready_node(
+    name: &str,
+    labels: Value,
+    capacity: Value,
+    heartbeat: &str,
+) -> k8s_openapi::api::core::v1::Node {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": labels},
+        "status": {
+            "capacity": capacity, "allocatable": capacity,
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                            "lastHeartbeatTime": heartbeat, "lastTransitionTime": heartbeat}],
+        },
+    }))
+    .expect("a Node")
+}
+
 /// Percentile (nearest rank) of sorted figures; panics on none.
 pub fn percentile<T: Copy>(sorted: &[T], p: f64) -> T {
     let rank = ((p / 100.0) * sorted.len() as f64).ceil().max(1.0) as usize;
