@@ -16,10 +16,17 @@ set -euo pipefail
 E2E_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source-path=SCRIPTDIR source=versions.env
 source "$E2E_DIR/versions.env"
+# One run against another Kueue release (e2e/kueue-versions.sh): it builds into
+# its own bin-<hash>/ folder, since the hash covers the effective version.
+KUEUE_VERSION="${KACCEL_E2E_KUEUE_VERSION:-$KUEUE_VERSION}"
 
 RECIPE=5 # bump when the build steps below change in a way that matters
 CACHE="${KACCEL_E2E_CACHE:-$HOME/.cache/kaccel-e2e}"
-HASH="$( { grep -E '^(KUBERNETES|ETCD|KUEUE)_' "$E2E_DIR/versions.env"; echo "recipe=$RECIPE"; } | sha256sum | cut -c1-12)"
+HASH="$( {
+  grep -E '^(KUBERNETES|ETCD)_' "$E2E_DIR/versions.env"
+  echo "KUEUE_VERSION=$KUEUE_VERSION"
+  echo "recipe=$RECIPE"
+} | sha256sum | cut -c1-12)"
 OUT="$CACHE/bin-$HASH"
 WORK="$CACHE/work-$HASH"
 
@@ -139,7 +146,7 @@ build_k8s_go() {
 build_kueue() {
   local d="$WORK/kueue" src
   mkdir -p "$d"
-  # sigs.k8s.io/kueue v0.17.0 has no replace directives, so go install works.
+  # sigs.k8s.io/kueue (v0.16 and v0.17) has no replace directives, so go install works.
   timed kueue env GOBIN="$d" go install -ldflags="$LDS -X sigs.k8s.io/kueue/pkg/version.GitVersion=${KUEUE_VERSION}" \
     "sigs.k8s.io/kueue/cmd/kueue@${KUEUE_VERSION}"
   mv "$d/kueue" "$OUT/kueue"

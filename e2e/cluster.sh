@@ -29,6 +29,7 @@ E2E_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_DIR="$(dirname "$E2E_DIR")"
 # shellcheck source-path=SCRIPTDIR source=versions.env
 source "$E2E_DIR/versions.env"
+KUEUE_VERSION="${KACCEL_E2E_KUEUE_VERSION:-$KUEUE_VERSION}"
 
 CACHE="${KACCEL_E2E_CACHE:-$HOME/.cache/kaccel-e2e}"
 RUN="${KACCEL_E2E_RUN:-$CACHE/run}"

@@ -8,7 +8,8 @@
 # Environment:
 #   CARGO_TARGET_DIR        default ~/.cache/kaccel-target (shared, warm builds)
 #   KACCEL_E2E_KUBECONFIG   run the e2e suite against this cluster instead of
-#                           starting one (it must have Kueue v0.17+ installed)
+#                           starting one (it must have Kueue v0.16+ installed;
+#                           the second pass on the oldest supported Kueue is skipped)
 #   KACCEL_E2E_RUN          run folder (default: a fresh one per run under
 #                           ~/.cache/kaccel-e2e/runs/); logs stay there
 #   KACCEL_E2E_TEST_THREADS e2e test threads (default 1: tests share cluster-scoped Nodes)
@@ -90,5 +91,15 @@ fi
 
 step "cargo test --features e2e --test e2e"
 cargo test --features e2e --test e2e -- --test-threads="${KACCEL_E2E_TEST_THREADS:-1}"
+
+if [[ -z "${KACCEL_E2E_KUBECONFIG:-}" ]]; then
+  # The suite above ran on the newest supported Kueue; the oldest gets the fast
+  # form of the smoke and ledger flows, on a cluster of its own (same ports).
+  # shellcheck source-path=SCRIPTDIR source=versions.env
+  oldest="$(source "$E2E_DIR/versions.env" && echo "${KUEUE_SUPPORTED_VERSIONS##* }")"
+  step "the smoke and ledger flows on Kueue $oldest (e2e/kueue-versions.sh --fast)"
+  "$E2E_DIR/cluster.sh" down
+  "$E2E_DIR/kueue-versions.sh" --fast "$oldest"
+fi
 
 step "all tests passed in $(($(date +%s) - T0))s"

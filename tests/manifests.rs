@@ -94,6 +94,10 @@ fn cluster_role_is_exactly_what_the_controller_calls() {
         .map(|k| format!("{}s", k.as_str().to_lowercase()))
         .collect();
     let kueue: Vec<&str> = kueue.iter().map(String::as_str).collect();
+    let kueue_crds: Vec<&str> = kaccel::kueue::compat::REQUIRED_FIELDS
+        .iter()
+        .map(|(crd, _)| *crd)
+        .collect();
     assert_eq!(
         rules(&role),
         vec![
@@ -192,6 +196,13 @@ fn cluster_role_is_exactly_what_the_controller_calls() {
                 &["mutatingwebhookconfigurations"],
                 &[config.webhook.configuration_name.as_str()],
                 &["get", "patch"]
+            ),
+            // The start-up check of Kueue's schema: the CRDs it reads, by name.
+            rule(
+                &["apiextensions.k8s.io"],
+                &["customresourcedefinitions"],
+                &kueue_crds,
+                &["get"]
             ),
         ],
         "manifests/clusterrole.yaml changed, or the controller's Kueue kinds did: review both"

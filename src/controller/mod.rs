@@ -19,6 +19,7 @@ mod events;
 mod health_poller;
 mod holders;
 mod http;
+mod kueue_check;
 mod metrics;
 mod name_conflicts;
 mod node_actions;
@@ -59,6 +60,8 @@ pub enum Error {
     },
     #[error("pod webhook: {0}")]
     Webhook(String),
+    #[error("the installed Kueue lacks what kaccel needs: {0}")]
+    KueueIncompatible(String),
     #[error(
         "{target} already exists and is not kaccel's ({holder}): kaccel will not change an object it did not create; rename or delete it"
     )]
@@ -74,6 +77,7 @@ impl Error {
             Error::Http { .. } => "http",
             Error::Unmanaged { .. } => "unmanaged_conflict",
             Error::Webhook(_) => "webhook",
+            Error::KueueIncompatible(_) => "kueue_incompatible",
         }
     }
 }

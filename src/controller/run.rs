@@ -21,6 +21,9 @@ pub async fn run(config: Config) -> Result<(), Error> {
     let client = Client::try_default()
         .await
         .map_err(|e| Error::Connect(e.to_string()))?;
+    // Before anything is watched or written: an older Kueue would silently prune
+    // fields kaccel applies.
+    super::kueue_check::check_kueue(&client).await?;
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
     let ready = Arc::new(AtomicBool::new(false));

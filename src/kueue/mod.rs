@@ -9,6 +9,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::CustomResource;
 use serde::{Deserialize, Serialize};
 
+pub mod compat;
 pub mod config;
 pub mod workload;
 

@@ -59,6 +59,11 @@ impl Controller {
         let _ = self.child.wait();
     }
 
+    /// Its exit status, once it has exited.
+    pub fn try_exit(&mut self) -> std::io::Result<Option<std::process::ExitStatus>> {
+        self.child.try_wait()
+    }
+
     /// Whether the process is still alive (it has not exited).
     pub fn is_running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))

@@ -3,7 +3,7 @@
 //! Built only with `--features e2e`. `e2e/test.sh` starts a local control plane
 //! (see `e2e/README.md`) and runs `cargo test --features e2e --test e2e` with
 //! `KUBECONFIG` set; pointing `KUBECONFIG` at any cluster with Kueue v0.17+
-//! works too. Without a reachable cluster every test panics: nothing is skipped.
+//! works too (kaccel refuses a Kueue older than v0.16 at start). Without a reachable cluster every test panics: nothing is skipped.
 
 mod class_requests;
 mod controller;
@@ -14,6 +14,7 @@ mod health_sources;
 mod health_trends;
 mod health_vendors;
 mod inventory;
+mod kueue_compat;
 mod kueue_scenarios;
 mod ledger;
 mod ledger_bench;
