@@ -237,8 +237,14 @@ pub struct HealthSource {
     /// Readings older than this make the source's devices Unknown.
     #[serde(default = "default_stale_after")]
     pub stale_after_seconds: i64,
+    /// The whole answer (headers and body) must arrive within this: a hung or
+    /// dribbling exporter is cut here and its devices are Unknown.
     #[serde(default = "default_timeout")]
     pub timeout_seconds: u64,
+    /// Answers longer than this are cut off unread and the source's devices are
+    /// Unknown (default and most: 64 MiB, the parser's own limit).
+    #[serde(default = "default_max_response_bytes")]
+    pub max_response_bytes: usize,
 }
 
 /// Where a source reads from (exactly one, checked by [`Config::load`]).
@@ -313,6 +319,10 @@ fn default_stale_after() -> i64 {
 
 fn default_timeout() -> u64 {
     3
+}
+
+fn default_max_response_bytes() -> usize {
+    crate::health::prom::MAX_BODY_BYTES
 }
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]

@@ -209,6 +209,7 @@ mod tests {
     use super::*;
     use crate::controller::config::{PodsSource, PrometheusSource};
     use crate::health::exporters::ExporterKind;
+    use crate::health::policy::testing;
 
     fn source(name: &str) -> HealthSource {
         HealthSource {
@@ -221,6 +222,129 @@ mod tests {
             interval_seconds: 5,
             stale_after_seconds: 45,
             timeout_seconds: 3,
+            max_response_bytes: crate::health::prom::MAX_BODY_BYTES,
+        }
+    }
+
+    /// How a fake exporter on loopback answers each scrape.
+    #[derive(Clone, Copy, Debug)]
+    enum Exporter {
+        /// A dcgm-exporter body for the 8 GPUs of the watched node, all healthy.
+        Healthy,
+        /// The same body, padded with comments far past the limit.
+        Oversized,
+        /// Headers promising a large body, then one byte every 100 ms.
+        SlowLoris,
+        /// Takes the connection and reads the request, never answers.
+        Silent,
+    }
+
+    async fn serve(mode: Exporter) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/metrics", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut stream, _)) = listener.accept().await else {
+                    return;
+                };
+                tokio::spawn(async move {
+                    let mut request = [0u8; 1024];
+                    let _ = stream.read(&mut request).await;
+                    let mut body: String = (0..8)
+                        .map(|gpu| {
+                            format!("DCGM_FI_DEV_GPU_TEMP{{gpu=\"{gpu}\",UUID=\"GPU-{gpu}\"}} 40\n")
+                        })
+                        .collect();
+                    match mode {
+                        Exporter::Healthy => {}
+                        Exporter::Oversized => body += &"# padding\n".repeat(100_000),
+                        Exporter::SlowLoris => {
+                            let head = "HTTP/1.1 200 OK\r\ncontent-length: 100000\r\n\r\n";
+                            let _ = stream.write_all(head.as_bytes()).await;
+                            for byte in body.bytes().cycle() {
+                                if stream.write_all(&[byte]).await.is_err() {
+                                    return;
+                                }
+                                tokio::time::sleep(Duration::from_millis(100)).await;
+                            }
+                        }
+                        Exporter::Silent => {
+                            tokio::time::sleep(Duration::from_secs(3600)).await;
+                            return;
+                        }
+                    }
+                    let answer = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = stream.write_all(answer.as_bytes()).await;
+                });
+            }
+        });
+        url
+    }
+
+    /// A poller of the watched node's one source (`testing::SOURCE`).
+    fn poller(url: &str, tracker: SharedTracker) -> Poller {
+        let mut registry = prometheus_client::registry::Registry::default();
+        let (wake, _) = tokio::sync::mpsc::unbounded_channel();
+        Poller {
+            scraper: Scraper::default(),
+            tracker,
+            metrics: Metrics::register(&mut registry),
+            wake,
+            policy: Policy::default(),
+            source: HealthSource {
+                url: Some(url.into()),
+                node: Some(testing::NODE.into()),
+                timeout_seconds: 1,
+                max_response_bytes: 64 * 1024,
+                ..source(testing::SOURCE)
+            },
+        }
+    }
+
+    #[tokio::test]
+    async fn a_huge_a_dribbling_or_a_silent_exporter_is_cut_and_its_cards_are_unknown() {
+        for (mode, error) in [
+            (
+                Exporter::Oversized,
+                "answer longer than 65536 bytes (maxResponseBytes): cut off unread",
+            ),
+            (Exporter::SlowLoris, "no answer within 1s"),
+            (Exporter::Silent, "no answer within 1s"),
+        ] {
+            let tracker: SharedTracker = Arc::new(std::sync::Mutex::new(testing::watched()));
+            let healthy = poller(&serve(Exporter::Healthy).await, tracker.clone());
+            healthy
+                .poll_url(healthy.source.url.as_deref().unwrap())
+                .await;
+            let now = now_seconds();
+            let seen = testing::counts(&tracker.lock().unwrap(), testing::fleet(), now);
+            assert_eq!((seen.healthy, seen.unknown), (8, 0), "{mode:?}: first poll");
+
+            let hostile = poller(&serve(mode).await, tracker.clone());
+            // Cut at the limit: the poll ends (the test's own bound is only there
+            // so a regression fails instead of hanging).
+            tokio::time::timeout(
+                Duration::from_secs(30),
+                hostile.poll_url(hostile.source.url.as_deref().unwrap()),
+            )
+            .await
+            .unwrap_or_else(|_| panic!("{mode:?}: the poll never ended"));
+            let t = tracker.lock().unwrap();
+            assert_eq!(
+                t.sources[testing::SOURCE].last_error.as_deref(),
+                Some(error),
+                "{mode:?}"
+            );
+            let seen = testing::counts(&t, testing::fleet(), now_seconds());
+            assert_eq!(
+                (seen.healthy, seen.unknown),
+                (0, 8),
+                "{mode:?}: the cards are Unknown, not still healthy"
+            );
         }
     }
 

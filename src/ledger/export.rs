@@ -110,6 +110,16 @@ pub enum ExportError {
         key: String,
         column: &'static str,
     },
+    #[error(
+        "ledger entry id {id} ({key}): {units} device(s) from {start} to {end} (unix seconds) is more device-hours than 128-bit arithmetic holds; no reservation lasts that long, so the store holds a damaged row: find it with `kaccel ledger verify`"
+    )]
+    Interval {
+        id: i64,
+        key: String,
+        units: u64,
+        start: i64,
+        end: i64,
+    },
     #[error("cannot write the export: {0}")]
     Io(#[from] io::Error),
     #[error(transparent)]
@@ -183,6 +193,21 @@ impl<W: Write> Exporter<W> {
 
 /// Streams the matching entries into `out` in `format`; returns the rows written.
 /// (`kaccel ledger export`, src/cli/ledger.rs, maps its `--format` onto this.)
+/// The device-hours of an entry's interval, in micro-device-hours, or the error
+/// naming the entry whose interval no arithmetic holds.
+fn entry_micro_device_hours(s: &StoredEntry) -> Result<i128, ExportError> {
+    let e = &s.entry;
+    numbers::micro_device_hours(e.device_units, e.start, e.end).ok_or_else(|| {
+        ExportError::Interval {
+            id: s.id,
+            key: e.key.clone(),
+            units: e.device_units,
+            start: e.start,
+            end: e.end,
+        }
+    })
+}
+
 pub async fn export_entries<S: LedgerStore, W: Write>(
     store: &S,
     filter: &EntryFilter,

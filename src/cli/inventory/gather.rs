@@ -48,7 +48,11 @@ impl InventoryReport {
 pub async fn fetch_device_health(address: &str) -> Result<DeviceHealth, InventoryError> {
     let url = format!("{}/devices", address.trim_end_matches('/'));
     let (status, body) = crate::health::scrape::Scraper::default()
-        .get(&url, std::time::Duration::from_secs(5))
+        .get(
+            &url,
+            std::time::Duration::from_secs(5),
+            crate::health::prom::MAX_BODY_BYTES,
+        )
         .await
         .map_err(|e| InventoryError::Health(format!("{url}: {e}")))?;
     if status != 200 {

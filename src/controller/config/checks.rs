@@ -110,6 +110,12 @@ fn validate_source(source: &HealthSource) -> Result<(), (&'static str, String)> 
             "intervalSeconds and timeoutSeconds must be at least 1",
         );
     }
+    if !(1024..=crate::health::prom::MAX_BODY_BYTES).contains(&source.max_response_bytes) {
+        return err(
+            "health.sources[].maxResponseBytes",
+            "must be 1024..67108864 (64 MiB); an exporter of 8 GPUs answers about 100 KiB",
+        );
+    }
     if source.stale_after_seconds < source.interval_seconds as i64 {
         return err(
             "health.sources[].staleAfterSeconds",
@@ -482,6 +488,16 @@ mod tests {
                 "    - {name: a, kind: dcgm-exporter, url: \"http://x:1/metrics\", intervalSeconds: 60, staleAfterSeconds: 30}\n",
                 "health.sources[].staleAfterSeconds",
                 "at least intervalSeconds",
+            ),
+            (
+                "    - {name: a, kind: dcgm-exporter, url: \"http://x:1/metrics\", maxResponseBytes: 100}\n",
+                "health.sources[].maxResponseBytes",
+                "1024..67108864",
+            ),
+            (
+                "    - {name: a, kind: dcgm-exporter, url: \"http://x:1/metrics\", maxResponseBytes: 67108865}\n",
+                "health.sources[].maxResponseBytes",
+                "1024..67108864",
             ),
         ];
         for (i, (items, field, message)) in cases.iter().enumerate() {

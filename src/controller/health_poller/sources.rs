@@ -22,6 +22,7 @@ impl Poller {
             url,
             source.node.as_deref(),
             self.timeout(),
+            source.max_response_bytes,
         )
         .await;
         let now = now_seconds();
@@ -171,6 +172,7 @@ impl Poller {
                         url,
                         Some(&ep.node),
                         self.timeout(),
+                        source.max_response_bytes,
                     )
                     .await
                 }
@@ -229,9 +231,10 @@ async fn scrape_exporter(
     url: &str,
     node: Option<&str>,
     timeout: Duration,
+    max_bytes: usize,
 ) -> Result<Vec<DeviceReading>, String> {
     let body = scraper
-        .fetch(url, timeout)
+        .fetch(url, timeout, max_bytes)
         .await
         .map_err(|e| e.to_string())?;
     let samples = prom::parse(&body).map_err(|e| format!("unparseable: {e}"))?;
@@ -258,7 +261,7 @@ async fn query_prometheus(
     let q = promql::query(source.kind, &p.selector, source.stale_after_seconds)?;
     let url = promql::query_url(&p.url, &q);
     let (status, body) = scraper
-        .get(&url, timeout)
+        .get(&url, timeout, source.max_response_bytes)
         .await
         .map_err(|e| e.to_string())?;
     let parsed = promql::parse(&body);

@@ -160,9 +160,21 @@ fn parse_value(s: &str) -> Option<f64> {
     }
 }
 
+/// At most `max` characters of text the server sent, for a message: control
+/// characters (a line break, a terminal escape) are shown escaped, so the text
+/// cannot forge log lines or condition messages.
 fn truncate(s: &str, max: usize) -> String {
-    match s.char_indices().nth(max) {
-        Some((i, _)) => format!("{}...", &s[..i]),
-        None => s.to_string(),
+    let mut out = String::new();
+    for (n, c) in s.chars().enumerate() {
+        if n == max {
+            out.push_str("...");
+            break;
+        }
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
     }
+    out
 }

@@ -11,8 +11,8 @@
 use std::borrow::Cow;
 use std::io::{self, Write};
 
-use super::numbers::{decimal, micro_device_hours};
-use super::{Exporter, rfc3339};
+use super::numbers::decimal;
+use super::{ExportError, Exporter, entry_micro_device_hours, rfc3339};
 use crate::ledger::entry::{Balances, format_micros};
 use crate::ledger::store::StoredEntry;
 
@@ -74,8 +74,9 @@ pub const CSV_HEADER: [&str; 26] = [
 ];
 
 impl<W: Write> Exporter<W> {
-    pub(super) fn csv(&mut self, s: &StoredEntry) -> io::Result<()> {
+    pub(super) fn csv(&mut self, s: &StoredEntry) -> Result<(), ExportError> {
         let e = &s.entry;
+        let device_hours = entry_micro_device_hours(s)?;
         // The entry's signed effect on its budget, by the one rule balances use.
         let mut delta = Balances::default();
         delta.apply(e.kind, e.credits);
@@ -104,10 +105,7 @@ impl<W: Write> Exporter<W> {
                 text(&e.rate_card),
                 text(&e.reason),
                 Cow::Owned(rfc3339(e.created_at)),
-                Cow::Owned(decimal(
-                    micro_device_hours(e.device_units, e.start, e.end),
-                    6,
-                )),
+                Cow::Owned(decimal(device_hours, 6)),
                 Cow::Owned(format_micros(i128::from(e.rate))),
                 Cow::Owned(format_micros(delta.granted)),
                 Cow::Owned(format_micros(delta.reserved)),

@@ -55,7 +55,7 @@ use jiff::Timestamp;
 use jiff::tz::TimeZone;
 
 use super::csv::record;
-use super::numbers::{Fixed, device_seconds, micro_device_hours};
+use super::numbers::{Fixed, device_seconds};
 use super::{ExportError, Exporter, rfc3339};
 use crate::ledger::entry::{EntryKind, format_micros};
 use crate::ledger::store::StoredEntry;
@@ -180,9 +180,9 @@ impl<W: Write> Exporter<W> {
     /// The pricing of a usage row: the recorded rate per device-hour, or, for a
     /// row written before rates were recorded that was charged something, the
     /// credits themselves (see the module documentation).
-    fn usage_price(s: &StoredEntry) -> UsagePrice {
+    fn usage_price(s: &StoredEntry) -> Result<UsagePrice, ExportError> {
         let e = &s.entry;
-        if e.rate == 0 && e.credits > 0 {
+        Ok(if e.rate == 0 && e.credits > 0 {
             UsagePrice {
                 unit_credits: Fixed::micros(1_000_000),
                 quantity: Fixed::micros(e.credits),
@@ -191,10 +191,10 @@ impl<W: Write> Exporter<W> {
         } else {
             UsagePrice {
                 unit_credits: Fixed::micros(e.rate),
-                quantity: Fixed::micros(micro_device_hours(e.device_units, e.start, e.end)),
+                quantity: Fixed::micros(super::entry_micro_device_hours(s)?),
                 unit: "Device-Hours",
             }
-        }
+        })
     }
 
     pub(super) fn focus(&mut self, s: &StoredEntry) -> Result<(), ExportError> {
@@ -220,7 +220,7 @@ impl<W: Write> Exporter<W> {
         let billed = credits
             .checked_mul(price)
             .ok_or_else(|| overflow("BilledCost"))?;
-        let priced = usage.then(|| Self::usage_price(s));
+        let priced = usage.then(|| Self::usage_price(s)).transpose()?;
         // (unit price in the billing currency, list cost = unit price x quantity)
         let (unit_price, list_cost) = match &priced {
             Some(p) => {

@@ -69,7 +69,9 @@ pub(super) fn device_seconds(units: u64, start: i64, end: i64) -> i128 {
 }
 
 /// Micro-device-hours of an interval, rounded half-up (device-seconds x 10^6 /
-/// 3600, non-negative).
-pub(super) fn micro_device_hours(units: u64, start: i64, end: i64) -> i128 {
-    (device_seconds(units, start, end) * 1_000_000 + 1800) / 3600
+/// 3600, non-negative); None when that does not fit 128 bits (a damaged row: no
+/// reservation lasts for 10^23 device-hours).
+pub(super) fn micro_device_hours(units: u64, start: i64, end: i64) -> Option<i128> {
+    let micro_seconds = device_seconds(units, start, end).checked_mul(1_000_000)?;
+    Some(micro_seconds.checked_add(1800)? / 3600)
 }

@@ -312,12 +312,36 @@ proptest::proptest! {
 }
 
 #[test]
+fn an_interval_no_arithmetic_holds_is_refused_by_name_in_every_format() {
+    // Found by tests/fuzz.rs: device-seconds x 10^6 overflowed (a panic in debug
+    // builds, a wrapped number in release ones).
+    assert_eq!(micro_device_hours(u64::MAX, i64::MIN, i64::MAX), None);
+    let mut damaged = post();
+    damaged.entry.device_units = 24_754_604_412_037;
+    damaged.entry.start = -7_715_881_476_472_624_489;
+    damaged.entry.end = 0;
+    for format in [Format::Csv, Format::Focus] {
+        let pricing = Pricing::new("EUR", "1").unwrap();
+        let mut ex = Exporter::new(Vec::new(), format, pricing, Parties::default()).unwrap();
+        let message = ex.write(&damaged).unwrap_err().to_string();
+        assert!(
+            message.starts_with(&format!(
+                "ledger entry id {} ({})",
+                damaged.id, damaged.entry.key
+            )) && message.contains("24754604412037 device(s) from -7715881476472624489 to 0"),
+            "{format:?}: {message}"
+        );
+        assert_eq!(ex.rows(), 0);
+    }
+}
+
+#[test]
 fn decimals_are_exact() {
     assert_eq!(decimal(1, 12), "0.000000000001");
     assert_eq!(decimal(-2_500_000_000_000, 12), "-2.5");
     // 1 device-second = 0.000277(7) device-hours: rounded, not truncated.
-    assert_eq!(micro_device_hours(1, 0, 1), 278);
-    assert_eq!(micro_device_hours(1, 0, 9), 2500);
+    assert_eq!(micro_device_hours(1, 0, 1), Some(278));
+    assert_eq!(micro_device_hours(1, 0, 9), Some(2500));
     assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
     assert_eq!(parse_decimal("-0.150"), Some((-150, 3)));
     for bad in ["", "+1", "1.", ".5", "1e5", "1,5", "-"] {
