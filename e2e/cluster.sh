@@ -10,6 +10,12 @@
 #   e2e/cluster.sh down     stop (SIGTERM, wait, SIGKILL); logs are kept
 #   e2e/cluster.sh status   what runs, and whether it answers
 #   e2e/cluster.sh env      prints exports for: eval "$(e2e/cluster.sh env)"
+#   e2e/cluster.sh identity kaccel's ServiceAccount, RBAC (manifests/) and token
+#                           kubeconfig in a cluster this script did not start
+#                           (KUBECONFIG: its admin); `up` does it too
+#   e2e/cluster.sh restart etcd|kube-apiserver|kueue
+#                           SIGKILL one component, start it again, wait until it
+#                           serves; prints the seconds it was down
 #
 # Environment:
 #   KACCEL_E2E_CACHE   build cache            (default ~/.cache/kaccel-e2e)
@@ -86,6 +92,8 @@ start() { # start <name> <binary> <args...>: detached, own session, log in $RUN
   shift
   log "starting $name (log: $RUN/$name.log)"
   echo "=== $(date -Is) $*" >>"$RUN/$name.log"
+  # The command line, for `restart` (a fault injected mid-run).
+  printf '%q ' "$@" >"$RUN/$name.cmd"
   setsid "$@" </dev/null >>"$RUN/$name.log" 2>&1 &
   local pid=$! i
   echo "$pid" >"$RUN/$name.pid"
@@ -477,6 +485,7 @@ subjects:
 EOF
   kc -n kueue-system create token kaccel-e2e-metrics-reader --duration 48h >"$RUN/kueue-metrics-token"
   log "Kueue metrics: curl --cacert $PKI/ca.crt -H \"Authorization: Bearer \$(cat $RUN/kueue-metrics-token)\" https://127.0.0.1:${METRICS_PORT}/metrics"
+  controller_identity "$KUBECONFIG_FILE"
   trap - EXIT
   log "cluster up in $(($(date +%s) - T0))s; use: eval \"\$($0 env)\""
 }
@@ -507,8 +516,80 @@ cmd_status() {
   return $rc
 }
 
+# kaccel's own identity, from the same files a platform team installs: the
+# manifests' Namespace, ServiceAccount, ClusterRole, Roles and bindings, and a
+# token for that ServiceAccount (TokenRequest, 48 h) in a kubeconfig holding
+# nothing else: $RUN/kaccel.kubeconfig, which every e2e `kaccel run` and the demo
+# use. A verb the manifests lack fails the tests that need it.
+controller_identity() { # controller_identity ADMIN_KUBECONFIG
+  local admin=$1 m="$REPO_DIR/manifests" server ca token
+  local k=(--kubeconfig "$admin")
+  "$BIN/kubectl" "${k[@]}" apply --server-side --force-conflicts -f "$m/namespace.yaml" -f "$m/serviceaccount.yaml" \
+    -f "$m/clusterrole.yaml" -f "$m/clusterrolebinding.yaml" -f "$m/role.yaml" -f "$m/rolebinding.yaml" -f "$m/node-guard.yaml" >/dev/null
+  token="$("$BIN/kubectl" "${k[@]}" -n kaccel-system create token kaccel --duration 48h)"
+  server="$("$BIN/kubectl" "${k[@]}" config view --minify --raw -o jsonpath='{.clusters[0].cluster.server}')"
+  ca="$("$BIN/kubectl" "${k[@]}" config view --minify --raw -o jsonpath='{.clusters[0].cluster.certificate-authority-data}')"
+  (
+    umask 077
+    cat >"$RUN/kaccel.kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: cluster
+  cluster:
+    server: ${server}
+    certificate-authority-data: ${ca}
+users:
+- name: system:serviceaccount:kaccel-system:kaccel
+  user:
+    token: ${token}
+contexts:
+- name: kaccel
+  context:
+    cluster: cluster
+    user: system:serviceaccount:kaccel-system:kaccel
+current-context: kaccel
+EOF
+  )
+  log "kaccel's identity: ServiceAccount kaccel-system/kaccel with manifests/ RBAC; kubeconfig $RUN/kaccel.kubeconfig"
+}
+
+# `restart NAME`: SIGKILL one component (etcd, kube-apiserver or kueue) and start
+# it again with the command line it was started with, keeping its data (etcd's
+# data dir, Kueue's config), then wait until it serves again. The e2e fault tests
+# call this while kaccel runs; it prints the seconds the component was down.
+cmd_restart() {
+  local name=${1:?usage: restart etcd|kube-apiserver|kueue} pid t0
+  [[ -f "$RUN/$name.cmd" ]] || die "no command line recorded for $name in $RUN (started by an older cluster.sh?)"
+  BIN="$(cat "$RUN/bin-dir")"
+  t0=$(date +%s.%N)
+  if pid="$(pid_of "$name")"; then
+    kill -KILL "$pid" 2>/dev/null || true
+    while [[ -d "/proc/$pid" ]]; do sleep 0.05; done
+  fi
+  local cmd
+  cmd="$(cat "$RUN/$name.cmd")"
+  eval "start $name $cmd"
+  case "$name" in
+  etcd) wait_for "etcd serves again" etcd \
+    bash -c "curl -fsS --max-time 2 http://127.0.0.1:${ETCD_PORT}/health | grep -q '\"health\":\"true\"'" ;;
+  kube-apiserver) wait_for "kube-apiserver serves again" kube-apiserver curl_api /readyz ;;
+  kueue) wait_for "kueue serves again" kueue curl -fsS --max-time 2 "http://127.0.0.1:${HEALTH_PORT}/readyz" ;;
+  *) die "restart: $name is not one of etcd, kube-apiserver, kueue" ;;
+  esac
+  echo "$(date +%s.%N) $t0" | awk '{printf "%.3f\n", $1 - $2}'
+}
+
+# `identity`: the same for a cluster this script did not start (KUBECONFIG).
+cmd_identity() {
+  BIN="$(bin_dir)"
+  mkdir -p "$RUN"
+  controller_identity "${KUBECONFIG:?KUBECONFIG: the admin kubeconfig of the cluster}"
+}
+
 cmd_env() {
   echo "export KUBECONFIG='$KUBECONFIG_FILE'"
+  [[ -f "$RUN/kaccel.kubeconfig" ]] && echo "export KACCEL_E2E_CONTROLLER_KUBECONFIG='$RUN/kaccel.kubeconfig'"
   [[ -f "$RUN/bin-dir" ]] && echo "export PATH='$(cat "$RUN/bin-dir")':\"\$PATH\""
   return 0
 }
@@ -518,8 +599,10 @@ up) cmd_up ;;
 down) cmd_down ;;
 status) cmd_status ;;
 env) cmd_env ;;
+identity) cmd_identity ;;
+restart) cmd_restart "${2:-}" ;;
 *)
-  echo "usage: $0 up|down|status|env" >&2
+  echo "usage: $0 up|down|status|env|identity|restart NAME" >&2
   exit 2
   ;;
 esac

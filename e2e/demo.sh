@@ -70,7 +70,8 @@ ledger:
   store: $LEDGER
   budgetIntervalSeconds: 5
 CONFIG
-setsid nohup "$KACCEL" run --no-leader-election --http-address "$KACCEL_HTTP" \
+# Under its own ServiceAccount with manifests/' RBAC (cluster.sh up minted the token).
+KUBECONFIG="$KACCEL_E2E_CONTROLLER_KUBECONFIG" setsid nohup "$KACCEL" run --no-leader-election --http-address "$KACCEL_HTTP" \
   --config "$RUN/kaccel.yaml" >"$RUN/kaccel.log" 2>&1 </dev/null &
 echo $! >"$RUN/kaccel.pid"
 # Ready once its caches synced; then wait until every planned ClusterQueue is Active.

@@ -50,6 +50,10 @@ cargo test --features e2e --test e2e --no-run
 if [[ -n "${KACCEL_E2E_KUBECONFIG:-}" ]]; then
   step "using the existing cluster KACCEL_E2E_KUBECONFIG=$KACCEL_E2E_KUBECONFIG (no local control plane)"
   export KUBECONFIG="$KACCEL_E2E_KUBECONFIG"
+  step "kaccel's ServiceAccount and RBAC from manifests/, and its token (e2e/cluster.sh identity)"
+  export KACCEL_E2E_RUN="${KACCEL_E2E_RUN:-$CACHE/external-$(date +%Y%m%d-%H%M%S)-$$}"
+  "$E2E_DIR/cluster.sh" identity
+  export KACCEL_E2E_CONTROLLER_KUBECONFIG="$KACCEL_E2E_RUN/kaccel.kubeconfig"
 else
   step "build the control plane (cached after the first run)"
   "$E2E_DIR/build.sh" >/dev/null

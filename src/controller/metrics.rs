@@ -128,6 +128,9 @@ pub struct Metrics {
     pub leader: Gauge,
     /// Events the API server refused or never got (a missing RBAC verb shows here).
     pub event_write_failures: Family<ReasonLabel, Counter>,
+    /// Failed attempts to create or read the leader-election Lease (Forbidden: the
+    /// Role does not cover the configured lease namespace or name).
+    pub leader_election_failures: Family<ReasonLabel, Counter>,
 }
 
 impl Metrics {
@@ -163,6 +166,7 @@ impl Metrics {
             webhook_latency: Histogram::new(exponential_buckets(0.0001, 2.0, 16)),
             leader: Gauge::default(),
             event_write_failures: Family::default(),
+            leader_election_failures: Family::default(),
         };
         registry.register(
             "kaccel_ledger_entries",
@@ -313,6 +317,11 @@ impl Metrics {
             "kaccel_event_write_failures",
             "Kubernetes Events kaccel could not write, by reason (Forbidden: the RBAC role lacks create on events)",
             m.event_write_failures.clone(),
+        );
+        registry.register(
+            "kaccel_leader_election_failures",
+            "Failed attempts to create or read the leader-election Lease, by reason (Forbidden: manifests/role.yaml does not cover the lease's namespace or name); retried with backoff",
+            m.leader_election_failures.clone(),
         );
         m
     }

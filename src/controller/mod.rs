@@ -71,6 +71,11 @@ pub enum Error {
 impl Error {
     pub fn metric_label(&self) -> &'static str {
         match self {
+            // A denial is the operator's to fix (RBAC, the node guard): its own label.
+            Error::Api {
+                source: kube::Error::Api(status),
+                ..
+            } if status.code == 403 => "forbidden",
             Error::Api { .. } => "api",
             Error::Connect(_) => "connect",
             Error::LeaderElection(_) => "leader_election",
@@ -112,12 +117,19 @@ mod tests {
             address: "127.0.0.1:8080".parse().unwrap(),
             source: std::io::Error::from(std::io::ErrorKind::AddrInUse),
         };
+        let denied = Error::Api {
+            action: "patching Node n".into(),
+            source: kube::Error::Api(Box::new(
+                kube::core::Status::failure("nodes \"n\" is forbidden", "Forbidden").with_code(403),
+            )),
+        };
         let unmanaged = Error::Unmanaged {
             target: "ClusterQueue x".into(),
             holder: "managed by terraform".into(),
         };
         let labels: Vec<&str> = [
             api,
+            denied,
             Error::Connect("no kubeconfig".into()),
             Error::LeaderElection("lost the Lease".into()),
             http,
@@ -130,6 +142,7 @@ mod tests {
             labels,
             [
                 "api",
+                "forbidden",
                 "connect",
                 "leader_election",
                 "http",

@@ -215,18 +215,6 @@ async fn lead_then_reconcile(
 ) -> Result<(), Error> {
     let le = &config.leader_election;
     let namespace = std::env::var("POD_NAMESPACE").unwrap_or_else(|_| le.lease_namespace.clone());
-    let manager = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &le.lease_name)
-        .with_namespace(&namespace)
-        .with_identity(identity)
-        .with_duration(le.lease_duration_seconds)
-        .with_grace(le.renew_grace_seconds)
-        // Each replica needs its own field manager: kube-lease-manager relies on
-        // server-side apply conflicts between managers to keep a single holder.
-        .with_field_manager(format!("{}-lease-{identity}", config.field_manager))
-        .build()
-        .await
-        .map_err(|e| Error::LeaderElection(e.to_string()))?;
-    let (mut is_leader, lease_task) = manager.watch().await;
     tracing::info!(lease = %le.lease_name, %namespace, %identity, "waiting for leadership");
     // Caches fill while waiting, so a new leader acts at once.
     let cache_ready = ready.clone();
@@ -250,6 +238,53 @@ async fn lead_then_reconcile(
             }
         }
     });
+    // A Lease kaccel may not create or read (a namespace its Role does not cover)
+    // is an operator's mistake to fix, not a reason to exit: exiting would only
+    // crash-loop. It is logged with the fix, counted, and retried with backoff
+    // while /healthz answers and the caches stay warm.
+    let mut backoff = Duration::from_secs(1);
+    let manager = loop {
+        let built = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &le.lease_name)
+            .with_namespace(&namespace)
+            .with_identity(identity)
+            .with_duration(le.lease_duration_seconds)
+            .with_grace(le.renew_grace_seconds)
+            // Each replica needs its own field manager: kube-lease-manager relies on
+            // server-side apply conflicts between managers to keep a single holder.
+            .with_field_manager(format!("{}-lease-{identity}", config.field_manager))
+            .build()
+            .await;
+        let error = match built {
+            Ok(manager) => break manager,
+            Err(e) => e,
+        };
+        let forbidden = matches!(
+            &error,
+            kube_lease_manager::LeaseManagerError::KubeError(kube::Error::Api(status)) if status.code == 403
+        );
+        let reason = if forbidden { "Forbidden" } else { "Error" };
+        reconciler
+            .metrics
+            .leader_election_failures
+            .get_or_create(&super::metrics::ReasonLabel {
+                reason: reason.into(),
+            })
+            .inc();
+        if forbidden {
+            tracing::error!(
+                lease = %le.lease_name, %namespace, error = %error, retry_in = ?backoff,
+                "may not create or read the leader-election Lease: manifests/role.yaml grants kaccel the Lease kaccel-controller in its own namespace (POD_NAMESPACE); set leaderElection.leaseNamespace / leaseName to match, or grant the Role where the Lease is"
+            );
+        } else {
+            tracing::warn!(lease = %le.lease_name, %namespace, error = %error, retry_in = ?backoff, "cannot set up the leader-election Lease");
+        }
+        tokio::select! {
+            _ = shutdown.wait_for(|s| *s) => return Ok(()),
+            _ = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(30));
+    };
+    let (mut is_leader, lease_task) = manager.watch().await;
     loop {
         tokio::select! {
             _ = shutdown.wait_for(|s| *s) => {

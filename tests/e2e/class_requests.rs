@@ -509,8 +509,13 @@ impl TestWebhook {
         );
         wait_obj(&sas, "default", "the default ServiceAccount", |_| true).await?;
         let port = crate::controller::free_port();
-        let name = format!("kaccel-pod-accelerator-{}", env.id);
+        // The names manifests/ grants kaccel (its ClusterRole and Role): the
+        // configuration and Secret of the shipped defaults. One test at a time.
+        let name = "kaccel-pod-accelerator".to_string();
         let mwcs: Api<DynamicObject> = Api::all_with(client, &mwc_ar());
+        if mwcs.get_opt(&name).await?.is_some() {
+            mwcs.delete(&name, &Default::default()).await?;
+        }
         support::create(
             &mwcs,
             test_webhook_configuration(
@@ -522,7 +527,7 @@ impl TestWebhook {
         .await?;
         env.cleanup.add(None, mwc_ar(), &name);
         let config = format!(
-            "webhook:\n  enabled: true\n  address: 127.0.0.1:{port}\n  secret: {ns}/kaccel-webhook-tls\n  \
+            "webhook:\n  enabled: true\n  address: 127.0.0.1:{port}\n  secret: kaccel-system/kaccel-webhook-tls\n  \
              hosts: [\"127.0.0.1\", localhost]\n  configurationName: {name}\n"
         );
         Ok(TestWebhook { name, config })

@@ -13,6 +13,7 @@ mod health;
 mod health_sources;
 mod health_trends;
 mod health_vendors;
+mod identity;
 mod inventory;
 mod kueue_compat;
 mod kueue_scenarios;

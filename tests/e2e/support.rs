@@ -51,6 +51,19 @@ pub async fn client() -> Client {
 }
 
 /// `ApiResource` of a Kueue v1beta2 kind (plural derived from the kind).
+/// The kubeconfig every `kaccel run` of the suite uses: kaccel's ServiceAccount
+/// with the RBAC of manifests/ and a TokenRequest token, written by
+/// `e2e/cluster.sh up` (or `identity`). The tests' own client stays the admin.
+pub fn controller_kubeconfig() -> String {
+    std::env::var("KACCEL_E2E_CONTROLLER_KUBECONFIG").unwrap_or_else(|_| {
+        panic!(
+            "KACCEL_E2E_CONTROLLER_KUBECONFIG is unset: eval \"$(e2e/cluster.sh env)\" (or run \
+             `e2e/cluster.sh identity` against a cluster it did not start): kaccel runs under \
+             its own ServiceAccount in every e2e test"
+        )
+    })
+}
+
 pub fn kueue(kind: &str) -> ApiResource {
     ApiResource::from_gvk(&GroupVersionKind::gvk(KUEUE_GROUP, KUEUE_VERSION, kind))
 }
