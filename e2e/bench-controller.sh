@@ -89,7 +89,7 @@ want=$("$KACCEL" plan -f examples/classes.yaml examples/budgets.yaml --nodes "$K
 
 say "starting kaccel run"
 t0=$(now_ms)
-"$KACCEL" run --no-leader-election --http-address "$HTTP" >"$KACCEL_E2E_RUN/kaccel.log" 2>&1 </dev/null &
+KUBECONFIG="$KACCEL_E2E_CONTROLLER_KUBECONFIG" "$KACCEL" run --no-leader-election --http-address "$HTTP" >"$KACCEL_E2E_RUN/kaccel.log" 2>&1 </dev/null &
 KPID=$!
 until curl -fsS "http://$HTTP/readyz" >/dev/null 2>&1; do sleep 0.05; done
 t_ready=$(now_ms)

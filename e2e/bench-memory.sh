@@ -131,7 +131,7 @@ ledger:
   store: sqlite:$KACCEL_E2E_RUN/ledger.db
   budgetIntervalSeconds: 5
 CONFIG
-"$KACCEL" run --no-leader-election --http-address "$HTTP" --config "$KACCEL_E2E_RUN/kaccel.yaml" \
+KUBECONFIG="$KACCEL_E2E_CONTROLLER_KUBECONFIG" "$KACCEL" run --no-leader-election --http-address "$HTTP" --config "$KACCEL_E2E_RUN/kaccel.yaml" \
   >"$KACCEL_E2E_RUN/kaccel.log" 2>&1 </dev/null &
 KPID=$!
 until curl -fsS "http://$HTTP/readyz" >/dev/null 2>&1; do sleep 0.2; done

@@ -171,7 +171,7 @@ where
     let writer = reflector::store::Writer::default();
     let store = writer.as_reader();
     let stream = watcher(api, config)
-        .default_backoff()
+        .backoff(super::watches::WatchBackoff::default())
         .modify(|o: &mut K| o.meta_mut().managed_fields = None)
         .reflect(writer);
     tokio::spawn(async move {
@@ -192,7 +192,8 @@ fn watch_placements(client: Client) -> Placements {
     let map = placements.clone();
     let api: Api<Workload> = Api::all(client);
     tokio::spawn(async move {
-        let stream = watcher(api, watcher::Config::default()).default_backoff();
+        let stream = watcher(api, watcher::Config::default())
+            .backoff(super::watches::WatchBackoff::default());
         futures::pin_mut!(stream);
         // Filled anew on each (re)list, swapped in when the list is complete.
         let mut relisted: Option<HashMap<(String, String), Placed>> = None;

@@ -2,6 +2,12 @@
 //! (and restarted each time) while 200 Workloads go through admission, eviction,
 //! re-admission and completion. Once it runs undisturbed, the ledger must hold
 //! exactly what a run without kills records for the same Kueue history.
+//!
+//! The same run with the control plane failing instead: kube-apiserver, etcd and
+//! the Kueue manager SIGKILLed and restarted (`e2e/cluster.sh restart`) while one
+//! kaccel runs on, never restarted. After each restart a probe Workload measures
+//! the recovery: from the component serving again to the probe admitted through
+//! kaccel's credit check (kaccel's watches resumed, Kueue and kaccel both acting).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -65,6 +71,54 @@ struct Tracked {
     finished: Option<i64>,
     /// The Workload's conditions at the end (for the report of a mismatch).
     conditions: Value,
+    /// A probe created after a restart: when Kueue reserved its quota, when it
+    /// was admitted (kaccel's check Ready).
+    probe: Option<(Restarted, Option<Instant>, Option<Instant>)>,
+}
+
+/// What the fault injector does while the Workloads are driven.
+#[derive(Clone, Debug)]
+enum Faults {
+    /// SIGKILL kaccel (and start it again) at least this many times.
+    KillKaccel(u32),
+    /// Restart these control-plane components in this order; kaccel runs on.
+    Restart(Vec<&'static str>),
+}
+
+/// One control-plane restart: which component, when it was killed and when it
+/// served again (`cluster.sh restart` returned).
+#[derive(Clone, Copy, Debug)]
+struct Restarted {
+    component: &'static str,
+    killed_at: Instant,
+    ready_at: Instant,
+}
+
+/// `KACCEL_E2E_FAULTS` as "component:count,..." (e.g. the long form
+/// "kube-apiserver:10,etcd:3,kueue:5"), interleaved: one of each in turn.
+fn restart_plan(spec: &str) -> Result<Vec<&'static str>> {
+    let mut counts: Vec<(&'static str, u32)> = Vec::new();
+    for part in spec.split(',').filter(|p| !p.trim().is_empty()) {
+        let (name, count) = part.trim().split_once(':').unwrap_or((part.trim(), "1"));
+        let component = ["kube-apiserver", "etcd", "kueue"]
+            .into_iter()
+            .find(|c| *c == name)
+            .with_context(|| {
+                format!("KACCEL_E2E_FAULTS: {name:?} is not kube-apiserver, etcd or kueue")
+            })?;
+        counts.push((
+            component,
+            count.parse().context("KACCEL_E2E_FAULTS: a count")?,
+        ));
+    }
+    let mut plan = Vec::new();
+    while counts.iter().any(|(_, n)| *n > 0) {
+        for (component, n) in counts.iter_mut().filter(|(_, n)| *n > 0) {
+            plan.push(*component);
+            *n -= 1;
+        }
+    }
+    Ok(plan)
 }
 
 fn time_of(obj: &Value, type_: &str) -> Option<i64> {
@@ -87,11 +141,29 @@ fn workload(ns: &str, name: &str, queue: &str, label: &str, horizon: u64) -> Val
 
 #[tokio::test]
 async fn sigkill_during_200_workloads_loses_nothing() {
+    let min_kills: u32 = std::env::var("KACCEL_E2E_CRASH_KILLS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(MIN_KILLS);
+    faulted_run("crash", Faults::KillKaccel(min_kills)).await;
+}
+
+/// The fast form runs in the suite; `e2e/faults.sh` runs the long form
+/// (`KACCEL_E2E_FAULTS=kube-apiserver:10,etcd:3,kueue:5`).
+#[tokio::test]
+async fn control_plane_restarts_lose_nothing() {
+    let spec = std::env::var("KACCEL_E2E_FAULTS")
+        .unwrap_or_else(|_| "kube-apiserver:2,etcd:1,kueue:1".into());
+    let plan = restart_plan(&spec).unwrap();
+    faulted_run("cpfault", Faults::Restart(plan)).await;
+}
+
+async fn faulted_run(prefix: &str, faults: Faults) {
     let _guard = support::serial().await;
     let client = support::client().await;
     let mut cleanup = Cleanup::default();
-    let id = support::unique("crash");
-    let result = crash(&client, &mut cleanup, &id).await;
+    let id = support::unique(prefix);
+    let result = crash(&client, &mut cleanup, &id, faults).await;
     if result.is_err() {
         // Whatever is left (a finalizer may keep some: kaccel is gone now).
         let wls: Api<DynamicObject> =
@@ -107,7 +179,7 @@ async fn sigkill_during_200_workloads_loses_nothing() {
     result.unwrap();
 }
 
-async fn crash(client: &Client, cleanup: &mut Cleanup, id: &str) -> Result<()> {
+async fn crash(client: &Client, cleanup: &mut Cleanup, id: &str, faults: Faults) -> Result<()> {
     let began = Instant::now();
     let seed: u64 = std::env::var("KACCEL_E2E_CRASH_SEED")
         .ok()
@@ -168,34 +240,80 @@ async fn crash(client: &Client, cleanup: &mut Cleanup, id: &str) -> Result<()> {
     .await
     .with_context(|| format!("--- kaccel log:\n{}", log_tail(&controller)))?;
 
-    // The killer: SIGKILL at random points, restart at once, until told to stop.
-    let min_kills: u32 = std::env::var("KACCEL_E2E_CRASH_KILLS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(MIN_KILLS);
+    // The killer: SIGKILL at random points, restart at once, until told to stop;
+    // or the control plane's components, one after the other, kaccel untouched.
+    let min_kills = match &faults {
+        Faults::KillKaccel(n) => *n,
+        Faults::Restart(plan) => plan.len() as u32,
+    };
     let stop = Arc::new(AtomicBool::new(min_kills == 0));
     let kills = Arc::new(AtomicU32::new(0));
+    let (restarted_tx, mut restarted_rx) = tokio::sync::mpsc::unbounded_channel::<Restarted>();
+    let restart_error: Arc<Mutex<Option<String>>> = Arc::default();
     let killer = {
         let stop = stop.clone();
         let kills = kills.clone();
         let controller = controller.clone();
         let mut rng = SplitMix64(rng.next_u64());
         let start_one = start_one.clone();
+        let faults = faults.clone();
+        let restart_error = restart_error.clone();
         tokio::spawn(async move {
-            while !stop.load(Ordering::Relaxed) {
-                tokio::time::sleep(Duration::from_millis(range(&mut rng, 1000, 4000))).await;
-                if stop.load(Ordering::Relaxed) {
-                    break;
+            match faults {
+                Faults::KillKaccel(_) => {
+                    while !stop.load(Ordering::Relaxed) {
+                        tokio::time::sleep(Duration::from_millis(range(&mut rng, 1000, 4000)))
+                            .await;
+                        if stop.load(Ordering::Relaxed) {
+                            break;
+                        }
+                        let mut c = controller.lock().unwrap();
+                        if let Some(mut old) = c.take() {
+                            old.kill();
+                        }
+                        kills.fetch_add(1, Ordering::Relaxed);
+                        *c = Some(start_one());
+                    }
                 }
-                let mut c = controller.lock().unwrap();
-                if let Some(mut old) = c.take() {
-                    old.kill();
+                Faults::Restart(plan) => {
+                    for component in plan {
+                        tokio::time::sleep(Duration::from_millis(range(&mut rng, 1500, 4000)))
+                            .await;
+                        if stop.load(Ordering::Relaxed) {
+                            break;
+                        }
+                        let killed_at = Instant::now();
+                        let out = tokio::process::Command::new("bash")
+                            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/e2e/cluster.sh"))
+                            .args(["restart", component])
+                            .output()
+                            .await;
+                        match out {
+                            Ok(out) if out.status.success() => {
+                                kills.fetch_add(1, Ordering::Relaxed);
+                                let _ = restarted_tx.send(Restarted {
+                                    component,
+                                    killed_at,
+                                    ready_at: Instant::now(),
+                                });
+                            }
+                            other => {
+                                *restart_error.lock().unwrap() =
+                                    Some(format!("cluster.sh restart {component}: {other:?}"));
+                                break;
+                            }
+                        }
+                    }
                 }
-                kills.fetch_add(1, Ordering::Relaxed);
-                *c = Some(start_one());
             }
         })
     };
+    if matches!(faults, Faults::Restart(_)) {
+        ensure!(
+            std::env::var_os("KACCEL_E2E_RUN").is_some(),
+            "KACCEL_E2E_RUN is unset: the control-plane restarts need the run folder of the cluster (e2e/test.sh exports it)"
+        );
+    }
 
     let wls: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &kueue("Workload"));
     let mut tracked: Vec<Tracked> = Vec::new();
@@ -208,12 +326,22 @@ async fn crash(client: &Client, cleanup: &mut Cleanup, id: &str) -> Result<()> {
         &mut tracked,
         &kills,
         min_kills,
+        &mut restarted_rx,
+        &restart_error,
     )
     .await;
     stop.store(true, Ordering::Relaxed);
     let _ = killer.await;
     let kills = kills.load(Ordering::Relaxed);
     driven.with_context(|| format!("--- kaccel log:\n{}", log_tail(&controller)))?;
+    if matches!(faults, Faults::Restart(_)) {
+        let c = controller.lock().unwrap();
+        ensure!(
+            restarts.load(Ordering::Relaxed) == 1,
+            "kaccel was started again during control-plane faults"
+        );
+        ensure!(c.is_some(), "kaccel is gone after the control-plane faults");
+    }
     let driven_at = began.elapsed();
 
     // Undisturbed now: settled means no finalizer left and no open reservation.
@@ -416,10 +544,57 @@ async fn crash(client: &Client, cleanup: &mut Cleanup, id: &str) -> Result<()> {
         spent == expected_total,
         "spent {spent} µcredits, expected {expected_total}"
     );
+    // Per probe: (component, serving again -> quota reserved by Kueue, -> admitted
+    // through kaccel's check, kill -> admitted).
+    let probes: Vec<(&str, Duration, Duration, Duration)> = tracked
+        .iter()
+        .filter_map(|t| t.probe)
+        .map(|(r, reserved, admitted)| {
+            let (reserved, admitted) = (reserved?, admitted?);
+            Some((
+                r.component,
+                reserved.saturating_duration_since(r.ready_at),
+                admitted - r.ready_at,
+                admitted - r.killed_at,
+            ))
+        })
+        .collect::<Option<_>>()
+        .context("a probe Workload never admitted")?;
+    for component in ["kube-apiserver", "etcd", "kueue"] {
+        let of = |pick: fn(&(&str, Duration, Duration, Duration)) -> Duration| {
+            let mut v: Vec<Duration> = probes
+                .iter()
+                .filter(|p| p.0 == component)
+                .map(pick)
+                .collect();
+            v.sort();
+            v
+        };
+        let (reserved, admitted, outage) = (of(|p| p.1), of(|p| p.2), of(|p| p.3));
+        if admitted.is_empty() {
+            continue;
+        }
+        // p50: the lower median; max: the worst restart.
+        let show = |v: &[Duration]| {
+            format!(
+                "p50 {} ms / max {} ms",
+                v[(v.len() - 1) / 2].as_millis(),
+                v[v.len() - 1].as_millis()
+            )
+        };
+        println!(
+            "MEASURE {component} restarted {} time(s): serving again -> a new Workload's quota reserved by Kueue {}, -> admitted through kaccel's check {}; kill -> admitted {}",
+            admitted.len(),
+            show(&reserved),
+            show(&admitted),
+            show(&outage),
+        );
+    }
     ensure!(
-        tracked.len() == WORKLOADS,
-        "{} Workloads driven",
-        tracked.len()
+        tracked.len() == WORKLOADS + probes.len(),
+        "{} Workloads driven ({} probes)",
+        tracked.len(),
+        probes.len()
     );
     ensure!(kills >= min_kills, "only {kills} kills");
     if let Some(mut c) = controller.lock().unwrap().take() {
@@ -440,16 +615,60 @@ async fn drive(
     tracked: &mut Vec<Tracked>,
     kills: &AtomicU32,
     min_kills: u32,
+    restarted: &mut tokio::sync::mpsc::UnboundedReceiver<Restarted>,
+    restart_error: &Mutex<Option<String>>,
 ) -> Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(200);
+    // Each control-plane restart stalls everything for a few seconds.
+    let deadline =
+        Instant::now() + Duration::from_secs(200) + Duration::from_secs(30) * min_kills.min(40);
     let params = PatchParams::default();
     let mut last_progress = Instant::now();
+    // While the API server (or Kueue's webhooks) is down a call fails: the loop
+    // retries it on its next pass, the state it drives from being unchanged.
+    let mut failing_since: Option<Instant> = None;
+    let mut pending_probes: Vec<Restarted> = Vec::new();
+    let mut probes = 0usize;
     loop {
+        if let Some(error) = restart_error.lock().unwrap().clone() {
+            bail!("{error}");
+        }
+        while let Ok(r) = restarted.try_recv() {
+            pending_probes.push(r);
+        }
+        // A probe per restart: admitted only once Kueue and kaccel both act again.
+        while let Some(r) = pending_probes.first().copied() {
+            let name = format!("p{probes:02}-{}", r.component);
+            let obj = workload(ns, &name, queue, label, 600);
+            match wls
+                .create(&PostParams::default(), &support::object(obj))
+                .await
+            {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 409 => {}
+                Err(_) => break,
+            }
+            pending_probes.remove(0);
+            probes += 1;
+            tracked.push(Tracked {
+                name,
+                horizon: 600,
+                hold: Duration::ZERO,
+                evict_once: false,
+                phase: Phase::Queued,
+                due: Instant::now(),
+                admissions: Vec::new(),
+                uid: String::new(),
+                finished: None,
+                conditions: Value::Null,
+                probe: Some((r, None, None)),
+            });
+        }
         // New batch while few are in flight.
         let in_flight = tracked.iter().filter(|t| t.phase != Phase::Done).count();
-        if tracked.len() < WORKLOADS && in_flight + BATCH <= IN_FLIGHT {
-            for _ in 0..BATCH.min(WORKLOADS - tracked.len()) {
-                let i = tracked.len();
+        let regular = tracked.iter().filter(|t| t.probe.is_none()).count();
+        if regular < WORKLOADS && in_flight + BATCH <= IN_FLIGHT {
+            for _ in 0..BATCH.min(WORKLOADS - regular) {
+                let i = tracked.iter().filter(|t| t.probe.is_none()).count();
                 let name = format!("w{i:03}");
                 // Horizons: some far, some a few seconds (renewed or overrun, or
                 // ended by Kueue's maximumExecutionTimeSeconds).
@@ -461,9 +680,15 @@ async fn drive(
                 };
                 let hold = Duration::from_millis(range(rng, 0, 4500));
                 let obj = workload(ns, &name, queue, label, horizon);
-                wls.create(&PostParams::default(), &support::object(obj))
+                match wls
+                    .create(&PostParams::default(), &support::object(obj))
                     .await
-                    .with_context(|| format!("creating Workload {name}"))?;
+                {
+                    Ok(_) => {}
+                    // Created before an answer was lost.
+                    Err(kube::Error::Api(s)) if s.code == 409 => {}
+                    Err(_) => break,
+                }
                 tracked.push(Tracked {
                     name,
                     horizon,
@@ -475,16 +700,31 @@ async fn drive(
                     uid: String::new(),
                     finished: None,
                     conditions: Value::Null,
+                    probe: None,
                 });
             }
         }
-        let objects: HashMap<String, Value> = wls
+        let listed = wls
             .list(&ListParams::default().labels(&format!("e2e.kaccel.io/crash={label}")))
-            .await?
-            .items
-            .into_iter()
-            .map(|o| (o.name_any(), serde_json::to_value(o).unwrap_or_default()))
-            .collect();
+            .await;
+        let objects: HashMap<String, Value> = match listed {
+            Ok(list) => {
+                failing_since = None;
+                list.items
+                    .into_iter()
+                    .map(|o| (o.name_any(), serde_json::to_value(o).unwrap_or_default()))
+                    .collect()
+            }
+            Err(e) => {
+                let since = *failing_since.get_or_insert_with(Instant::now);
+                ensure!(
+                    since.elapsed() < Duration::from_secs(120),
+                    "the API server has not answered for 2 minutes: {e}"
+                );
+                tokio::time::sleep(Duration::from_millis(250)).await;
+                continue;
+            }
+        };
         let now = Instant::now();
         for t in tracked.iter_mut() {
             let Some(obj) = objects.get(&t.name) else {
@@ -493,6 +733,11 @@ async fn drive(
             let before = t.phase;
             match t.phase {
                 Phase::Queued => {
+                    if let Some((_, reserved @ None, _)) = &mut t.probe
+                        && is_true(obj, "QuotaReserved")
+                    {
+                        *reserved = Some(now);
+                    }
                     if is_true(obj, "QuotaReserved") && is_true(obj, "Admitted") {
                         let start = time_of(obj, "QuotaReserved").context("QuotaReserved time")?;
                         t.admissions.push(Admission {
@@ -501,28 +746,40 @@ async fn drive(
                         });
                         t.phase = Phase::Running;
                         t.due = now + t.hold;
+                        if let Some((_, reserved, admitted)) = &mut t.probe {
+                            reserved.get_or_insert(now);
+                            *admitted = Some(now);
+                        }
                     }
                 }
                 Phase::Running => {
                     if is_false(obj, "QuotaReserved") {
                         // Kueue ended it (maximumExecutionTimeSeconds): the quota
                         // release ends the admission; finish it for the finalizer.
+                        if ledger::finish(wls, &t.name).await.is_err() {
+                            continue;
+                        }
                         let a = t.admissions.last_mut().unwrap();
                         a.released = time_of(obj, "QuotaReserved");
                         a.evicted = time_of(obj, "Evicted");
-                        ledger::finish(wls, &t.name).await?;
                         t.phase = Phase::Finishing;
                     } else if now >= t.due {
                         if t.evict_once && t.admissions.len() == 1 {
-                            wls.patch(
-                                &t.name,
-                                &params,
-                                &Patch::Merge(json!({"spec": {"active": false}})),
-                            )
-                            .await?;
+                            let deactivated = wls
+                                .patch(
+                                    &t.name,
+                                    &params,
+                                    &Patch::Merge(json!({"spec": {"active": false}})),
+                                )
+                                .await;
+                            if deactivated.is_err() {
+                                continue;
+                            }
                             t.phase = Phase::Evicting;
                         } else {
-                            ledger::finish(wls, &t.name).await?;
+                            if ledger::finish(wls, &t.name).await.is_err() {
+                                continue;
+                            }
                             t.phase = Phase::Finishing;
                         }
                     }
@@ -531,17 +788,21 @@ async fn drive(
                     if is_true(obj, "Evicted") && is_true(obj, "QuotaReserved") {
                         // There is no job controller here: do its part of an
                         // eviction (the job stopped, so the quota is released).
-                        support::release_quota(wls, &t.name, obj).await?;
+                        let _ = support::release_quota(wls, &t.name, obj).await;
                     } else if is_false(obj, "QuotaReserved") {
+                        let reactivated = wls
+                            .patch(
+                                &t.name,
+                                &params,
+                                &Patch::Merge(json!({"spec": {"active": true}})),
+                            )
+                            .await;
+                        if reactivated.is_err() {
+                            continue;
+                        }
                         let a = t.admissions.last_mut().unwrap();
                         a.released = time_of(obj, "QuotaReserved");
                         a.evicted = time_of(obj, "Evicted");
-                        wls.patch(
-                            &t.name,
-                            &params,
-                            &Patch::Merge(json!({"spec": {"active": true}})),
-                        )
-                        .await?;
                         t.phase = Phase::Queued;
                     }
                 }
@@ -557,7 +818,10 @@ async fn drive(
             }
         }
         let done = tracked.iter().filter(|t| t.phase == Phase::Done).count();
-        if done == WORKLOADS && kills.load(Ordering::Relaxed) >= min_kills {
+        if done == WORKLOADS + probes
+            && pending_probes.is_empty()
+            && kills.load(Ordering::Relaxed) >= min_kills
+        {
             return Ok(());
         }
         if Instant::now() > deadline || last_progress.elapsed() > Duration::from_secs(60) {
@@ -578,7 +842,7 @@ async fn drive(
                 })
                 .collect();
             bail!(
-                "{done}/{WORKLOADS} Workloads done ({} created, {} kills) when time ran out; stuck:\n{}",
+                "{done}/{WORKLOADS} Workloads (+ {probes} probes) done ({} created, {} kills or restarts) when time ran out; stuck:\n{}",
                 tracked.len(),
                 kills.load(Ordering::Relaxed),
                 stuck.join("\n")

@@ -63,7 +63,9 @@ impl LedgerRuntime {
                 .devices_held_by(&namespace, &name);
             let mut state = ChargeState::of(&charge, entries.iter().map(|s| &s.entry));
             if state.terms > 0 && !state.voided {
-                match ended_at(v, rec, EVICTED_FOR_ANNOTATION) {
+                let ended = ended_at(v, rec, EVICTED_FOR_ANNOTATION)
+                    .map(|end| self.ends_seen.settle_with(&uid, rec.admission, end));
+                match ended {
                     Some(end) => {
                         let mut out = charge.settle(&state, &end, now);
                         let refunds = pricing
@@ -75,6 +77,7 @@ impl LedgerRuntime {
                             out.extend(charge.preemption_refunds(&state.posted, &end));
                         }
                         self.append(&out).await?;
+                        self.ends_seen.settled(&uid);
                         tracing::info!(workload = %shown, admission = rec.admission, ended = %end.reason, "settled");
                         // Credits came back: waiting Workloads may fit now.
                         let _ = self.wake_planner.send(());

@@ -63,7 +63,7 @@ use crate::ledger::budget::{
 use crate::ledger::charge::{Charge, ChargeState, Renewal, RenewalRule};
 use crate::ledger::entry::{Balances, Entry, EntryKind, format_micros, void_key};
 use crate::ledger::lifecycle::{
-    FINALIZER, RESERVATION_ANNOTATION, RESERVATION_ANNOTATION_POINTER, ReservationRecord,
+    Ended, FINALIZER, RESERVATION_ANNOTATION, RESERVATION_ANNOTATION_POINTER, ReservationRecord,
     STOPPED_ANNOTATION, check_state, condition, deletion_time, ended_at, evicted_since_admission,
     holds_quota, is_finished, record_of,
 };
@@ -275,6 +275,9 @@ pub struct LedgerRuntime {
     /// Ready again (in a burst of 2,000 that was 1,700 extra status writes,
     /// each another event for Kueue).
     answered: std::sync::Mutex<HashMap<String, (u32, std::time::Instant)>>,
+    /// The end of each recorded admission as the watch delivered it, before any
+    /// reconcile ran (see [`EndsSeen`]).
+    ends_seen: Arc<EndsSeen>,
     /// Wakes the planner (Hold, status) when a budget's ledger view changed.
     wake_planner: UnboundedSender<()>,
     /// Events on Workloads (a stop for want of credits).
@@ -325,6 +328,7 @@ impl LedgerRuntime {
             balances: Default::default(),
             reserves_appended: Default::default(),
             answered: Default::default(),
+            ends_seen: Default::default(),
             wake_planner,
             previous_findings: Mutex::new(BTreeSet::new()),
             cluster_queues: std::sync::OnceLock::new(),
@@ -383,8 +387,12 @@ impl LedgerRuntime {
         let index = relevant.clone();
         let index_check = check.clone();
         let mut cache = CompactingWriter::new(writer);
+        let ends = self.ends_seen.clone();
         let watched = watcher(api, watcher::Config::default())
+            .backoff(crate::controller::watches::WatchBackoff::default())
             .modify(move |w| slim_workload(w, &check))
+            .inspect_err(|e| tracing::warn!(error = %e, "Workload watch error (retrying)"))
+            .inspect_ok(move |event| ends.observe(event))
             .inspect_ok(move |event| index.observe(event, &index_check))
             .inspect_ok(move |event| cache.apply(event))
             .applied_objects();
@@ -564,6 +572,90 @@ use workload_cache::{CompactingWriter, RelevantWorkloads, slim_workload};
 mod tests {
     use super::*;
     use crate::api::{AcceleratorClassSpec, CreditRate, ModelRate};
+    use crate::ledger::lifecycle::RecordedLine;
+
+    /// A deactivated Workload kaccel reconciles only after Kueue admitted it again
+    /// (the conditions of the ledger_crash fault test's w044): the eviction the
+    /// watch delivered in between is the end, not the re-admission.
+    #[test]
+    fn an_end_the_watch_saw_wins_over_a_later_re_admitted_reading() {
+        let record = ReservationRecord {
+            admission: 1,
+            budget: "b".into(),
+            team: "t".into(),
+            cluster_queue: "cq".into(),
+            admitted_at: 1_000,
+            horizon_seconds: 600,
+            lines: vec![RecordedLine {
+                flavor: "h100".into(),
+                resource: "nvidia.com/gpu".into(),
+                device_units: 1,
+                class: "c".into(),
+                model: "H100".into(),
+                rate: 3_600_000_000,
+                rate_card: "rc".into(),
+            }],
+        };
+        let time = |t: i64| jiff::Timestamp::from_second(t).unwrap().to_string();
+        let workload = |active: bool, conditions: Value| -> Workload {
+            serde_json::from_value(json!({
+                "metadata": {"name": "w044", "uid": "uid-44",
+                    "annotations": {RESERVATION_ANNOTATION: record.to_annotation()}},
+                "spec": {"active": active},
+                "status": {"conditions": conditions}
+            }))
+            .unwrap()
+        };
+        let deactivated = workload(
+            false,
+            json!([
+                {"type": "QuotaReserved", "status": "True", "lastTransitionTime": time(1_000)},
+                {"type": "Evicted", "status": "True", "reason": "Deactivated", "lastTransitionTime": time(1_013)}
+            ]),
+        );
+        let admitted_again = workload(
+            true,
+            json!([
+                {"type": "QuotaReserved", "status": "True", "lastTransitionTime": time(1_014)},
+                {"type": "Evicted", "status": "False", "reason": "QuotaReserved", "lastTransitionTime": time(1_014)}
+            ]),
+        );
+        let reads_now = ended_at(&admitted_again, &record, EVICTED_FOR_ANNOTATION).unwrap();
+        assert_eq!(
+            (reads_now.at, reads_now.reason.as_str()),
+            (1_014, "re-admitted")
+        );
+
+        let ends = EndsSeen::default();
+        // Without the watch having shown the eviction, the reading stands.
+        assert_eq!(ends.settle_with("uid-44", 1, reads_now.clone()).at, 1_014);
+        ends.observe(&watcher::Event::Apply(deactivated));
+        ends.observe(&watcher::Event::Apply(admitted_again.clone()));
+        let settled = ends.settle_with("uid-44", 1, reads_now.clone());
+        assert_eq!(settled.at, 1_013, "{settled:?}");
+        assert!(settled.reason.starts_with("deactivated"), "{settled:?}");
+        // Another admission's end does not apply; a settled one is forgotten.
+        assert_eq!(ends.settle_with("uid-44", 2, reads_now.clone()).at, 1_014);
+        ends.settled("uid-44");
+        assert_eq!(ends.settle_with("uid-44", 1, reads_now.clone()).at, 1_014);
+        // A finished reading is never replaced.
+        ends.observe(&watcher::Event::Apply(workload(
+            false,
+            json!([
+                {"type": "QuotaReserved", "status": "True", "lastTransitionTime": time(1_000)},
+                {"type": "Evicted", "status": "True", "reason": "Deactivated", "lastTransitionTime": time(1_013)}
+            ]),
+        )));
+        let finished = Ended {
+            at: 1_020,
+            platform_preempted: false,
+            reason: "finished".into(),
+        };
+        assert_eq!(ends.settle_with("uid-44", 1, finished.clone()), finished);
+        // A deleted Workload is forgotten.
+        ends.observe(&watcher::Event::Delete(admitted_again));
+        assert_eq!(ends.settle_with("uid-44", 1, reads_now).at, 1_014);
+    }
 
     fn snapshot_with_class(per_device_hour: &str, overrides: &[(&str, &str)]) -> PricingSnapshot {
         let spec: AcceleratorClassSpec = serde_json::from_value(json!({
@@ -614,5 +706,77 @@ mod tests {
             None
         );
         assert_eq!(bad.rate_problem("no-such-class"), None);
+    }
+}
+
+/// The end of each recorded admission as the watch delivered it.
+///
+/// The reconcile reads the cache's latest state, and Kueue rewrites a Workload's
+/// conditions when it admits it again: a deactivation (Evicted=True at t) followed
+/// within a reconcile's lag by re-activation and re-admission leaves Evicted=False
+/// at the re-admission time, and the eviction time is gone. After an API server
+/// restart the relist queues every Workload at once and that lag reached seconds,
+/// so the charge ran a second past Kueue's. The watch sees every state in order:
+/// the first end it shows for an admission is kept here (only while unsettled)
+/// and wins over a later "re-admitted" reading.
+#[derive(Default)]
+pub(crate) struct EndsSeen(std::sync::Mutex<HashMap<String, (u32, Ended)>>);
+
+impl EndsSeen {
+    fn observe(&self, event: &watcher::Event<Workload>) {
+        let w = match event {
+            watcher::Event::Apply(w) | watcher::Event::InitApply(w) => w,
+            watcher::Event::Delete(w) => {
+                if let Some(uid) = w.uid() {
+                    self.0.lock().expect("ends lock").remove(&uid);
+                }
+                return;
+            }
+            watcher::Event::Init | watcher::Event::InitDone => return,
+        };
+        let Some(uid) = w.uid() else {
+            return;
+        };
+        // Only what a re-admission can overwrite (a deactivation, a quota
+        // release), and only while kaccel's record is on the Workload: the map
+        // holds unsettled admissions, not the cluster's history.
+        let end = match record_of(w) {
+            Ok(Some(record)) => ended_at(w, &record, EVICTED_FOR_ANNOTATION)
+                .filter(|e| {
+                    e.reason.starts_with("deactivated") || e.reason.starts_with("quota released")
+                })
+                .map(|e| (record.admission, e)),
+            _ => None,
+        };
+        let Some((admission, end)) = end else {
+            if record_of(w).ok().flatten().is_none() {
+                self.0.lock().expect("ends lock").remove(&uid);
+            }
+            return;
+        };
+        let mut ends = self.0.lock().expect("ends lock");
+        match ends.get(&uid) {
+            Some((seen, _)) if *seen == admission => {}
+            _ => {
+                ends.insert(uid, (admission, end));
+            }
+        }
+    }
+
+    /// The end to settle `admission` with: the one the watch saw first when the
+    /// Workload now only says it was admitted again.
+    fn settle_with(&self, uid: &str, admission: u32, now_reads: Ended) -> Ended {
+        if !now_reads.reason.starts_with("re-admitted") {
+            return now_reads;
+        }
+        match self.0.lock().expect("ends lock").get(uid) {
+            Some((a, seen)) if *a == admission => seen.clone(),
+            _ => now_reads,
+        }
+    }
+
+    /// Forgets `uid` once its admission is settled.
+    fn settled(&self, uid: &str) {
+        self.0.lock().expect("ends lock").remove(uid);
     }
 }
