@@ -568,6 +568,78 @@ mod workload_cache;
 
 use workload_cache::{CompactingWriter, RelevantWorkloads, slim_workload};
 
+/// The end of each recorded admission as the watch delivered it.
+///
+/// The reconcile reads the cache's latest state, and Kueue rewrites a Workload's
+/// conditions when it admits it again: a deactivation (Evicted=True at t) followed
+/// within a reconcile's lag by re-activation and re-admission leaves Evicted=False
+/// at the re-admission time, and the eviction time is gone. After an API server
+/// restart the relist queues every Workload at once and that lag reached seconds,
+/// so the charge ran a second past Kueue's. The watch sees every state in order:
+/// the first end it shows for an admission is kept here (only while unsettled)
+/// and wins over a later "re-admitted" reading.
+#[derive(Default)]
+pub(crate) struct EndsSeen(std::sync::Mutex<HashMap<String, (u32, Ended)>>);
+
+impl EndsSeen {
+    fn observe(&self, event: &watcher::Event<Workload>) {
+        let w = match event {
+            watcher::Event::Apply(w) | watcher::Event::InitApply(w) => w,
+            watcher::Event::Delete(w) => {
+                if let Some(uid) = w.uid() {
+                    self.0.lock().expect("ends lock").remove(&uid);
+                }
+                return;
+            }
+            watcher::Event::Init | watcher::Event::InitDone => return,
+        };
+        let Some(uid) = w.uid() else {
+            return;
+        };
+        // Only what a re-admission can overwrite (a deactivation, a quota
+        // release), and only while kaccel's record is on the Workload: the map
+        // holds unsettled admissions, not the cluster's history.
+        let end = match record_of(w) {
+            Ok(Some(record)) => ended_at(w, &record, EVICTED_FOR_ANNOTATION)
+                .filter(|e| {
+                    e.reason.starts_with("deactivated") || e.reason.starts_with("quota released")
+                })
+                .map(|e| (record.admission, e)),
+            _ => None,
+        };
+        let Some((admission, end)) = end else {
+            if record_of(w).ok().flatten().is_none() {
+                self.0.lock().expect("ends lock").remove(&uid);
+            }
+            return;
+        };
+        let mut ends = self.0.lock().expect("ends lock");
+        match ends.get(&uid) {
+            Some((seen, _)) if *seen == admission => {}
+            _ => {
+                ends.insert(uid, (admission, end));
+            }
+        }
+    }
+
+    /// The end to settle `admission` with: the one the watch saw first when the
+    /// Workload now only says it was admitted again.
+    fn settle_with(&self, uid: &str, admission: u32, now_reads: Ended) -> Ended {
+        if !now_reads.reason.starts_with("re-admitted") {
+            return now_reads;
+        }
+        match self.0.lock().expect("ends lock").get(uid) {
+            Some((a, seen)) if *a == admission => seen.clone(),
+            _ => now_reads,
+        }
+    }
+
+    /// Forgets `uid` once its admission is settled.
+    fn settled(&self, uid: &str) {
+        self.0.lock().expect("ends lock").remove(uid);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -706,77 +778,5 @@ mod tests {
             None
         );
         assert_eq!(bad.rate_problem("no-such-class"), None);
-    }
-}
-
-/// The end of each recorded admission as the watch delivered it.
-///
-/// The reconcile reads the cache's latest state, and Kueue rewrites a Workload's
-/// conditions when it admits it again: a deactivation (Evicted=True at t) followed
-/// within a reconcile's lag by re-activation and re-admission leaves Evicted=False
-/// at the re-admission time, and the eviction time is gone. After an API server
-/// restart the relist queues every Workload at once and that lag reached seconds,
-/// so the charge ran a second past Kueue's. The watch sees every state in order:
-/// the first end it shows for an admission is kept here (only while unsettled)
-/// and wins over a later "re-admitted" reading.
-#[derive(Default)]
-pub(crate) struct EndsSeen(std::sync::Mutex<HashMap<String, (u32, Ended)>>);
-
-impl EndsSeen {
-    fn observe(&self, event: &watcher::Event<Workload>) {
-        let w = match event {
-            watcher::Event::Apply(w) | watcher::Event::InitApply(w) => w,
-            watcher::Event::Delete(w) => {
-                if let Some(uid) = w.uid() {
-                    self.0.lock().expect("ends lock").remove(&uid);
-                }
-                return;
-            }
-            watcher::Event::Init | watcher::Event::InitDone => return,
-        };
-        let Some(uid) = w.uid() else {
-            return;
-        };
-        // Only what a re-admission can overwrite (a deactivation, a quota
-        // release), and only while kaccel's record is on the Workload: the map
-        // holds unsettled admissions, not the cluster's history.
-        let end = match record_of(w) {
-            Ok(Some(record)) => ended_at(w, &record, EVICTED_FOR_ANNOTATION)
-                .filter(|e| {
-                    e.reason.starts_with("deactivated") || e.reason.starts_with("quota released")
-                })
-                .map(|e| (record.admission, e)),
-            _ => None,
-        };
-        let Some((admission, end)) = end else {
-            if record_of(w).ok().flatten().is_none() {
-                self.0.lock().expect("ends lock").remove(&uid);
-            }
-            return;
-        };
-        let mut ends = self.0.lock().expect("ends lock");
-        match ends.get(&uid) {
-            Some((seen, _)) if *seen == admission => {}
-            _ => {
-                ends.insert(uid, (admission, end));
-            }
-        }
-    }
-
-    /// The end to settle `admission` with: the one the watch saw first when the
-    /// Workload now only says it was admitted again.
-    fn settle_with(&self, uid: &str, admission: u32, now_reads: Ended) -> Ended {
-        if !now_reads.reason.starts_with("re-admitted") {
-            return now_reads;
-        }
-        match self.0.lock().expect("ends lock").get(uid) {
-            Some((a, seen)) if *a == admission => seen.clone(),
-            _ => now_reads,
-        }
-    }
-
-    /// Forgets `uid` once its admission is settled.
-    fn settled(&self, uid: &str) {
-        self.0.lock().expect("ends lock").remove(uid);
     }
 }
