@@ -673,7 +673,6 @@ async fn drive(
     // Each control-plane restart stalls everything for a few seconds.
     let deadline =
         Instant::now() + Duration::from_secs(200) + Duration::from_secs(30) * min_kills.min(40);
-    let params = PatchParams::default();
     let mut last_progress = Instant::now();
     // While the API server (or Kueue's webhooks) is down a call fails: the loop
     // retries it on its next pass, the state it drives from being unchanged.
@@ -690,30 +689,15 @@ async fn drive(
         // A probe per restart: admitted only once Kueue and kaccel both act again.
         while let Some(r) = pending_probes.first().copied() {
             let name = format!("p{probes:02}-{}", r.component);
-            let obj = workload(ns, &name, queue, label, 600);
-            match wls
-                .create(&PostParams::default(), &support::object(obj))
-                .await
-            {
-                Ok(_) => {}
-                Err(kube::Error::Api(s)) if s.code == 409 => {}
-                Err(_) => break,
-            }
+            let Some(mut probe) =
+                create_tracked(wls, (ns, queue, label), name, 600, Duration::ZERO, false).await
+            else {
+                break;
+            };
+            probe.probe = Some((r, None, None));
             pending_probes.remove(0);
             probes += 1;
-            tracked.push(Tracked {
-                name,
-                horizon: 600,
-                hold: Duration::ZERO,
-                evict_once: false,
-                phase: Phase::Queued,
-                due: Instant::now(),
-                admissions: Vec::new(),
-                uid: String::new(),
-                finished: None,
-                conditions: Value::Null,
-                probe: Some((r, None, None)),
-            });
+            tracked.push(probe);
         }
         // New batch while few are in flight.
         let in_flight = tracked.iter().filter(|t| t.phase != Phase::Done).count();
@@ -731,29 +715,12 @@ async fn drive(
                     [2, 3, 4, 6, 600][range(rng, 0, 4) as usize]
                 };
                 let hold = Duration::from_millis(range(rng, 0, 4500));
-                let obj = workload(ns, &name, queue, label, horizon);
-                match wls
-                    .create(&PostParams::default(), &support::object(obj))
-                    .await
-                {
-                    Ok(_) => {}
-                    // Created before an answer was lost.
-                    Err(kube::Error::Api(s)) if s.code == 409 => {}
-                    Err(_) => break,
-                }
-                tracked.push(Tracked {
-                    name,
-                    horizon,
-                    hold,
-                    evict_once,
-                    phase: Phase::Queued,
-                    due: Instant::now(),
-                    admissions: Vec::new(),
-                    uid: String::new(),
-                    finished: None,
-                    conditions: Value::Null,
-                    probe: None,
-                });
+                let Some(created) =
+                    create_tracked(wls, (ns, queue, label), name, horizon, hold, evict_once).await
+                else {
+                    break;
+                };
+                tracked.push(created);
             }
         }
         let listed = wls
@@ -818,14 +785,7 @@ async fn drive(
                         t.phase = Phase::Finishing;
                     } else if now >= t.due {
                         if t.evict_once && t.admissions.len() == 1 {
-                            let deactivated = wls
-                                .patch(
-                                    &t.name,
-                                    &params,
-                                    &Patch::Merge(json!({"spec": {"active": false}})),
-                                )
-                                .await;
-                            if deactivated.is_err() {
+                            if !set_active(wls, &t.name, false).await {
                                 continue;
                             }
                             t.phase = Phase::Evicting;
@@ -843,14 +803,7 @@ async fn drive(
                         // eviction (the job stopped, so the quota is released).
                         let _ = support::release_quota(wls, &t.name, obj).await;
                     } else if is_false(obj, "QuotaReserved") {
-                        let reactivated = wls
-                            .patch(
-                                &t.name,
-                                &params,
-                                &Patch::Merge(json!({"spec": {"active": true}})),
-                            )
-                            .await;
-                        if reactivated.is_err() {
+                        if !set_active(wls, &t.name, true).await {
                             continue;
                         }
                         let a = t.admissions.last_mut().unwrap();
@@ -903,4 +856,51 @@ async fn drive(
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+}
+
+/// Deactivates or reactivates a Workload; false when the API server did not take
+/// it (down mid-restart): the driver tries again on its next pass.
+async fn set_active(wls: &Api<DynamicObject>, name: &str, active: bool) -> bool {
+    wls.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"active": active}})),
+    )
+    .await
+    .is_ok()
+}
+
+/// Creates Workload `name` in `(namespace, queue, label)` and its tracking entry;
+/// None when the API server did not take it (the driver tries again next pass).
+/// A create whose answer was lost comes back as AlreadyExists: it was created.
+async fn create_tracked(
+    wls: &Api<DynamicObject>,
+    (ns, queue, label): (&str, &str, &str),
+    name: String,
+    horizon: u64,
+    hold: Duration,
+    evict_once: bool,
+) -> Option<Tracked> {
+    let obj = workload(ns, &name, queue, label, horizon);
+    match wls
+        .create(&PostParams::default(), &support::object(obj))
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(_) => return None,
+    }
+    Some(Tracked {
+        name,
+        horizon,
+        hold,
+        evict_once,
+        phase: Phase::Queued,
+        due: Instant::now(),
+        admissions: Vec::new(),
+        uid: String::new(),
+        finished: None,
+        conditions: Value::Null,
+        probe: None,
+    })
 }
