@@ -599,25 +599,20 @@ impl EndsSeen {
         // Only what a re-admission can overwrite (a deactivation, a quota
         // release), and only while kaccel's record is on the Workload: the map
         // holds unsettled admissions, not the cluster's history.
-        let end = match record_of(w) {
-            Ok(Some(record)) => ended_at(w, &record, EVICTED_FOR_ANNOTATION)
-                .filter(|e| {
-                    e.reason.starts_with("deactivated") || e.reason.starts_with("quota released")
-                })
-                .map(|e| (record.admission, e)),
-            _ => None,
+        let Ok(Some(record)) = record_of(w) else {
+            self.0.lock().expect("ends lock").remove(&uid);
+            return;
         };
-        let Some((admission, end)) = end else {
-            if record_of(w).ok().flatten().is_none() {
-                self.0.lock().expect("ends lock").remove(&uid);
-            }
+        let Some(end) = ended_at(w, &record, EVICTED_FOR_ANNOTATION).filter(|e| {
+            e.reason.starts_with("deactivated") || e.reason.starts_with("quota released")
+        }) else {
             return;
         };
         let mut ends = self.0.lock().expect("ends lock");
         match ends.get(&uid) {
-            Some((seen, _)) if *seen == admission => {}
+            Some((seen, _)) if *seen == record.admission => {}
             _ => {
-                ends.insert(uid, (admission, end));
+                ends.insert(uid, (record.admission, end));
             }
         }
     }
