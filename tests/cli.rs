@@ -580,3 +580,110 @@ fn kueue_config_snippet_transforms_each_vendor_resource_and_the_harness_applies_
         );
     }
 }
+
+/// `--instance` plans what that installation serves: the classes and budgets
+/// labelled with it (the default instance also takes unlabelled ones), written
+/// as its own (managed-by, root Cohort); a budget naming another installation's
+/// class is told whose it is.
+#[test]
+fn plan_as_another_instance_takes_only_its_labelled_classes() {
+    let objects = scratch(
+        "instances",
+        r#"apiVersion: kaccel.io/v1alpha1
+kind: AcceleratorClass
+metadata:
+  name: team-b-mi300x
+  labels: {kaccel.io/instance: team-b}
+spec:
+  sharing: Whole
+  selector: {vendors: [amd]}
+  credits: {perDeviceHour: "3"}
+---
+apiVersion: kaccel.io/v1alpha1
+kind: AcceleratorClass
+metadata:
+  name: default-h100
+spec:
+  sharing: Whole
+  selector: {vendors: [nvidia], minMemoryMiB: 80000}
+  credits: {perDeviceHour: "4"}
+---
+apiVersion: kaccel.io/v1alpha1
+kind: CreditBudget
+metadata:
+  name: team-b
+  labels: {kaccel.io/instance: team-b}
+spec:
+  team: b
+  namespaces: [team-b]
+  classes:
+    - {name: team-b-mi300x, guaranteedDevices: 8}
+    - {name: default-h100, guaranteedDevices: 8}
+  credits: {perPeriod: "1000", period: {start: "2026-12-01T00:00:00Z", days: 30}}
+"#,
+    );
+    let path = objects.to_str().unwrap();
+    let plan_as = |instance: &str| -> String {
+        let out = kaccel(&[
+            "plan",
+            "-f",
+            path,
+            "--nodes",
+            "examples/nodes.yaml",
+            "--instance",
+            instance,
+            "-o",
+            "json",
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let team_b: serde_json::Value = serde_json::from_str(&plan_as("team-b")).unwrap();
+    let text = team_b.to_string();
+    assert!(
+        text.contains("amd-instinct-mi300x"),
+        "team-b's flavor: {text}"
+    );
+    assert!(
+        !text.contains("h100"),
+        "the default instance's class: {text}"
+    );
+    assert!(text.contains(r#""app.kubernetes.io/managed-by":"team-b""#));
+    assert!(!text.contains(r#""app.kubernetes.io/managed-by":"kaccel""#));
+    assert!(
+        text.contains(r#""parentName":"team-b""#),
+        "root Cohort: {text}"
+    );
+    let summary = kaccel(&[
+        "plan",
+        "-f",
+        path,
+        "--nodes",
+        "examples/nodes.yaml",
+        "--instance",
+        "team-b",
+        "-o",
+        "summary",
+    ]);
+    let summary = String::from_utf8_lossy(&summary.stdout);
+    assert!(
+        summary.contains(
+            r#"CreditBudget team-b: ClassNotFound: spec.classes: AcceleratorClass "default-h100" is served by the kaccel installation "kaccel""#
+        ),
+        "{summary}"
+    );
+    let default = plan_as("kaccel");
+    assert!(
+        default.contains("h100") && !default.contains("mi300x"),
+        "{default}"
+    );
+    let bad = kaccel(&["plan", "-f", path, "--instance", "Team_B"]);
+    assert!(!bad.status.success());
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("--instance \"Team_B\": must be a DNS label")
+    );
+}

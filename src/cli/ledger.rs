@@ -76,9 +76,14 @@ pub enum LedgerCommand {
         /// quota, and charged devices against Kueue's ClusterQueue usage.
         #[arg(long)]
         cluster: bool,
-        /// The credit AdmissionCheck's name (ledger.admissionCheckName).
-        #[arg(long, default_value = "kaccel-credits")]
-        admission_check: String,
+        /// The installation whose ledger this is (config `instance`): with
+        /// --cluster, its ClusterQueues and check are compared.
+        #[arg(long, default_value = crate::k8s::instance::DEFAULT_INSTANCE)]
+        instance: String,
+        /// The credit AdmissionCheck's name (ledger.admissionCheckName; default
+        /// `<instance>-credits`).
+        #[arg(long)]
+        admission_check: Option<String>,
     },
     /// Measure append throughput (the rate of each tenth of the run),
     /// single-entry append latency, CSV and FOCUS exports of the whole store
@@ -146,12 +151,16 @@ async fn run_async(args: &LedgerArgs) -> Result<(), String> {
         LedgerCommand::Verify {
             store,
             cluster,
+            instance,
             admission_check,
         } => {
             let store = Store::open(store).await.map_err(|e| e.to_string())?;
             let mut report = verify(&store).await.map_err(|e| e.to_string())?;
             if *cluster {
-                let findings = reconcile_with_cluster(&store, admission_check).await?;
+                let check = admission_check
+                    .clone()
+                    .unwrap_or_else(|| crate::k8s::instance::admission_check_name(instance));
+                let findings = reconcile_with_cluster(&store, instance, &check).await?;
                 report.problems.extend(
                     findings
                         .into_iter()
@@ -202,6 +211,7 @@ async fn run_async(args: &LedgerArgs) -> Result<(), String> {
 /// ClusterQueues ([`crate::ledger::drift::compare`]).
 async fn reconcile_with_cluster<S: LedgerStore>(
     store: &S,
+    instance: &str,
     check: &str,
 ) -> Result<Vec<crate::ledger::drift::Finding>, String> {
     use kube::api::{Api, DynamicObject, ListParams};
@@ -223,11 +233,7 @@ async fn reconcile_with_cluster<S: LedgerStore>(
                 })
         }
     };
-    let managed = ListParams::default().labels(&format!(
-        "{}={}",
-        crate::k8s::labels::MANAGED_BY_LABEL,
-        crate::k8s::labels::MANAGED_BY
-    ));
+    let managed = ListParams::default().labels(&crate::k8s::instance::managed_selector(instance));
     let queues = list("ClusterQueue", managed).await?;
     // Typed: only the fields the comparison reads are kept of each Workload.
     let workloads = Api::<crate::kueue::workload::Workload>::all(client.clone())

@@ -9,6 +9,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use kube::ResourceExt;
 
 use crate::health::HealthSnapshot;
 use crate::inventory::Inventory;
@@ -88,6 +89,11 @@ pub struct PlanArgs {
     /// the credit ledger is on).
     #[arg(long)]
     pub admission_check: Option<String>,
+    /// Plan as this installation (config `instance`): only the classes and
+    /// budgets it serves (label kaccel.io/instance; the default instance also
+    /// takes unlabelled ones), its managed-by value and root Cohort.
+    #[arg(long, default_value = crate::k8s::instance::DEFAULT_INSTANCE)]
+    pub instance: String,
     /// Exit non-zero when any node has an accelerator kaccel cannot classify (the
     /// plan is still printed; the summary lists them under "Unclassified").
     #[arg(long)]
@@ -118,6 +124,10 @@ pub enum CliError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error(
+        "--instance {0:?}: must be a DNS label (lower-case letters, digits and '-') of at most 40 characters, e.g. kaccel"
+    )]
+    Instance(String),
     #[error("cannot write output: {0}")]
     Output(#[from] std::io::Error),
     #[error(
@@ -132,13 +142,44 @@ pub fn run_plan(args: &PlanArgs, out: &mut impl Write) -> Result<(), CliError> {
     let loaded = load::load(&paths).map_err(CliError::Load)?;
     let inventory = Inventory::from_nodes_and_slices(&loaded.nodes, &loaded.slices);
     let health = HealthSnapshot::default();
+    if !crate::k8s::instance::valid_instance(&args.instance) {
+        return Err(CliError::Instance(args.instance.clone()));
+    }
+    let serves = |labels: &std::collections::BTreeMap<String, String>| {
+        crate::k8s::instance::serves(&args.instance, labels)
+    };
+    let classes: Vec<_> = loaded
+        .classes
+        .iter()
+        .filter(|c| serves(c.labels()))
+        .cloned()
+        .collect();
+    let budgets: Vec<_> = loaded
+        .budgets
+        .iter()
+        .filter(|b| serves(b.labels()))
+        .cloned()
+        .collect();
     let options = PlanOptions {
         admission_check: args.admission_check.clone(),
+        instance: args.instance.clone(),
+        root_cohort: args.instance.clone(),
+        classes_elsewhere: loaded
+            .classes
+            .iter()
+            .filter(|c| !serves(c.labels()))
+            .map(|c| {
+                (
+                    c.name_any(),
+                    crate::k8s::instance::served_by(c.labels()).to_string(),
+                )
+            })
+            .collect(),
         ..Default::default()
     };
     let plan = plan(&PlanInput {
-        classes: &loaded.classes,
-        budgets: &loaded.budgets,
+        classes: &classes,
+        budgets: &budgets,
         inventory: &inventory,
         health: &health,
         options: &options,

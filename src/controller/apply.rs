@@ -126,7 +126,7 @@ impl Reconciler {
                         .await
                         .map_err(api_err(format!("reading {target}")))?
                     && let existing = serde_json::to_value(&existing).unwrap_or_default()
-                    && !is_managed(&existing)
+                    && !is_managed(&existing, &self.config.instance)
                 {
                     return Err(Error::Unmanaged {
                         target: target.to_string(),

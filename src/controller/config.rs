@@ -20,9 +20,17 @@ use crate::plan::nodes::NodeActionPolicy;
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct Config {
-    /// Server-side apply field manager for everything kaccel writes.
+    /// This installation's name among others in the cluster (see
+    /// [`crate::k8s::instance`]): the `managed-by` value of what it writes, the
+    /// `kaccel.io/instance` label of the classes and budgets it serves, and the
+    /// default of the names below.
+    pub instance: String,
+    /// Server-side apply field manager for everything kaccel writes (empty: the
+    /// instance).
+    #[serde(default)]
     pub field_manager: String,
-    /// Root Cohort that every team Cohort hangs under.
+    /// Root Cohort that every team Cohort hangs under (empty: the instance).
+    #[serde(default)]
     pub root_cohort: String,
     /// Quiet time after the last watch event before re-planning, in milliseconds:
     /// the events of one change (a label patch, a status write) become one plan.
@@ -37,11 +45,15 @@ pub struct Config {
     pub resync_seconds: u64,
     /// Address of the HTTP server for /healthz, /readyz and /metrics.
     pub http_address: SocketAddr,
+    /// (Its own and the ledger's defaults, not the resolved `Config::default()`'s:
+    /// their names derive from `instance`.)
+    #[serde(default)]
     pub leader_election: LeaderElection,
     pub planner: Planner,
     /// Read DRA ResourceSlices (resource.k8s.io/v1) when the API server serves them.
     pub watch_resource_slices: bool,
     pub health: Health,
+    #[serde(default)]
     pub ledger: Ledger,
     pub kueue: KueueSettings,
     pub webhook: Webhook,
@@ -145,10 +157,20 @@ pub struct Ledger {
     /// environment variable `KACCEL_LEDGER_STORE` wins, so a password can come
     /// from a Secret instead of this file.
     pub store: String,
-    /// Name of the AdmissionCheck kaccel creates and every ClusterQueue references.
+    /// Name of the AdmissionCheck kaccel creates and every ClusterQueue references
+    /// (empty: `<instance>-credits`).
+    #[serde(default)]
     pub admission_check_name: String,
-    /// `spec.controllerName` of that AdmissionCheck.
+    /// `spec.controllerName` of that AdmissionCheck (empty: `kaccel.io/credits`,
+    /// for another instance `kaccel.io/credits-<instance>`).
+    #[serde(default)]
     pub controller_name: String,
+    /// The finalizer on a charged Workload, so its final post happens even if
+    /// kaccel was down when it finished or was deleted. Derived from the
+    /// instance, never set by hand (a change would strand every charged
+    /// Workload's finalizer).
+    #[serde(skip)]
+    pub finalizer: String,
     /// Usage of running work is posted at this interval (and at the end).
     pub post_interval_seconds: u64,
     /// Reservation horizon for Workloads without `spec.maximumExecutionTimeSeconds`
@@ -167,8 +189,9 @@ impl Default for Ledger {
         Ledger {
             enabled: false,
             store: "sqlite:/var/lib/kaccel/ledger.db".into(),
-            admission_check_name: "kaccel-credits".into(),
-            controller_name: "kaccel.io/credits".into(),
+            admission_check_name: String::new(),
+            controller_name: String::new(),
+            finalizer: String::new(),
             post_interval_seconds: 3600,
             default_horizon_seconds: 3600,
             budget_interval_seconds: 10,
@@ -329,6 +352,7 @@ fn default_max_response_bytes() -> usize {
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct LeaderElection {
     pub enabled: bool,
+    /// Empty: `<instance>-controller`.
     pub lease_name: String,
     /// Namespace of the Lease; the `POD_NAMESPACE` environment variable wins when set.
     pub lease_namespace: String,
@@ -350,8 +374,9 @@ pub struct Planner {
 impl Default for Config {
     fn default() -> Self {
         Config {
-            field_manager: "kaccel".into(),
-            root_cohort: "kaccel".into(),
+            instance: crate::k8s::instance::DEFAULT_INSTANCE.into(),
+            field_manager: String::new(),
+            root_cohort: String::new(),
             quiet_ms: 10,
             debounce_ms: 250,
             max_delay_ms: 2000,
@@ -365,6 +390,7 @@ impl Default for Config {
             kueue: KueueSettings::default(),
             webhook: Webhook::default(),
         }
+        .with_instance_names()
     }
 }
 
@@ -372,7 +398,7 @@ impl Default for LeaderElection {
     fn default() -> Self {
         LeaderElection {
             enabled: true,
-            lease_name: "kaccel-controller".into(),
+            lease_name: String::new(),
             lease_namespace: "kaccel-system".into(),
             lease_duration_seconds: 15,
             renew_grace_seconds: 5,
@@ -426,12 +452,41 @@ impl Config {
                 message: e.to_string(),
             })?
         };
+        let config = config.with_instance_names();
         config.validate(&shown)?;
         Ok(config)
     }
 
+    /// Fills every name left empty with the one derived from `instance`.
+    pub fn with_instance_names(mut self) -> Config {
+        use crate::k8s::instance;
+        let name = self.instance.clone();
+        let fill = |field: &mut String, derived: String| {
+            if field.is_empty() {
+                *field = derived;
+            }
+        };
+        fill(&mut self.field_manager, name.clone());
+        fill(&mut self.root_cohort, name.clone());
+        fill(
+            &mut self.leader_election.lease_name,
+            instance::lease_name(&name),
+        );
+        fill(
+            &mut self.ledger.admission_check_name,
+            instance::admission_check_name(&name),
+        );
+        fill(
+            &mut self.ledger.controller_name,
+            instance::credits_controller_name(&name),
+        );
+        self.ledger.finalizer = instance::credits_finalizer(&name);
+        self
+    }
+
     pub fn plan_options(&self) -> PlanOptions {
         PlanOptions {
+            instance: self.instance.clone(),
             root_cohort: self.root_cohort.clone(),
             unknown_counts_as_capacity: self.planner.unknown_counts_as_capacity,
             demote_warning_percent: self.planner.demote_warning_percent,
@@ -473,6 +528,33 @@ mod tests {
             loaded,
             Config::default(),
             "config/kaccel.yaml must show the defaults"
+        );
+    }
+
+    #[test]
+    fn another_instance_derives_its_own_names_unless_set() {
+        let c = load_text("instance", "instance: kaccel-b\n").unwrap();
+        assert_eq!(c.field_manager, "kaccel-b");
+        assert_eq!(c.root_cohort, "kaccel-b");
+        assert_eq!(c.leader_election.lease_name, "kaccel-b-controller");
+        assert_eq!(c.ledger.admission_check_name, "kaccel-b-credits");
+        assert_eq!(c.ledger.controller_name, "kaccel.io/credits-kaccel-b");
+        assert_eq!(c.ledger.finalizer, "kaccel.io/credits-kaccel-b");
+        assert_eq!(c.plan_options().instance, "kaccel-b");
+        // Sections present but without the names derive them too; a name set
+        // by hand wins.
+        let c = load_text(
+            "instance-set",
+            "instance: kaccel-b\nrootCohort: org\nleaderElection:\n  enabled: true\nledger:\n  enabled: true\n  admissionCheckName: team-b-check\n",
+        )
+        .unwrap();
+        assert_eq!(c.root_cohort, "org");
+        assert_eq!(c.leader_election.lease_name, "kaccel-b-controller");
+        assert_eq!(c.ledger.admission_check_name, "team-b-check");
+        assert_eq!(c.ledger.finalizer, "kaccel.io/credits-kaccel-b");
+        assert_eq!(
+            c.plan_options().admission_check.as_deref(),
+            Some("team-b-check")
         );
     }
 

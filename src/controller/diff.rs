@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use crate::k8s::labels::{MANAGED_BY, MANAGED_BY_LABEL};
+use crate::k8s::labels::MANAGED_BY_LABEL;
 use crate::k8s::names::fnv1a;
 use crate::k8s::quantity::same_quantity;
 use crate::plan::Plan;
@@ -141,9 +141,10 @@ fn with_hash(mut value: Value) -> Value {
     value
 }
 
-/// Whether a live object was written by kaccel.
-pub fn is_managed(live: &Value) -> bool {
-    live["metadata"]["labels"][MANAGED_BY_LABEL].as_str() == Some(MANAGED_BY)
+/// Whether a live object was written by the installation `instance` (another
+/// installation's objects are as foreign as anyone's).
+pub fn is_managed(live: &Value, instance: &str) -> bool {
+    live["metadata"]["labels"][MANAGED_BY_LABEL].as_str() == Some(instance)
 }
 
 /// Objects found in sync at the last diff: the applied hash kaccel wanted and the
@@ -221,16 +222,17 @@ pub fn diff_skipping(
     desired: &BTreeMap<ObjectRef, Value>,
     live: &BTreeMap<ObjectRef, Value>,
     in_sync: &std::collections::HashSet<ObjectRef>,
+    instance: &str,
 ) -> Vec<Action> {
     if in_sync.is_empty() {
-        return diff(desired, live);
+        return diff(desired, live, instance);
     }
     let rest: BTreeMap<ObjectRef, Value> = desired
         .iter()
         .filter(|(target, _)| !in_sync.contains(*target))
         .map(|(target, v)| (target.clone(), v.clone()))
         .collect();
-    diff(&rest, live)
+    diff(&rest, live, instance)
 }
 
 /// The writes that bring `live` (managed objects only) to `desired`, in a safe order:
@@ -238,6 +240,7 @@ pub fn diff_skipping(
 pub fn diff(
     desired: &BTreeMap<ObjectRef, Value>,
     live: &BTreeMap<ObjectRef, Value>,
+    instance: &str,
 ) -> Vec<Action> {
     let mut applies: Vec<Action> = Vec::new();
     for kind in Kind::ALL {
@@ -275,7 +278,7 @@ pub fn diff(
     }
     let mut deletes: Vec<Action> = live
         .iter()
-        .filter(|(r, v)| !desired.contains_key(r) && is_managed(v))
+        .filter(|(r, v)| !desired.contains_key(r) && is_managed(v, instance))
         .map(|(r, _)| Action::Delete { target: r.clone() })
         .collect();
     deletes.sort_by(|a, b| match (a, b) {
@@ -324,8 +327,8 @@ pub fn references(kind: Kind, object: &Value) -> Vec<ObjectRef> {
 }
 
 /// Who holds an object kaccel did not create, for the Conflict condition: its
-/// owner references, else its `app.kubernetes.io/managed-by` label, else the field
-/// managers that wrote it.
+/// `app.kubernetes.io/managed-by` label (another kaccel installation's instance,
+/// for one) and owner references, else the field managers that wrote it.
 pub fn holder_of(live: &Value) -> String {
     let meta = &live["metadata"];
     let owners: Vec<String> = meta["ownerReferences"]
@@ -340,11 +343,12 @@ pub fn holder_of(live: &Value) -> String {
             )
         })
         .collect();
-    if !owners.is_empty() {
-        return format!("owned by {}", owners.join(", "));
-    }
-    if let Some(by) = meta["labels"]["app.kubernetes.io/managed-by"].as_str() {
-        return format!("managed by {by}");
+    let managed_by = meta["labels"][MANAGED_BY_LABEL].as_str();
+    match (managed_by, owners.is_empty()) {
+        (Some(by), false) => return format!("managed by {by}, owned by {}", owners.join(", ")),
+        (Some(by), true) => return format!("managed by {by}"),
+        (None, false) => return format!("owned by {}", owners.join(", ")),
+        (None, true) => {}
     }
     let mut managers: Vec<&str> = meta["managedFields"]
         .as_array()
@@ -429,7 +433,7 @@ mod tests {
             .iter()
             .map(|(r, v)| (r.clone(), as_stored(v)))
             .collect();
-        assert_eq!(diff(&desired, &live), vec![]);
+        assert_eq!(diff(&desired, &live, "kaccel"), vec![]);
     }
 
     /// One reconcile's diff as the controller runs it: objects held in sync are
@@ -455,7 +459,7 @@ mod tests {
             })
             .map(|(r, v)| (r.clone(), v.clone()))
             .collect();
-        let actions = diff_skipping(desired, &live, &skipped);
+        let actions = diff_skipping(desired, &live, &skipped, "kaccel");
         in_sync.record(desired, &live, &actions);
         (actions, live.len())
     }
@@ -517,7 +521,7 @@ mod tests {
     #[test]
     fn missing_objects_are_created_parents_first() {
         let desired = desired_objects(&example_plan());
-        let actions = diff(&desired, &BTreeMap::new());
+        let actions = diff(&desired, &BTreeMap::new(), "kaccel");
         assert_eq!(actions.len(), desired.len());
         let kinds: Vec<Kind> = actions
             .iter()
@@ -569,7 +573,17 @@ mod tests {
             foreign,
             json!({"metadata": {"name": "someone-elses", "labels": {}}}),
         );
-        let actions = diff(&desired, &live);
+        // Another installation's ClusterQueue (its own managed-by value).
+        let other_installation = ObjectRef {
+            kind: Kind::ClusterQueue,
+            namespace: None,
+            name: "team-b-queue".into(),
+        };
+        live.insert(
+            other_installation,
+            json!({"metadata": {"name": "team-b-queue", "labels": {"app.kubernetes.io/managed-by": "kaccel-b"}}}),
+        );
+        let actions = diff(&desired, &live, "kaccel");
         assert_eq!(actions.len(), 1, "{actions:?}");
         assert!(
             matches!(&actions[0], Action::Apply { target, create: false, .. } if *target == cq)
@@ -590,7 +604,7 @@ mod tests {
             !(matches!(r.kind, Kind::ClusterQueue | Kind::LocalQueue)
                 && v["metadata"]["labels"]["kaccel.io/class"] == "inference")
         });
-        let actions = diff(&smaller, &live);
+        let actions = diff(&smaller, &live, "kaccel");
         assert!(!actions.is_empty());
         let kinds: Vec<Kind> = actions
             .iter()
@@ -620,7 +634,7 @@ mod tests {
             .unwrap()
             .remove(APPLIED_HASH_ANNOTATION);
         changed.insert(key.clone(), with_hash(obj));
-        let actions = diff(&changed, &live);
+        let actions = diff(&changed, &live, "kaccel");
         assert_eq!(actions.len(), 1);
     }
 
@@ -637,7 +651,7 @@ mod tests {
             .unwrap()
             .clone();
         live.get_mut(&lq).unwrap()["spec"]["clusterQueue"] = json!("old-queue");
-        let actions = diff(&desired, &live);
+        let actions = diff(&desired, &live, "kaccel");
         assert!(matches!(&actions[..], [Action::Recreate { target, .. }] if *target == lq));
     }
 
@@ -662,6 +676,14 @@ mod tests {
         let labelled =
             json!({"metadata": {"labels": {"app.kubernetes.io/managed-by": "terraform"}}});
         assert_eq!(holder_of(&labelled), "managed by terraform");
+        // Another kaccel installation's object: the installation and its owner.
+        let other = json!({"metadata": {
+            "labels": {"app.kubernetes.io/managed-by": "kaccel-b"},
+            "ownerReferences": [{"kind": "CreditBudget", "name": "vision"}]}});
+        assert_eq!(
+            holder_of(&other),
+            "managed by kaccel-b, owned by CreditBudget vision"
+        );
         let written = json!({"metadata": {"managedFields": [{"manager": "kubectl-create"}, {"manager": "kubectl-create"}]}});
         assert_eq!(
             holder_of(&written),

@@ -63,7 +63,7 @@ pub enum Error {
     #[error("the installed Kueue lacks what kaccel needs: {0}")]
     KueueIncompatible(String),
     #[error(
-        "{target} already exists and is not kaccel's ({holder}): kaccel will not change an object it did not create; rename or delete it"
+        "{target} already exists and is not this kaccel installation's ({holder}): kaccel will not change an object it did not create; rename or delete it"
     )]
     Unmanaged { target: String, holder: String },
 }

@@ -36,7 +36,7 @@ pub(super) fn name_conflicts(
     };
     for (target, holder) in taken {
         let note = format!(
-            "{target} already exists and is not kaccel's ({holder}): kaccel leaves it unchanged and does not use it; delete or rename it"
+            "{target} already exists and is not this kaccel installation's ({holder}): kaccel leaves it unchanged and does not use it; delete or rename it"
         );
         if target.kind == Kind::ResourceFlavor {
             for class in planned
@@ -60,7 +60,7 @@ pub(super) fn name_conflicts(
     for (target, used) in held_up {
         for budget in budget_of(target) {
             out.budgets.entry(budget).or_default().push(format!(
-                "{target} is not written: it would use {used}, which is not kaccel's"
+                "{target} is not written: it would use {used}, which is not this kaccel installation's"
             ));
         }
     }

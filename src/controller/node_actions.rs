@@ -37,6 +37,7 @@ impl Reconciler {
             &planned.flavors,
             &self.config.health.actions,
             taken_out_per_device,
+            &self.config.instance,
         );
         self.metrics
             .node_actions_held_back
@@ -92,9 +93,11 @@ impl Reconciler {
             }
             *next = now + EVICTION_CHECK_SECONDS;
         }
-        let due = deactivate_due(&self.client, now).await.map_err(api_err(
-            "evicting Workloads at the end of their grace period",
-        ))?;
+        let due = deactivate_due(&self.client, now, &self.config.instance)
+            .await
+            .map_err(api_err(
+                "evicting Workloads at the end of their grace period",
+            ))?;
         for (ns, name, uid) in &due.cancelled {
             tracing::info!(workload = %format!("{ns}/{name}"), "eviction cancelled");
             self.publish(
@@ -174,7 +177,7 @@ impl Reconciler {
             }
             _ => vec![],
         };
-        apply_node_action(&self.client, action, &devices)
+        apply_node_action(&self.client, action, &devices, &self.config.instance)
             .await
             .map_err(api_err(format!("{verb} node {}", action.node())))?;
         if let NodeAction::Cordon { node, reason } = action
@@ -308,7 +311,9 @@ pub async fn apply_node_action(
     client: &Client,
     action: &NodeAction,
     devices: &[Value],
+    instance: &str,
 ) -> Result<(), kube::Error> {
+    let mark = crate::k8s::instance::node_mark(instance);
     let api: Api<Node> = Api::all(client.clone());
     let node = api.get(action.node()).await?;
     let mut taints: Vec<Taint> = node
@@ -328,7 +333,7 @@ pub async fn apply_node_action(
                 effect: "NoSchedule".into(),
                 time_added: None,
             });
-            annotations.insert(TAINTED_ANNOTATION.into(), "true".into());
+            annotations.insert(TAINTED_ANNOTATION.into(), mark.into());
             ops.push(json!({"op": "add", "path": "/spec/taints", "value": taints}));
         }
         NodeAction::Untaint { .. } => {
@@ -337,14 +342,14 @@ pub async fn apply_node_action(
             ops.push(json!({"op": "add", "path": "/spec/taints", "value": taints}));
         }
         NodeAction::Cordon { reason, .. } => {
-            annotations.insert(CORDONED_ANNOTATION.into(), "true".into());
+            annotations.insert(CORDONED_ANNOTATION.into(), mark.into());
             annotations.insert(
                 REPAIR_ANNOTATION.into(),
                 json!({
                     "node": action.node(),
                     "reason": reason,
                     "since": k8s_openapi::jiff::Timestamp::now().to_string(),
-                    "by": "kaccel",
+                    "by": instance,
                     "devices": devices,
                 })
                 .to_string(),
@@ -528,12 +533,16 @@ pub struct DueEvictions {
 /// Deactivate the warned Workloads whose time has come; cancel the warning of
 /// those whose node kaccel no longer holds out, or that finished or lost their
 /// admission meanwhile.
-pub async fn deactivate_due(client: &Client, now: i64) -> Result<DueEvictions, kube::Error> {
+pub async fn deactivate_due(
+    client: &Client,
+    now: i64,
+    instance: &str,
+) -> Result<DueEvictions, kube::Error> {
     use kube::api::ListParams;
     let all: Api<Workload> = Api::all(client.clone());
     let nodes: Api<Node> = Api::all(client.clone());
     let mut out = DueEvictions::default();
-    let mut held_out_nodes: std::collections::BTreeMap<String, bool> = Default::default();
+    let mut held_out_nodes: std::collections::BTreeMap<String, (bool, bool)> = Default::default();
     for wl in all.list(&ListParams::default()).await?.items {
         let (Some(at), Some(why)) = (
             wl.annotation(EVICT_AT_ANNOTATION),
@@ -546,18 +555,24 @@ pub async fn deactivate_due(client: &Client, now: i64) -> Result<DueEvictions, k
         let id = (ns.clone(), name.clone(), wl.uid().unwrap_or_default());
         let workloads: Api<Workload> = Api::namespaced(client.clone(), &ns);
         let node = why.split(": ").next().unwrap_or_default();
-        // Several Workloads on one node: read the node once per pass.
-        let held_out = match held_out_nodes.get(node) {
+        // Several Workloads on one node: read the node once per pass. A node
+        // another installation cordoned is that installation's to act on.
+        let (held_out, theirs) = match held_out_nodes.get(node) {
             Some(held) => *held,
             None => {
-                let held = nodes
-                    .get_opt(node)
-                    .await?
-                    .is_some_and(|n| n.annotations().contains_key(CORDONED_ANNOTATION));
+                let mark = nodes.get_opt(node).await?.and_then(|n| {
+                    n.annotations()
+                        .get(CORDONED_ANNOTATION)
+                        .map(|m| crate::k8s::instance::node_mark_owner(m).to_string())
+                });
+                let held = (mark.is_some(), mark.is_some_and(|owner| owner != instance));
                 held_out_nodes.insert(node.to_string(), held);
                 held
             }
         };
+        if theirs {
+            continue;
+        }
         let still_running = wl.status.admission.is_some() && wl.active() && !wl.is_true("Finished");
         if !(held_out && still_running) {
             let patch = json!({"metadata": {"annotations": {

@@ -38,9 +38,9 @@ use super::config::Webhook;
 use super::metrics::{AnswerLabel, Metrics};
 use super::{Error, api_err};
 use crate::api::{self, AcceleratorClass, Vendor};
+use crate::k8s::instance;
 use crate::k8s::labels::{
-    CLASS_LABEL, DEVICE_RESOURCE_ANNOTATION, MANAGED_BY, MANAGED_BY_LABEL, MODEL_ANNOTATION,
-    VENDOR_ANNOTATION,
+    CLASS_LABEL, DEVICE_RESOURCE_ANNOTATION, MANAGED_BY_LABEL, MODEL_ANNOTATION, VENDOR_ANNOTATION,
 };
 use crate::kueue::workload::Workload;
 use crate::kueue::{ClusterQueue, ResourceFlavor};
@@ -101,6 +101,8 @@ struct WebhookState {
     flavors: Store<ResourceFlavor>,
     queues: Store<ClusterQueue>,
     classes: Store<AcceleratorClass>,
+    /// This installation (config `instance`): the queues whose pods it places.
+    instance: String,
     metrics: Metrics,
 }
 
@@ -108,11 +110,12 @@ struct WebhookState {
 pub(super) async fn serve(
     client: Client,
     config: Webhook,
+    instance: String,
     metrics: Metrics,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
     let tls = if config.cert_dir.is_empty() {
-        generated_certificate(&client, &config).await?
+        generated_certificate(&client, &config, &instance).await?
     } else {
         let read = |file: &str| {
             let path = std::path::Path::new(&config.cert_dir).join(file);
@@ -133,13 +136,16 @@ pub(super) async fn serve(
         ));
     }
     let acceptor = tls_acceptor(&tls)?;
-    let managed = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"));
+    let managed = watcher::Config::default().labels(&instance::managed_selector(&instance));
     let state = WebhookState {
         placements: watch_placements(client.clone()),
-        flavors: cache(Api::all(client.clone()), managed.clone()),
-        queues: cache(Api::all(client.clone()), managed),
+        flavors: cache(Api::all(client.clone()), managed),
+        // Every ClusterQueue, not only this installation's: a pod of another
+        // kaccel installation's queue is that installation's webhook's to place.
+        queues: cache(Api::all(client.clone()), watcher::Config::default()),
         classes: cache(Api::all(client.clone()), watcher::Config::default()),
         client,
+        instance,
         metrics,
     };
     let app = Router::new()
@@ -263,6 +269,16 @@ async fn mutate(State(state): State<WebhookState>, Json(review): Json<Value>) ->
     Json(review_response(uid, &answer))
 }
 
+/// Whether a ClusterQueue with `labels` is a class queue another kaccel
+/// installation wrote: its own webhook places the pods admitted there, and two
+/// webhooks rewriting one pod would fight.
+fn another_installations(labels: &BTreeMap<String, String>, instance: &str) -> bool {
+    labels.contains_key(CLASS_LABEL)
+        && labels
+            .get(MANAGED_BY_LABEL)
+            .is_some_and(|by| by != instance)
+}
+
 /// The answer for one pod: left alone when it asks for no class resource, else
 /// placed where Kueue admitted it, or refused with the reason and the class.
 async fn decide(state: &WebhookState, namespace: &str, pod: &Value) -> Answer {
@@ -330,9 +346,17 @@ async fn decide(state: &WebhookState, namespace: &str, pod: &Value) -> Answer {
             }
         }
     };
-    let class = state
+    let queue = state
         .queues
-        .get(&reflector::ObjectRef::new(&placed.cluster_queue))
+        .get(&reflector::ObjectRef::new(&placed.cluster_queue));
+    if queue
+        .as_ref()
+        .is_some_and(|q| another_installations(q.labels(), &state.instance))
+    {
+        return Answer::Allow;
+    }
+    let class = queue
+        .filter(|q| instance::owns(&state.instance, q.labels()))
         .and_then(|q| q.labels().get(CLASS_LABEL).cloned());
     let Some(class) = class else {
         return Answer::Deny(format!(
@@ -450,7 +474,11 @@ fn tls_acceptor(tls: &TlsMaterial) -> Result<tokio_rustls::TlsAcceptor, Error> {
 /// The generated certificate every replica serves: read from the Secret, or
 /// generated and stored there by the first replica to start (a replica that
 /// loses the create race reads the winner's).
-async fn generated_certificate(client: &Client, config: &Webhook) -> Result<TlsMaterial, Error> {
+async fn generated_certificate(
+    client: &Client,
+    config: &Webhook,
+    instance: &str,
+) -> Result<TlsMaterial, Error> {
     let (namespace, name) = config.secret_ref().ok_or_else(|| {
         Error::Webhook(format!(
             "webhook.secret {:?} is not NAMESPACE/NAME",
@@ -471,7 +499,7 @@ async fn generated_certificate(client: &Client, config: &Webhook) -> Result<TlsM
         let secret: Secret = serde_json::from_value(json!({
             "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
             "metadata": {"name": name, "namespace": namespace,
-                         "labels": {MANAGED_BY_LABEL: MANAGED_BY}},
+                         "labels": {MANAGED_BY_LABEL: instance}},
             "stringData": {"tls.crt": fresh.cert, "tls.key": fresh.key,
                            "ca.crt": fresh.ca.clone().unwrap_or_default()}
         }))
@@ -574,5 +602,28 @@ async fn keep_ca_bundle(client: Client, configuration: String, ca: String) {
             }
         }
         tokio::time::sleep(Duration::from_secs(30)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_another_kaccel_installations_class_queues_are_left_to_it() {
+        let labels = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let theirs = labels(&[(MANAGED_BY_LABEL, "kaccel-b"), (CLASS_LABEL, "inference")]);
+        assert!(another_installations(&theirs, "kaccel"));
+        assert!(!another_installations(&theirs, "kaccel-b"));
+        // A hand-made queue (no class label) is nobody's class queue: refused
+        // as before, not waved through.
+        let hand_made = labels(&[(MANAGED_BY_LABEL, "terraform")]);
+        assert!(!another_installations(&hand_made, "kaccel"));
+        assert!(!another_installations(&labels(&[]), "kaccel"));
     }
 }

@@ -21,7 +21,7 @@ use super::{Config, Error, credits, health_poller};
 use crate::api::{AcceleratorClass, CreditBudget};
 use crate::health::policy::apply_node_conditions;
 use crate::inventory::Inventory;
-use crate::k8s::labels::{MANAGED_BY, MANAGED_BY_LABEL};
+use crate::k8s::instance;
 use crate::kueue::config::{Configuration, ObservedConfiguration};
 use crate::plan::device_quarantine::{self, DeviceHealth, Quarantine};
 use crate::plan::{Plan, PlanInput, plan};
@@ -89,17 +89,25 @@ impl Reconciler {
             }
         }
         self.health_warming.store(false, Ordering::Relaxed);
-        // Observe.
-        let classes: Vec<AcceleratorClass> = caches
-            .classes
-            .state()
+        // Observe: the classes and budgets this installation serves
+        // (`kaccel.io/instance`); another installation's are not even read.
+        let serves = |labels| instance::serves(&self.config.instance, labels);
+        let all_classes = caches.classes.state();
+        let classes: Vec<AcceleratorClass> = all_classes
             .iter()
+            .filter(|c| serves(c.labels()))
             .map(|c| (**c).clone())
+            .collect();
+        let classes_elsewhere: BTreeMap<String, String> = all_classes
+            .iter()
+            .filter(|c| !serves(c.labels()))
+            .map(|c| (c.name_any(), instance::served_by(c.labels()).to_string()))
             .collect();
         let budgets: Vec<CreditBudget> = caches
             .budgets
             .state()
             .iter()
+            .filter(|b| serves(b.labels()))
             .map(|b| (**b).clone())
             .collect();
         let slices = caches
@@ -138,11 +146,12 @@ impl Reconciler {
             .map(|b| (b.name_any(), b.spec.on_exhaustion))
             .collect();
         options.kueue_configuration = self.observe_kueue_configuration(caches);
+        options.classes_elsewhere = classes_elsewhere;
         options.foreign_cluster_queues = caches
             .all_cluster_queues
             .state()
             .iter()
-            .filter(|q| q.labels().get(MANAGED_BY_LABEL).map(String::as_str) != Some(MANAGED_BY))
+            .filter(|q| !instance::owns(&self.config.instance, q.labels()))
             .map(|q| (q.name_any(), super::watches::covered_resources(q)))
             .collect();
         let health = {
@@ -183,7 +192,7 @@ impl Reconciler {
                 }
                 holds
             });
-            let actions = diff::diff_skipping(&desired, &live, &skipped);
+            let actions = diff::diff_skipping(&desired, &live, &skipped, &self.config.instance);
             in_sync.record(&desired, &live, &actions);
             (live, actions)
         };
@@ -276,6 +285,7 @@ impl Reconciler {
             &planned.flavors,
             &live,
             &self.config.health.actions,
+            &self.config.instance,
         )
     }
 

@@ -50,11 +50,12 @@ pub async fn run(config: Config) -> Result<(), Error> {
     // The pod webhook answers on every replica: the API server may call any.
     let webhook_task = config.webhook.enabled.then(|| {
         let (client, webhook, metrics) = (client.clone(), config.webhook.clone(), metrics.clone());
+        let instance = config.instance.clone();
         let mut webhook_shutdown = shutdown_rx.clone();
         tokio::spawn(async move {
             // Fails closed: while it cannot serve, the API server refuses the pods
             // it is registered for; planning and the ledger carry on.
-            if let Err(e) = pod_webhook::serve(client, webhook, metrics, async move {
+            if let Err(e) = pod_webhook::serve(client, webhook, instance, metrics, async move {
                 let _ = webhook_shutdown.wait_for(|s| *s).await;
             })
             .await
@@ -81,6 +82,7 @@ pub async fn run(config: Config) -> Result<(), Error> {
             runtime: credits::LedgerRuntime::new(
                 client.clone(),
                 config.ledger.clone(),
+                &config.instance,
                 &config.field_manager,
                 metrics.clone(),
                 shared.clone(),
@@ -126,7 +128,7 @@ pub async fn run(config: Config) -> Result<(), Error> {
         recorder: Recorder::new(
             client.clone(),
             Reporter {
-                controller: "kaccel".into(),
+                controller: config.instance.clone(),
                 instance: Some(identity.clone()),
             },
         ),

@@ -18,7 +18,7 @@ use super::{Config, Error, managed_resource};
 use crate::api::{AcceleratorClass, CreditBudget};
 use crate::inventory::Inventory;
 use crate::inventory::index::NodeIndex;
-use crate::k8s::labels::{MANAGED_BY, MANAGED_BY_LABEL};
+use crate::k8s::instance;
 
 /// The watch caches the reconcile reads.
 #[derive(Clone)]
@@ -354,7 +354,7 @@ pub(super) async fn start_watches(
     config: &Config,
     own_writes: &OwnWrites,
 ) -> Result<(Caches, Events), Error> {
-    let managed = watcher::Config::default().labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"));
+    let managed = watcher::Config::default().labels(&instance::managed_selector(&config.instance));
     let (nodes, nodes_events) = watch_nodes(client);
     // kaccel's own status writes come back as events: only spec and metadata wake.
     let (classes, class_events) = watch_waking_on(

@@ -1,11 +1,9 @@
 //! The labels and shared annotations kaccel sets and reads back, in one place so
 //! the floor that writes one and the floors that read it agree.
 
-/// Set to [`MANAGED_BY`] on every object kaccel creates: what kaccel may change
-/// or delete, and nothing else.
+/// Set to the installation's instance (see [`super::instance`]) on every object
+/// kaccel creates: what that installation may change or delete, and nothing else.
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
-/// The value of [`MANAGED_BY_LABEL`].
-pub const MANAGED_BY: &str = "kaccel";
 /// The AcceleratorClass a flavor or ClusterQueue serves.
 pub const CLASS_LABEL: &str = "kaccel.io/class";
 /// The CreditBudget a Cohort, ClusterQueue or LocalQueue belongs to.

@@ -30,10 +30,6 @@ pub const RESERVATION_ANNOTATION_POINTER: &str =
 /// its budget could not cover the renewal of its reservation.
 pub const STOPPED_ANNOTATION: &str = "kaccel.io/stopped-for-credits";
 
-/// Finalizer on Workloads kaccel charges: the final post happens even if kaccel
-/// was down when the Workload finished or was deleted.
-pub const FINALIZER: &str = "kaccel.io/credits";
-
 /// Reason of a settlement Post (and refund) of an admission that ended by
 /// eviction, before the eviction's reason; the FOCUS export's `x_EvictionReason`.
 pub const EVICTED_PREFIX: &str = "evicted: ";

@@ -27,6 +27,7 @@ pub(super) fn admit<'a>(
     class_by_name: &BTreeMap<String, &AcceleratorClass>,
     class_reports: &BTreeMap<String, ClassReport>,
     class_order: &BTreeMap<String, Vec<String>>,
+    classes_elsewhere: &BTreeMap<String, String>,
 ) -> AdmittedBudgets<'a> {
     let mut ordered: Vec<&CreditBudget> = budgets.iter().collect();
     ordered.sort_by(|a, b| {
@@ -53,6 +54,17 @@ pub(super) fn admit<'a>(
             admitted.namespaces.insert(bname.clone(), own);
             for grant in &budget.spec.classes {
                 match class_by_name.get(&grant.name) {
+                    None if classes_elsewhere.contains_key(&grant.name) => {
+                        report.conditions.push(DesiredCondition::new(
+                            "ClassNotFound",
+                            true,
+                            "ClassOfAnotherInstallation",
+                            format!(
+                                "spec.classes: AcceleratorClass {:?} is served by the kaccel installation {:?} (its label kaccel.io/instance), not by this budget's: a budget pays only for classes of its own installation; move the budget or the class; nothing is created for it",
+                                grant.name, classes_elsewhere[&grant.name]
+                            ),
+                        ))
+                    }
                     None => report.conditions.push(DesiredCondition::new(
                         "ClassNotFound",
                         true,
@@ -172,7 +184,13 @@ mod tests {
             ),
         ];
 
-        let admitted = admit(&budgets, &class_by_name, &class_reports, &class_order);
+        let admitted = admit(
+            &budgets,
+            &class_by_name,
+            &class_reports,
+            &class_order,
+            &BTreeMap::new(),
+        );
         let order: Vec<String> = admitted
             .ordered
             .iter()
@@ -198,6 +216,27 @@ mod tests {
             .collect();
         assert_eq!(demands, [("b-old", 4)]);
         assert_eq!(admitted.demands[0].flavors, ["h100"]);
+
+        // The same grant of a class another installation serves: that is what
+        // the condition says, and still nothing is created for it.
+        let elsewhere = BTreeMap::from([("ghost".to_string(), "kaccel-b".to_string())]);
+        let admitted = admit(
+            &budgets,
+            &class_by_name,
+            &class_reports,
+            &class_order,
+            &elsewhere,
+        );
+        let ghost = &admitted.reports["b-old"].conditions[1];
+        assert_eq!(ghost.reason, "ClassOfAnotherInstallation");
+        assert!(
+            ghost
+                .message
+                .contains("\"ghost\" is served by the kaccel installation \"kaccel-b\""),
+            "{}",
+            ghost.message
+        );
+        assert_eq!(admitted.demands.len(), 1);
     }
 
     #[test]
@@ -208,6 +247,7 @@ mod tests {
         let budgets = [invalid, valid];
         let admitted = admit(
             &budgets,
+            &BTreeMap::new(),
             &BTreeMap::new(),
             &BTreeMap::new(),
             &BTreeMap::new(),

@@ -29,7 +29,7 @@ use k8s_openapi::api::resource::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::flavors::{FlavorAcc, FlavorKey};
-use super::{FLAVOR_LABEL, MANAGED_BY, MANAGED_BY_LABEL};
+use super::{FLAVOR_LABEL, MANAGED_BY_LABEL};
 use crate::api::{AcceleratorClass, HardwareSelector};
 use crate::inventory::{AttributeKind, DeviceRecord, NodeInventory};
 
@@ -63,6 +63,7 @@ pub(super) fn build(
     flavor_names: &BTreeMap<FlavorKey, String>,
     nodes: &[&NodeInventory],
     class_by_name: &BTreeMap<String, &AcceleratorClass>,
+    instance: &str,
 ) -> DeviceClasses {
     let mut out = DeviceClasses::default();
     // One pass over the fleet: the devices of each DRA-only variant, and the types
@@ -135,7 +136,7 @@ pub(super) fn build(
             .filter_map(|c| class_by_name.get(c).map(|class| (c, *class)))
             .collect();
         match selector(driver, devices, &variant_kinds, fleet, &classes) {
-            Ok(expression) => out.objects.push(device_class(flavor, expression)),
+            Ok(expression) => out.objects.push(device_class(flavor, expression, instance)),
             Err((class, field, why)) => out.problems.push(DeviceClassProblem {
                 class: class.clone(),
                 flavor: flavor.clone(),
@@ -150,12 +151,12 @@ pub(super) fn build(
     out
 }
 
-fn device_class(flavor: &str, expression: String) -> DeviceClass {
+fn device_class(flavor: &str, expression: String, instance: &str) -> DeviceClass {
     DeviceClass {
         metadata: ObjectMeta {
             name: Some(device_class_name(flavor)),
             labels: Some(BTreeMap::from([
-                (MANAGED_BY_LABEL.to_string(), MANAGED_BY.to_string()),
+                (MANAGED_BY_LABEL.to_string(), instance.to_string()),
                 (FLAVOR_LABEL.to_string(), flavor.to_string()),
             ])),
             ..Default::default()

@@ -28,7 +28,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 
 use super::nodes::{HeldBack, NodeActionPolicy, UNHEALTHY_TAINT};
-use super::{FlavorReport, MANAGED_BY, MANAGED_BY_LABEL};
+use super::{FlavorReport, MANAGED_BY_LABEL};
 use crate::health::DeviceStatus;
 use crate::inventory::{ByIdentity, DeviceGroup, DeviceRecord, Inventory, NodeInventory};
 
@@ -117,6 +117,7 @@ pub fn decide(
     flavors: &BTreeMap<String, FlavorReport>,
     live: &BTreeMap<String, DeviceTaintRule>,
     policy: &NodeActionPolicy,
+    instance: &str,
 ) -> Quarantine {
     let mut out = Quarantine::default();
     if !policy.device_taint_rules {
@@ -154,7 +155,14 @@ pub fn decide(
                 let rule = match reading {
                     Some(h) if takes_out(h.status) => Some((
                         !live.contains_key(&name),
-                        rule(device, &name, &node.name, h, policy.device_taint_effect),
+                        rule(
+                            device,
+                            &name,
+                            &node.name,
+                            h,
+                            policy.device_taint_effect,
+                            instance,
+                        ),
                     )),
                     Some(h) if h.fresh => None,
                     // Nothing fresh speaks for the device: kaccel's rule stays as it is.
@@ -239,6 +247,7 @@ fn rule(
     node: &str,
     health: &DeviceHealth,
     effect: DeviceTaintEffect,
+    instance: &str,
 ) -> DeviceTaintRule {
     let reason = if health.reasons.is_empty() {
         format!("{:?}", health.status)
@@ -249,7 +258,7 @@ fn rule(
         metadata: ObjectMeta {
             name: Some(name.to_string()),
             labels: Some(BTreeMap::from([
-                (MANAGED_BY_LABEL.to_string(), MANAGED_BY.to_string()),
+                (MANAGED_BY_LABEL.to_string(), instance.to_string()),
                 (NODE_LABEL.to_string(), label_value(node)),
             ])),
             annotations: Some(BTreeMap::from([(REASON_ANNOTATION.to_string(), reason)])),

@@ -67,8 +67,8 @@ pub use quota::{Demand, allocate};
 // The labels kaccel puts on what it creates, and the CPU pool label, live on the
 // ground floor; the planner's users keep reaching them here.
 pub use crate::k8s::labels::{
-    BUDGET_LABEL, CLASS_LABEL, CPU_POOL_LABEL, CPU_POOL_VALUE, FLAVOR_LABEL, MANAGED_BY,
-    MANAGED_BY_LABEL, TEAM_LABEL,
+    BUDGET_LABEL, CLASS_LABEL, CPU_POOL_LABEL, CPU_POOL_VALUE, FLAVOR_LABEL, MANAGED_BY_LABEL,
+    TEAM_LABEL,
 };
 
 /// Kueue's limit on flavors in one resource group.
@@ -80,6 +80,9 @@ const MEMORY: &str = "memory";
 /// Knobs the planner takes from the controller configuration.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PlanOptions {
+    /// The installation planning (config `instance`): the `managed-by` value of
+    /// every object in the plan.
+    pub instance: String,
     /// The Cohort every team Cohort hangs under; it holds the unguaranteed capacity.
     pub root_cohort: String,
     /// AdmissionCheck every ClusterQueue references; only set when the credit
@@ -100,11 +103,15 @@ pub struct PlanOptions {
     /// ClusterQueues kaccel does not own -> the resources they cover: checked
     /// against Kueue's transformations (see [`kueue_counting::blocked_queues`]).
     pub foreign_cluster_queues: BTreeMap<String, BTreeSet<String>>,
+    /// AcceleratorClasses another kaccel installation serves -> its instance: a
+    /// budget naming one is told whose it is, not that it does not exist.
+    pub classes_elsewhere: BTreeMap<String, String>,
 }
 
 impl Default for PlanOptions {
     fn default() -> Self {
         PlanOptions {
+            instance: crate::k8s::instance::DEFAULT_INSTANCE.into(),
             root_cohort: "kaccel".into(),
             admission_check: None,
             unknown_counts_as_capacity: true,
@@ -113,6 +120,7 @@ impl Default for PlanOptions {
             queueing_strategy: "BestEffortFIFO".into(),
             kueue_configuration: None,
             foreign_cluster_queues: BTreeMap::new(),
+            classes_elsewhere: BTreeMap::new(),
         }
     }
 }
@@ -257,7 +265,13 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
         &flavor_reports,
     );
     // 6. Admit budgets: oldest first, validated, namespaces claimed, grants as demands.
-    let mut budgets = budgets::admit(input.budgets, &class_by_name, &class_reports, &class_order);
+    let mut budgets = budgets::admit(
+        input.budgets,
+        &class_by_name,
+        &class_reports,
+        &class_order,
+        &options.classes_elsewhere,
+    );
     // 7. Split healthy capacity into quotas (invariant 1).
     quota::split(&budgets.demands, &mut flavor_reports, &mut budgets.reports);
     // 8. Build the Kueue objects; valid budgets get their queue names and Ready.
@@ -276,8 +290,13 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
         },
         &mut budgets.reports,
     );
-    let device_classes =
-        device_classes::build(&resolved.flavors, &flavor_names, &nodes, &class_by_name);
+    let device_classes = device_classes::build(
+        &resolved.flavors,
+        &flavor_names,
+        &nodes,
+        &class_by_name,
+        &options.instance,
+    );
     // 9. Status: class conditions, and invalid budgets' conditions.
     status::classes(&mut class_reports, &class_order, &flavor_reports);
     status::unlabelled_models_condition(

@@ -13,9 +13,12 @@ use crate::inventory::Inventory;
 
 /// NoSchedule taint kaccel puts on a node whose accelerators are all out.
 pub const UNHEALTHY_TAINT: &str = "kaccel.io/unhealthy";
-/// Set (to "true") when kaccel added its taint; it removes only taints it marked.
+/// Set when kaccel added its taint (to its node mark, `true` for the default
+/// installation: [`crate::k8s::instance::node_mark`]); it removes only taints
+/// carrying its own mark.
 pub const TAINTED_ANNOTATION: &str = "kaccel.io/tainted";
-/// Set (to "true") when kaccel cordoned a schedulable node; it uncordons only those.
+/// Set (to its node mark) when kaccel cordoned a schedulable node; it uncordons
+/// only those.
 pub const CORDONED_ANNOTATION: &str = "kaccel.io/cordoned";
 /// Why kaccel took a node out: a repair request for whoever fixes hardware.
 pub const REPAIR_ANNOTATION: &str = "kaccel.io/repair-request";
@@ -108,6 +111,7 @@ pub fn node_actions(
     flavors: &BTreeMap<String, FlavorReport>,
     policy: &NodeActionPolicy,
     taken_out_per_device: &super::device_quarantine::TakenOutPerDevice,
+    instance: &str,
 ) -> NodeActions {
     let mut out = NodeActions::default();
     // Flavors of each node, and how many of each flavor's nodes kaccel holds out.
@@ -132,6 +136,17 @@ pub fn node_actions(
 
     for node in inventory.nodes.values() {
         if node.groups.is_empty() {
+            continue;
+        }
+        // Its own marks only (another installation's are not its to undo).
+        let mark = crate::k8s::instance::node_mark(instance);
+        let annotated = |k: &str| node.annotations.get(k).map(String::as_str) == Some(mark);
+        let has_taint = node.taints.iter().any(|t| t.key == UNHEALTHY_TAINT);
+        let ours_tainted = has_taint && annotated(TAINTED_ANNOTATION);
+        let ours_cordoned = node.unschedulable && annotated(CORDONED_ANNOTATION);
+        // Only this installation's nodes: those its flavors count, and those it
+        // took out itself (undone once healthy, even after their class went).
+        if !node_flavors.contains_key(node.name.as_str()) && !ours_tainted && !ours_cordoned {
             continue;
         }
         let mut all_out = true;
@@ -162,10 +177,6 @@ pub fn node_actions(
                 ));
             }
         }
-        let annotated = |k: &str| node.annotations.get(k).map(String::as_str) == Some("true");
-        let has_taint = node.taints.iter().any(|t| t.key == UNHEALTHY_TAINT);
-        let ours_tainted = has_taint && annotated(TAINTED_ANNOTATION);
-        let ours_cordoned = node.unschedulable && annotated(CORDONED_ANNOTATION);
         // Unknown never undoes an action (invariant 6): kaccel's own annotation is
         // the evidence it acted for a bad device; only fresh readings that show the
         // node's devices healthy (held for the hold-down) may take it back.
@@ -269,6 +280,21 @@ mod tests {
         classes: &[crate::api::AcceleratorClass],
         health: &HealthSnapshot,
     ) -> NodeActions {
+        decide_as(
+            crate::k8s::instance::DEFAULT_INSTANCE,
+            nodes,
+            classes,
+            health,
+        )
+    }
+
+    /// As the installation `instance` serving `classes` decides.
+    fn decide_as(
+        instance: &str,
+        nodes: &[Node],
+        classes: &[crate::api::AcceleratorClass],
+        health: &HealthSnapshot,
+    ) -> NodeActions {
         let inventory = Inventory::from_nodes(nodes);
         let planned = plan(&PlanInput {
             classes,
@@ -283,7 +309,85 @@ mod tests {
             &planned.flavors,
             &NodeActionPolicy::default(),
             &BTreeMap::new(),
+            instance,
         )
+    }
+
+    #[test]
+    fn an_installation_acts_only_on_its_classes_nodes_and_undoes_only_its_own_marks() {
+        let (mut nodes, classes) = fleet();
+        let h100 = h100_nodes(&nodes);
+        // Installation b serves only large-training (H100 and MI300X nodes).
+        let b_classes: Vec<_> = classes
+            .iter()
+            .filter(|c| c.metadata.name.as_deref() == Some("large-training"))
+            .cloned()
+            .collect();
+        let mut health = HealthSnapshot::default();
+        for node in [h100[0].as_str(), "gpu-l40s-01"] {
+            let resource = "nvidia.com/gpu";
+            health.set(
+                node,
+                resource,
+                HealthCounts {
+                    healthy: 7,
+                    failed: 1,
+                    ..Default::default()
+                },
+            );
+        }
+        let cordoned = |d: &NodeActions| -> Vec<String> {
+            d.actions
+                .iter()
+                .filter(|a| matches!(a, NodeAction::Cordon { .. }))
+                .map(|a| a.node().to_string())
+                .collect()
+        };
+        // The L40S node is no class of b's: b leaves it to whoever serves it.
+        assert_eq!(
+            cordoned(&decide_as("kaccel-b", &nodes, &b_classes, &health)),
+            [h100[0].clone()]
+        );
+        assert_eq!(
+            cordoned(&decide(&nodes, &classes, &health)),
+            [h100[0].clone(), "gpu-l40s-01".to_string()]
+        );
+        // b cordoned h100[1] and the default installation h100[2]; both healthy.
+        for n in nodes.iter_mut() {
+            let name = n.metadata.name.clone().unwrap();
+            let mark = if name == h100[1] {
+                "kaccel-b"
+            } else if name == h100[2] {
+                "true"
+            } else {
+                continue;
+            };
+            n.spec.get_or_insert_with(Default::default).unschedulable = Some(true);
+            n.metadata
+                .annotations
+                .get_or_insert_with(Default::default)
+                .insert(CORDONED_ANNOTATION.into(), mark.into());
+        }
+        let healthy = HealthSnapshot::default();
+        assert_eq!(
+            decide_as("kaccel-b", &nodes, &b_classes, &healthy).actions,
+            [NodeAction::Uncordon {
+                node: h100[1].clone()
+            }]
+        );
+        assert_eq!(
+            decide(&nodes, &classes, &healthy).actions,
+            [NodeAction::Uncordon {
+                node: h100[2].clone()
+            }]
+        );
+        // b's mark stays b's to undo even after b's class is gone.
+        assert_eq!(
+            decide_as("kaccel-b", &nodes, &[], &healthy).actions,
+            [NodeAction::Uncordon {
+                node: h100[1].clone()
+            }]
+        );
     }
 
     fn h100_nodes(nodes: &[Node]) -> Vec<String> {

@@ -19,8 +19,8 @@ use crate::kueue::{
 use super::flavors::{FlavorAcc, FlavorKey};
 use super::{
     BUDGET_LABEL, BudgetReport, CLASS_LABEL, CPU, ClassReport, FLAVOR_LABEL, FlavorReport,
-    MANAGED_BY, MANAGED_BY_LABEL, MAX_FLAVORS_PER_GROUP, MEMORY, PlanOptions, TEAM_LABEL,
-    cluster_queue_name, kueue_counting, name_of, status,
+    MANAGED_BY_LABEL, MAX_FLAVORS_PER_GROUP, MEMORY, PlanOptions, TEAM_LABEL, cluster_queue_name,
+    kueue_counting, name_of, status,
 };
 use crate::k8s::labels::{DEVICE_RESOURCE_ANNOTATION, MODEL_ANNOTATION, VENDOR_ANNOTATION};
 use crate::k8s::names;
@@ -67,6 +67,7 @@ pub(super) fn build(
             &input.flavor_reports[name],
             &input.flavors[key],
             input.class_by_name,
+            &options.instance,
         ));
     }
     objects
@@ -92,7 +93,7 @@ pub(super) fn build(
             metadata: meta(
                 &team_cohort,
                 None,
-                labels_for(Some(budget), None),
+                labels_for(&options.instance, Some(budget), None),
                 owner_ref(budget),
             ),
             spec: CohortSpec {
@@ -154,7 +155,7 @@ pub(super) fn build(
                     metadata: meta(
                         &grant.name,
                         Some(ns),
-                        labels_for(Some(budget), Some(&grant.name)),
+                        labels_for(&options.instance, Some(budget), Some(&grant.name)),
                         owner_ref(budget),
                     ),
                     spec: LocalQueueSpec {
@@ -223,8 +224,12 @@ fn meta(
     }
 }
 
-fn labels_for(budget: Option<&CreditBudget>, class: Option<&str>) -> BTreeMap<String, String> {
-    let mut labels = BTreeMap::from([(MANAGED_BY_LABEL.to_string(), MANAGED_BY.to_string())]);
+fn labels_for(
+    instance: &str,
+    budget: Option<&CreditBudget>,
+    class: Option<&str>,
+) -> BTreeMap<String, String> {
+    let mut labels = BTreeMap::from([(MANAGED_BY_LABEL.to_string(), instance.to_string())]);
     if let Some(b) = budget {
         labels.insert(BUDGET_LABEL.into(), name_of(&b.metadata));
         labels.insert(TEAM_LABEL.into(), b.spec.team.clone());
@@ -257,8 +262,9 @@ fn build_flavor(
     report: &FlavorReport,
     acc: &FlavorAcc,
     classes: &BTreeMap<String, &AcceleratorClass>,
+    instance: &str,
 ) -> ResourceFlavor {
-    let mut labels = labels_for(None, None);
+    let mut labels = labels_for(instance, None, None);
     labels.insert(FLAVOR_LABEL.into(), name.to_string());
     // A flavor shared by several classes is owned by each of them (no controller
     // owner), so it goes away only when the last class using it does.
@@ -323,7 +329,12 @@ fn build_root_cohort(options: &PlanOptions, reports: &BTreeMap<String, FlavorRep
         }]
     };
     Cohort {
-        metadata: meta(&options.root_cohort, None, labels_for(None, None), vec![]),
+        metadata: meta(
+            &options.root_cohort,
+            None,
+            labels_for(&options.instance, None, None),
+            vec![],
+        ),
         spec: CohortSpec {
             parent_name: None,
             resource_groups,
@@ -474,7 +485,7 @@ fn build_cluster_queue(
         metadata: meta(
             name,
             None,
-            labels_for(Some(budget), Some(&class_name)),
+            labels_for(&options.instance, Some(budget), Some(&class_name)),
             owner_ref(budget),
         ),
         spec: ClusterQueueSpec {

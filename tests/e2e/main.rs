@@ -14,6 +14,7 @@ mod health_sources;
 mod health_trends;
 mod health_vendors;
 mod identity;
+mod instances;
 mod inventory;
 mod kueue_compat;
 mod kueue_scenarios;

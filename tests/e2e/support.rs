@@ -223,6 +223,12 @@ impl Cleanup {
             .push((ns.map(str::to_owned), ar, name.to_owned()));
     }
 
+    /// Deleted after everything added so far (e.g. a flavor after its queues).
+    pub fn add_last(&mut self, ns: Option<&str>, ar: ApiResource, name: &str) {
+        self.items
+            .insert(0, (ns.map(str::to_owned), ar, name.to_owned()));
+    }
+
     pub fn add_namespace(&mut self, name: &str) {
         self.namespaces.push(name.to_owned());
     }

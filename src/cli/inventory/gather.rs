@@ -126,11 +126,9 @@ pub async fn read_cluster() -> Result<InventoryReport, InventoryError> {
     if !slices.is_empty() {
         let rules: Api<DynamicObject> =
             Api::all_with(client.clone(), &crate::k8s::resources::device_taint_rule());
-        let mine = ListParams::default().labels(&format!(
-            "{}={}",
-            crate::k8s::labels::MANAGED_BY_LABEL,
-            crate::k8s::labels::MANAGED_BY
-        ));
+        // Every kaccel installation's rules (each labels the node it takes a
+        // device out on): the inventory is the cluster's, not one instance's.
+        let mine = ListParams::default().labels(crate::plan::device_quarantine::NODE_LABEL);
         match rules.list(&mine).await {
             Ok(list) => {
                 report.taint_rules = list

@@ -138,8 +138,11 @@ impl Config {
             field,
             message: message.to_string(),
         };
-        if self.field_manager.is_empty() {
-            return Err(invalid("fieldManager", "must not be empty"));
+        if !crate::k8s::instance::valid_instance(&self.instance) {
+            return Err(invalid(
+                "instance",
+                "must be a DNS label (lower-case letters, digits and '-') of at most 40 characters, e.g. kaccel or kaccel-team-b",
+            ));
         }
         if !crate::k8s::names::valid_dns_subdomain(&self.root_cohort) {
             return Err(invalid(
@@ -365,7 +368,13 @@ mod tests {
     #[test]
     fn bad_settings_name_the_field() {
         let mut cases = vec![
-            ("fieldManager: \"\"\n", "fieldManager", "must not be empty"),
+            ("instance: Team_B\n", "instance", "must be a DNS label"),
+            ("instance: \"\"\n", "instance", "must be a DNS label"),
+            (
+                "instance: a-very-long-installation-name-of-41-chars\n",
+                "instance",
+                "at most 40",
+            ),
             ("rootCohort: Not_A_Name\n", "rootCohort", "DNS subdomain"),
             (
                 "debounceMs: 500\nmaxDelayMs: 100\n",

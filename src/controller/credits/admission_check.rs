@@ -17,7 +17,7 @@ impl LedgerRuntime {
         let finished = is_finished(v);
         let deleting = deletion_time(v).is_some();
         let pricing = self.shared.pricing();
-        let has_finalizer = obj.finalizers().iter().any(|f| f == FINALIZER);
+        let has_finalizer = obj.has_finalizer(&self.config.finalizer);
         if check.is_none() && !has_finalizer {
             return Ok(Action::await_change());
         }
@@ -323,7 +323,7 @@ impl LedgerRuntime {
         // Workload that waits keeps it and is not written again while its
         // price stays.
         if let Some(record) = &record
-            && (!v.has_finalizer(FINALIZER) || written != Some(record))
+            && (!v.has_finalizer(&self.config.finalizer) || written != Some(record))
         {
             let written = std::time::Instant::now();
             self.set_record(v, record).await?;
@@ -748,7 +748,7 @@ impl LedgerRuntime {
             "metadata": {
                 "name": name,
                 "namespace": namespace,
-                "finalizers": [FINALIZER],
+                "finalizers": [self.config.finalizer],
                 "annotations": {RESERVATION_ANNOTATION: record.to_annotation()},
             },
         });
@@ -775,7 +775,7 @@ impl LedgerRuntime {
     /// it a co-owner of ours).
     pub(super) async fn release(&self, v: &Workload) -> Result<(), LedgerError> {
         let (namespace, name) = namespace_and_name(v);
-        let Some(patch) = release_patch(v) else {
+        let Some(patch) = release_patch(v, &self.config.finalizer) else {
             return Ok(());
         };
         let patch = serde_json::from_value(patch).expect("a valid JSON patch");
@@ -808,16 +808,16 @@ impl LedgerRuntime {
 /// writes failed a resourceVersion test. A real conflict (a finalizer list that
 /// moved, a record written for a new admission) still fails the patch, and the
 /// reconcile is retried on a fresh read.
-pub(super) fn release_patch(v: &Workload) -> Option<Value> {
+pub(super) fn release_patch(v: &Workload, finalizer: &str) -> Option<Value> {
     let index = v
         .metadata
         .finalizers
         .as_ref()
-        .and_then(|f| f.iter().position(|f| f == FINALIZER))?;
-    let finalizer = format!("/metadata/finalizers/{index}");
+        .and_then(|f| f.iter().position(|f| f == finalizer))?;
+    let path = format!("/metadata/finalizers/{index}");
     let mut ops = vec![
-        json!({"op": "test", "path": finalizer, "value": FINALIZER}),
-        json!({"op": "remove", "path": finalizer}),
+        json!({"op": "test", "path": path, "value": finalizer}),
+        json!({"op": "remove", "path": path}),
     ];
     if let Some(record) = v.annotation(RESERVATION_ANNOTATION) {
         ops.push(json!({"op": "test", "path": RESERVATION_ANNOTATION_POINTER, "value": record}));

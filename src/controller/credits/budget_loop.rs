@@ -224,7 +224,7 @@ impl LedgerRuntime {
         self.metrics
             .ledger_open_reservations
             .set(i64::try_from(open.len()).unwrap_or(i64::MAX));
-        let check = &self.config.admission_check_name;
+        let ours = super::workload_cache::Ours::of(&self.config);
         // Only Workloads the comparison can count (a charged one carries the
         // finalizer; one waiting on the check holds quota), looked up by the index
         // the watch keeps: finished history, which a cluster keeps by the ten
@@ -233,7 +233,7 @@ impl LedgerRuntime {
             .keys()
             .iter()
             .filter_map(|key| workloads.get(key))
-            .filter(|w| ledger_relevant(w, check))
+            .filter(|w| ledger_relevant(w, &ours))
             .collect();
         let queues: Vec<Value> = cluster_queues
             .state()

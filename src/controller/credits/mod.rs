@@ -63,7 +63,7 @@ use crate::ledger::budget::{
 use crate::ledger::charge::{Charge, ChargeState, Renewal, RenewalRule};
 use crate::ledger::entry::{Balances, Entry, EntryKind, format_micros, void_key};
 use crate::ledger::lifecycle::{
-    Ended, FINALIZER, RESERVATION_ANNOTATION, RESERVATION_ANNOTATION_POINTER, ReservationRecord,
+    Ended, RESERVATION_ANNOTATION, RESERVATION_ANNOTATION_POINTER, ReservationRecord,
     STOPPED_ANNOTATION, check_state, condition, deletion_time, ended_at, evicted_since_admission,
     holds_quota, is_finished, record_of,
 };
@@ -253,6 +253,8 @@ fn admission_check_resource() -> ApiResource {
 pub struct LedgerRuntime {
     client: Client,
     config: LedgerConfig,
+    /// The installation (config `instance`): the `managed-by` of its AdmissionCheck.
+    instance: String,
     field_manager: String,
     metrics: Metrics,
     shared: Arc<LedgerShared>,
@@ -303,6 +305,7 @@ impl LedgerRuntime {
     pub fn new(
         client: Client,
         config: LedgerConfig,
+        instance: &str,
         field_manager: &str,
         metrics: Metrics,
         shared: Arc<LedgerShared>,
@@ -312,13 +315,14 @@ impl LedgerRuntime {
         let recorder = Recorder::new(
             client.clone(),
             Reporter {
-                controller: "kaccel".into(),
+                controller: instance.into(),
                 instance: std::env::var("POD_NAME").ok(),
             },
         );
         Arc::new(LedgerRuntime {
             recorder,
             client,
+            instance: instance.into(),
             config,
             field_manager: format!("{field_manager}-credits"),
             metrics,
@@ -381,19 +385,19 @@ impl LedgerRuntime {
         // stay in memory.
         let writer = kube::runtime::reflector::store::Writer::<Workload>::default();
         let workloads = writer.as_reader();
-        let check = self.config.admission_check_name.clone();
+        let ours = Ours::of(&self.config);
         let relevant = Arc::new(RelevantWorkloads::default());
         let _ = self.open_work.set((workloads.clone(), relevant.clone()));
         let index = relevant.clone();
-        let index_check = check.clone();
+        let index_ours = ours.clone();
         let mut cache = CompactingWriter::new(writer);
         let ends = self.ends_seen.clone();
         let watched = watcher(api, watcher::Config::default())
             .backoff(crate::controller::watches::WatchBackoff::default())
-            .modify(move |w| slim_workload(w, &check))
+            .modify(move |w| slim_workload(w, &ours))
             .inspect_err(|e| tracing::warn!(error = %e, "Workload watch error (retrying)"))
             .inspect_ok(move |event| ends.observe(event))
-            .inspect_ok(move |event| index.observe(event, &index_check))
+            .inspect_ok(move |event| index.observe(event, &index_ours))
             .inspect_ok(move |event| cache.apply(event))
             .applied_objects();
         // When credits come back, the Workloads holding quota with the check on
@@ -529,7 +533,7 @@ impl LedgerRuntime {
         let object = json!({
             "apiVersion": crate::k8s::resources::kueue_api_version(),
             "kind": "AdmissionCheck",
-            "metadata": {"name": name, "labels": {crate::k8s::labels::MANAGED_BY_LABEL: crate::k8s::labels::MANAGED_BY}},
+            "metadata": {"name": name, "labels": {crate::k8s::labels::MANAGED_BY_LABEL: self.instance}},
             "spec": {"controllerName": self.config.controller_name},
         });
         if let Err(e) = api.patch(name, &params, &Patch::Apply(&object)).await {
@@ -566,7 +570,7 @@ mod admission_check;
 mod budget_loop;
 mod workload_cache;
 
-use workload_cache::{CompactingWriter, RelevantWorkloads, slim_workload};
+use workload_cache::{CompactingWriter, Ours, RelevantWorkloads, slim_workload};
 
 /// The end of each recorded admission as the watch delivered it.
 ///

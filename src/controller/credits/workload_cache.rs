@@ -14,12 +14,30 @@ use super::*;
 ///   pass skips them; they are what a cluster keeps by the ten thousand. A
 ///   change brings the whole object again with its watch event, so one that
 ///   gets quota is cached whole then.
-pub(super) fn slim_workload(w: &mut Workload, check: &str) {
-    let working = w.has_check(check) && w.is_true("QuotaReserved") && !w.is_true("Finished");
-    if w.has_finalizer(FINALIZER) || working {
+pub(super) fn slim_workload(w: &mut Workload, ours: &Ours) {
+    let working = w.has_check(&ours.check) && w.is_true("QuotaReserved") && !w.is_true("Finished");
+    if w.has_finalizer(&ours.finalizer) || working {
         slim_view(w);
     } else {
         w.keep_identity_only();
+    }
+}
+
+/// What marks a Workload as this installation's to charge: its AdmissionCheck
+/// on the Workload, its finalizer on a charged one (both scoped by the
+/// instance, so another installation's Workloads are never touched).
+#[derive(Clone, Debug)]
+pub(super) struct Ours {
+    pub(super) check: String,
+    pub(super) finalizer: String,
+}
+
+impl Ours {
+    pub(super) fn of(config: &LedgerConfig) -> Ours {
+        Ours {
+            check: config.admission_check_name.clone(),
+            finalizer: config.finalizer.clone(),
+        }
     }
 }
 
@@ -41,12 +59,12 @@ pub(super) struct RelevantState {
 }
 
 impl RelevantWorkloads {
-    pub(super) fn observe(&self, event: &watcher::Event<Workload>, check: &str) {
+    pub(super) fn observe(&self, event: &watcher::Event<Workload>, ours: &Ours) {
         let mut state = self.state.lock().expect("relevant index lock");
         match event {
             watcher::Event::Init => state.relisting = Some(Default::default()),
             watcher::Event::InitApply(w) => {
-                if ledger_relevant(w, check) {
+                if ledger_relevant(w, ours) {
                     let key = ObjectRef::from_obj(w);
                     state.relisting.get_or_insert_default().insert(key);
                 }
@@ -58,7 +76,7 @@ impl RelevantWorkloads {
             }
             watcher::Event::Apply(w) => {
                 let key = ObjectRef::from_obj(w);
-                if ledger_relevant(w, check) {
+                if ledger_relevant(w, ours) {
                     state.keys.insert(key);
                 } else {
                     state.keys.remove(&key);
@@ -161,13 +179,22 @@ pub(super) fn slim_view(w: &mut Workload) {
 
 /// Whether the reconciliation against Kueue must look at a cached Workload:
 /// charged (kaccel's finalizer), or counted by Kueue with kaccel's check on it.
-pub(super) fn ledger_relevant(w: &Workload, check: &str) -> bool {
-    w.has_finalizer(FINALIZER) || (w.counted_by_kueue() && w.has_check(check))
+pub(super) fn ledger_relevant(w: &Workload, ours: &Ours) -> bool {
+    w.has_finalizer(&ours.finalizer) || (w.counted_by_kueue() && w.has_check(&ours.check))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const FINALIZER: &str = "kaccel.io/credits";
+
+    fn ours() -> Ours {
+        Ours {
+            check: "kaccel-credits".into(),
+            finalizer: FINALIZER.into(),
+        }
+    }
 
     fn workload(conditions: Value, checks: Value, finalizers: Value) -> Workload {
         let mut w: Workload = serde_json::from_value(json!({
@@ -181,7 +208,7 @@ mod tests {
             "status": {"conditions": conditions, "admissionChecks": checks, "resourceRequests": [{"name": "main"}]},
         }))
         .expect("a Workload");
-        slim_workload(&mut w, "kaccel-credits");
+        slim_workload(&mut w, &ours());
         w
     }
 
@@ -207,27 +234,24 @@ mod tests {
             n.sort();
             n
         };
-        index.observe(&watcher::Event::Init, "kaccel-credits");
+        index.observe(&watcher::Event::Init, &ours());
         for w in [&charged, &waiting, &history] {
-            index.observe(&watcher::Event::InitApply(w.clone()), "kaccel-credits");
+            index.observe(&watcher::Event::InitApply(w.clone()), &ours());
         }
         // Nothing is swapped in before the list is complete.
         assert!(index.keys().is_empty());
-        index.observe(&watcher::Event::InitDone, "kaccel-credits");
+        index.observe(&watcher::Event::InitDone, &ours());
         assert_eq!(names(&index), ["charged", "waiting"]);
         // Settled (finalizer released): out; deleted: out.
-        index.observe(&watcher::Event::Apply(settled), "kaccel-credits");
-        index.observe(&watcher::Event::Delete(waiting.clone()), "kaccel-credits");
+        index.observe(&watcher::Event::Apply(settled), &ours());
+        index.observe(&watcher::Event::Delete(waiting.clone()), &ours());
         assert!(index.keys().is_empty());
-        index.observe(&watcher::Event::Apply(waiting.clone()), "kaccel-credits");
+        index.observe(&watcher::Event::Apply(waiting.clone()), &ours());
         assert_eq!(names(&index), ["waiting"]);
         // A re-list after the watch was down forgets what is gone.
-        index.observe(&watcher::Event::Init, "kaccel-credits");
-        index.observe(
-            &watcher::Event::InitApply(charged.clone()),
-            "kaccel-credits",
-        );
-        index.observe(&watcher::Event::InitDone, "kaccel-credits");
+        index.observe(&watcher::Event::Init, &ours());
+        index.observe(&watcher::Event::InitApply(charged.clone()), &ours());
+        index.observe(&watcher::Event::InitDone, &ours());
         assert_eq!(names(&index), ["charged"]);
     }
 
@@ -347,13 +371,25 @@ mod tests {
             check.clone(),
             json!([FINALIZER]),
         );
-        assert!(ledger_relevant(&charged, "kaccel-credits"));
+        assert!(ledger_relevant(&charged, &ours()));
         // Waiting on the check while holding quota: counted.
         let waiting = workload(json!([reserved]), check.clone(), json!([]));
-        assert!(ledger_relevant(&waiting, "kaccel-credits"));
-        assert!(!ledger_relevant(&waiting, "another-check"));
+        assert!(ledger_relevant(&waiting, &ours()));
+        assert!(!ledger_relevant(
+            &waiting,
+            &Ours {
+                check: "another-check".into(),
+                ..ours()
+            }
+        ));
+        // Another installation's charged Workload (its own finalizer) is not ours.
+        let theirs = Ours {
+            check: "team-b-credits".into(),
+            finalizer: "kaccel.io/credits-team-b".into(),
+        };
+        assert!(!ledger_relevant(&charged, &theirs));
         // Finished and settled: skipped.
         let history = workload(json!([reserved, finished]), check, json!([]));
-        assert!(!ledger_relevant(&history, "kaccel-credits"));
+        assert!(!ledger_relevant(&history, &ours()));
     }
 }

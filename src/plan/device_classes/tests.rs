@@ -276,7 +276,7 @@ fn a_dra_only_fleet_gets_one_device_class_per_flavor() {
     let h100 = &plan.device_classes[0];
     assert_eq!(
         h100.metadata.labels.as_ref().unwrap()[MANAGED_BY_LABEL],
-        MANAGED_BY
+        crate::k8s::instance::DEFAULT_INSTANCE
     );
     assert_eq!(
         expression(h100),

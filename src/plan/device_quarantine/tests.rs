@@ -96,7 +96,7 @@ fn decide_with(
         .iter()
         .map(|r| (r.metadata.name.clone().unwrap(), r.clone()))
         .collect();
-    decide(&f.inventory, health, &f.flavors, &live, policy)
+    decide(&f.inventory, health, &f.flavors, &live, policy, "kaccel")
 }
 
 fn selected(rule: &DeviceTaintRule) -> (String, String, String) {
@@ -127,7 +127,10 @@ fn one_failed_gpu_gets_one_rule_for_exactly_it_and_its_node_is_not_cordoned() {
     assert_eq!(rule.spec.taint.effect, "NoSchedule");
     assert_eq!(rule.spec.taint.value.as_deref(), Some("Failed"));
     let meta = &rule.metadata;
-    assert_eq!(meta.labels.as_ref().unwrap()[MANAGED_BY_LABEL], MANAGED_BY);
+    assert_eq!(
+        meta.labels.as_ref().unwrap()[MANAGED_BY_LABEL],
+        crate::k8s::instance::DEFAULT_INSTANCE
+    );
     assert_eq!(meta.labels.as_ref().unwrap()[NODE_LABEL], "a");
     assert_eq!(
         meta.annotations.as_ref().unwrap()[REASON_ANNOTATION],
@@ -152,7 +155,14 @@ fn one_failed_gpu_gets_one_rule_for_exactly_it_and_its_node_is_not_cordoned() {
         },
     );
     let policy = NodeActionPolicy::default();
-    let with_rule = node_actions(&f.inventory, &snapshot, &f.flavors, &policy, &q.covered);
+    let with_rule = node_actions(
+        &f.inventory,
+        &snapshot,
+        &f.flavors,
+        &policy,
+        &q.covered,
+        "kaccel",
+    );
     assert!(with_rule.actions.is_empty(), "{:?}", with_rule.actions);
     let without = node_actions(
         &f.inventory,
@@ -160,6 +170,7 @@ fn one_failed_gpu_gets_one_rule_for_exactly_it_and_its_node_is_not_cordoned() {
         &f.flavors,
         &policy,
         &BTreeMap::new(),
+        "kaccel",
     );
     assert!(
         matches!(&without.actions[..], [NodeAction::Cordon { node, .. }] if node == "a"),
@@ -297,6 +308,7 @@ fn a_device_the_device_plugin_also_offers_is_left_to_the_cordon() {
         &planned.flavors,
         &BTreeMap::new(),
         &NodeActionPolicy::default(),
+        "kaccel",
     );
     assert_eq!(q, Quarantine::default());
 }

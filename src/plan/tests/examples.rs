@@ -104,7 +104,7 @@ fn queues_are_wired_to_cohorts_namespaces_and_flavors() {
     for obj in &plan.resource_flavors {
         assert_eq!(
             obj.metadata.labels.as_ref().unwrap()[MANAGED_BY_LABEL],
-            MANAGED_BY
+            crate::k8s::instance::DEFAULT_INSTANCE
         );
     }
     // No AdmissionCheck unless the ledger is on: an unanswered check blocks admission.

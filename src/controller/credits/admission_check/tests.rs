@@ -7,6 +7,8 @@ use crate::ledger::charge::ChargeOwner;
 use crate::ledger::lifecycle::RecordedLine;
 use crate::ledger::pricing::Rate;
 
+const FINALIZER: &str = "kaccel.io/credits";
+
 fn policy(when_renewal_short: Option<RenewalShortPolicy>) -> AdmissionPolicy {
     AdmissionPolicy {
         when_renewal_short,
@@ -143,7 +145,7 @@ fn apply(patch: &Value, mut target: Value) -> Result<Value, json_patch::PatchErr
 #[test]
 fn release_removes_only_kaccels_finalizer_and_record() {
     let read: Workload = serde_json::from_value(settled("{\"budget\":\"b\"}")).unwrap();
-    let patch = release_patch(&read).expect("kaccel's finalizer is on it");
+    let patch = release_patch(&read, FINALIZER).expect("kaccel's finalizer is on it");
     // Kueue wrote the status since the read (a new resourceVersion): still applies.
     let mut now = settled("{\"budget\":\"b\"}");
     now["metadata"]["resourceVersion"] = json!("57");
@@ -166,7 +168,7 @@ fn release_removes_only_kaccels_finalizer_and_record() {
 #[test]
 fn release_fails_on_a_real_conflict() {
     let read: Workload = serde_json::from_value(settled("{\"budget\":\"b\"}")).unwrap();
-    let patch = release_patch(&read).unwrap();
+    let patch = release_patch(&read, FINALIZER).unwrap();
     // The list moved: Kueue dropped its finalizer, ours is now first. Removing
     // position 1 would drop another controller's.
     let mut moved = settled("{\"budget\":\"b\"}");
@@ -177,8 +179,12 @@ fn release_fails_on_a_real_conflict() {
     assert!(apply(&patch, readmitted).is_err());
     // Nothing to release without the finalizer.
     let mut gone = settled("{}");
-    gone["metadata"]["finalizers"] = json!(["example.com/audit"]);
-    assert!(release_patch(&serde_json::from_value(gone).unwrap()).is_none());
+    gone["metadata"]["finalizers"] = json!(["example.com/audit", "kaccel.io/credits-team-b"]);
+    let gone: Workload = serde_json::from_value(gone).unwrap();
+    assert!(release_patch(&gone, FINALIZER).is_none());
+    // Another installation releases only its own.
+    let theirs = release_patch(&gone, "kaccel.io/credits-team-b").unwrap();
+    assert_eq!(theirs[0]["path"], "/metadata/finalizers/1");
 }
 
 #[test]
