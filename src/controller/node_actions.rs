@@ -156,7 +156,7 @@ impl Reconciler {
     /// Workloads kaccel evicted go back to their queues once Kueue evicted them.
     pub(super) async fn requeue_evicted_workloads(&self) -> Result<(), Error> {
         if self.requeue_pending.load(Ordering::Relaxed) {
-            let (requeued, waiting) = requeue_evicted(&self.client)
+            let (requeued, waiting) = requeue_evicted(&self.client, &self.config.instance)
                 .await
                 .map_err(api_err("requeueing evicted Workloads"))?;
             for w in &requeued {
@@ -184,7 +184,7 @@ impl Reconciler {
             && self.config.health.actions.evict_workloads_on_failed
         {
             let grace = self.config.health.actions.eviction_grace_seconds;
-            let done = evict_workloads_on(&self.client, node, reason, grace)
+            let done = evict_workloads_on(&self.client, node, reason, grace, &self.config.instance)
                 .await
                 .map_err(api_err(format!("evicting Workloads from node {node}")))?;
             if !done.scheduled.is_empty() {
@@ -376,7 +376,8 @@ pub async fn apply_node_action(
 }
 
 use crate::k8s::labels::EVICTED_FOR_ANNOTATION;
-/// On a Workload kaccel deactivated and will activate again once Kueue evicted it.
+/// On a Workload kaccel deactivated and will activate again once Kueue evicted it;
+/// its value is the installation's node mark (`true` for the default instance).
 pub const REQUEUE_ANNOTATION: &str = "kaccel.io/requeue";
 
 /// How often warned Workloads are looked at (their deadlines, their nodes).
@@ -411,6 +412,7 @@ pub async fn evict_workloads_on(
     node: &str,
     reason: &str,
     grace_seconds: u32,
+    instance: &str,
 ) -> Result<Evictions, kube::Error> {
     use k8s_openapi::api::core::v1::Pod;
     use kube::api::ListParams;
@@ -439,7 +441,7 @@ pub async fn evict_workloads_on(
             let name = wl.name_any();
             let id = (ns.clone(), name.clone(), wl.uid().unwrap_or_default());
             if grace_seconds == 0 {
-                deactivate(&workloads, &name, &why).await?;
+                deactivate(&workloads, &name, &why, instance).await?;
                 done.evicted.push(id);
                 continue;
             }
@@ -471,12 +473,18 @@ pub async fn evict_workloads_on(
     Ok(done)
 }
 
-/// Deactivate a Workload for eviction (Kueue evicts it; kaccel requeues it).
-async fn deactivate(workloads: &Api<Workload>, name: &str, why: &str) -> Result<(), kube::Error> {
+/// Deactivate a Workload for eviction (Kueue evicts it; the installation whose
+/// mark the requeue annotation carries activates it again).
+async fn deactivate(
+    workloads: &Api<Workload>,
+    name: &str,
+    why: &str,
+    instance: &str,
+) -> Result<(), kube::Error> {
     let patch = json!({
         "metadata": {"annotations": {
             EVICTED_FOR_ANNOTATION: why,
-            REQUEUE_ANNOTATION: "true",
+            REQUEUE_ANNOTATION: crate::k8s::instance::node_mark(instance),
             EVICT_AT_ANNOTATION: null,
             EVICT_FOR_ANNOTATION: null,
         }},
@@ -603,7 +611,7 @@ pub async fn deactivate_due(
             out.waiting += 1;
             continue;
         }
-        deactivate(&workloads, &name, why).await?;
+        deactivate(&workloads, &name, why, instance).await?;
         set_eviction_condition(
             &workloads,
             &name,
@@ -619,13 +627,17 @@ pub async fn deactivate_due(
 
 /// Activate again the Workloads kaccel deactivated, once Kueue has evicted them
 /// (their admission is gone): they queue for healthy capacity like any other.
-pub async fn requeue_evicted(client: &Client) -> Result<(Vec<String>, usize), kube::Error> {
+pub async fn requeue_evicted(
+    client: &Client,
+    instance: &str,
+) -> Result<(Vec<String>, usize), kube::Error> {
     use kube::api::ListParams;
     let workloads: Api<Workload> = Api::all(client.clone());
     let mut requeued = Vec::new();
     let mut waiting = 0;
+    let mark = crate::k8s::instance::node_mark(instance);
     for wl in workloads.list(&ListParams::default()).await?.items {
-        if wl.annotations().get(REQUEUE_ANNOTATION).map(String::as_str) != Some("true") {
+        if wl.annotations().get(REQUEUE_ANNOTATION).map(String::as_str) != Some(mark) {
             continue;
         }
         if wl.status.admission.is_some() {
