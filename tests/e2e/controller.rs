@@ -98,6 +98,11 @@ impl Drop for Controller {
     }
 }
 
+/// The /metrics text of a kaccel on `port` (None while it does not answer).
+pub fn http_metrics(port: u16) -> Option<String> {
+    http_get(port, "/metrics")
+}
+
 fn http_get(port: u16, path: &str) -> Option<String> {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;

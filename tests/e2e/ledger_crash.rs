@@ -26,6 +26,69 @@ use crate::controller::{Controller, ensure_example_nodes, free_port, wait_for};
 use crate::ledger::{self, FINALIZER, LedgerTeam, h100_team, ledger_config};
 use crate::support::{self, Cleanup, condition, is_true, kueue};
 
+/// Reads `kaccel_leader` and `kaccel_writes_total` from two replicas every
+/// 200 ms on a thread of its own, until stopped.
+struct LeaderSampler {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<Leadership>,
+}
+
+#[derive(Debug, Default)]
+struct Leadership {
+    samples: u32,
+    /// Samples in which each replica reported leading.
+    led: [u32; 2],
+    /// Samples in which both did.
+    both: u32,
+    /// Writes the standby counted while it had never led.
+    standby_writes_unled: u64,
+}
+
+impl LeaderSampler {
+    fn start(ports: [u16; 2]) -> LeaderSampler {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut seen = Leadership::default();
+            let mut standby_led = false;
+            while !stopped.load(Ordering::Relaxed) {
+                let read = |port: u16| -> (bool, u64) {
+                    let text = crate::controller::http_metrics(port).unwrap_or_default();
+                    let value = |name: &str| -> u64 {
+                        text.lines()
+                            .find_map(|l| {
+                                l.strip_prefix(name)?.strip_prefix(' ')?.parse::<f64>().ok()
+                            })
+                            .unwrap_or(0.0) as u64
+                    };
+                    (
+                        value("kaccel_leader") == 1,
+                        crate::controller::metric_sum(&text, "kaccel_writes_total"),
+                    )
+                };
+                let (first, _) = read(ports[0]);
+                let (second, standby_writes) = read(ports[1]);
+                standby_led |= second;
+                if !standby_led {
+                    seen.standby_writes_unled = seen.standby_writes_unled.max(standby_writes);
+                }
+                seen.samples += 1;
+                seen.led[0] += u32::from(first);
+                seen.led[1] += u32::from(second);
+                seen.both += u32::from(first && second);
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            seen
+        });
+        LeaderSampler { stop, thread }
+    }
+
+    fn stop(self) -> Leadership {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap_or_default()
+    }
+}
+
 const WORKLOADS: usize = 200;
 const BATCH: usize = 20;
 /// At most this many Workloads in flight (created, not yet finished).
@@ -204,7 +267,25 @@ async fn crash(client: &Client, cleanup: &mut Cleanup, id: &str, faults: Faults)
         ..
     } = h100_team(client, cleanup, id, "1000000").await?;
 
-    let cfg = ledger_config(&root, &store_url);
+    // Control-plane faults: two replicas under leader election (the Lease the
+    // manifests grant), so the lease is held through the faults too; a Lease
+    // left by an earlier test would only delay the first election.
+    let leader_elected = matches!(faults, Faults::Restart(_));
+    let mut cfg = ledger_config(&root, &store_url);
+    if leader_elected {
+        let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+            Api::namespaced(client.clone(), "kaccel-system");
+        if leases.get_opt("kaccel-controller").await?.is_some() {
+            leases
+                .delete("kaccel-controller", &DeleteParams::default())
+                .await?;
+        }
+        cfg = cfg.replace(
+            "leaderElection:\n  enabled: false\n",
+            "leaderElection:\n  enabled: true\n  leaseName: kaccel-controller\n  leaseNamespace: kaccel-system\n",
+        );
+        ensure!(cfg.contains("enabled: true"), "config: {cfg}");
+    }
     let restarts = Arc::new(AtomicU32::new(0));
     let start_one = {
         let id = id.to_string();
@@ -239,6 +320,14 @@ async fn crash(client: &Client, cleanup: &mut Cleanup, id: &str, faults: Faults)
     )
     .await
     .with_context(|| format!("--- kaccel log:\n{}", log_tail(&controller)))?;
+    // The standby, once the first replica leads: it must stay a standby (write
+    // nothing) unless the leader lets the Lease go, and never lead beside it.
+    let standby =
+        leader_elected.then(|| Controller::start(&format!("{id}-standby"), free_port(), &cfg));
+    let leaders = standby.as_ref().map(|standby| {
+        let first = controller.lock().unwrap().as_ref().map(|c| c.port);
+        LeaderSampler::start([first.unwrap_or_default(), standby.port])
+    });
 
     // The killer: SIGKILL at random points, restart at once, until told to stop;
     // or the control plane's components, one after the other, kaccel untouched.
@@ -363,6 +452,24 @@ async fn crash(client: &Client, cleanup: &mut Cleanup, id: &str, faults: Faults)
         );
         ensure!(c.is_some(), "kaccel is gone after the control-plane faults");
     }
+    if let Some(leaders) = leaders {
+        let seen = leaders.stop();
+        println!(
+            "ledger_crash: leadership over {} samples: first replica led {}, standby led {}, both at once {}, standby writes while not leading {}",
+            seen.samples, seen.led[0], seen.led[1], seen.both, seen.standby_writes_unled
+        );
+        ensure!(
+            seen.both == 0,
+            "two leaders at once in {} samples",
+            seen.both
+        );
+        ensure!(
+            seen.standby_writes_unled == 0,
+            "the standby wrote {} time(s) while not leading",
+            seen.standby_writes_unled
+        );
+        ensure!(seen.led[0] + seen.led[1] > 0, "no leader seen");
+    }
     let driven_at = began.elapsed();
 
     // Undisturbed now: settled means no finalizer left and no open reservation.
@@ -386,6 +493,10 @@ async fn crash(client: &Client, cleanup: &mut Cleanup, id: &str, faults: Faults)
     })
     .await
     .with_context(|| format!("--- kaccel log:\n{}", log_tail(&controller)))?;
+    // The ledger agrees with Kueue's own counts (nothing open, no usage left).
+    let (agrees, report) = ledger::verify_cluster(&store_url, true).await?;
+    ensure!(agrees, "kaccel ledger verify --cluster: {report}");
+    drop(standby);
 
     // The expected figures, from Kueue's conditions, before the Workloads go.
     let mut expected: HashMap<String, Vec<i64>> = HashMap::new();
