@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The long form of the control-plane fault test: while 200 Workloads go through
-# admission, eviction and completion under one kaccel (never restarted), kill and
+# admission, eviction and completion under two kaccel replicas (leader and standby,
+# never restarted; two leaders at once or a standby write fail the test), kill and
 # restart kube-apiserver, etcd and the Kueue manager (e2e/cluster.sh restart),
 # then check the ledger against Kueue's own history
 # (ledger_crash::control_plane_restarts_lose_nothing, tests/e2e/ledger_crash.rs).

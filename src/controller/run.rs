@@ -308,8 +308,19 @@ async fn lead_then_reconcile(
     tracing::info!(%identity, "became leader");
     reconciler.metrics.leader.set(1);
     let events = tokio_stream_from(events_rx);
+    let deadline = renew_deadline(
+        client.clone(),
+        namespace.clone(),
+        le.lease_name.clone(),
+        identity.to_string(),
+        le.lease_duration_seconds,
+        le.renew_grace_seconds,
+    );
     let lost = async move {
-        let _ = is_leader.wait_for(|l| !*l).await;
+        tokio::select! {
+            _ = is_leader.wait_for(|l| !*l) => {}
+            _ = deadline => {}
+        }
     };
     let result = reconcile_loop(
         reconciler,
@@ -320,9 +331,77 @@ async fn lead_then_reconcile(
         Some(Box::pin(lost)),
     )
     .await;
-    // Returning drops the channel: the lease task releases the Lease for a fast handover.
-    let _ = lease_task.await;
+    // Returning drops the channel: the lease task releases the Lease for a fast
+    // handover. Not waited for long: after failed renewals it may be sleeping
+    // out a backoff, and a leader that stepped down should be gone.
+    let _ = tokio::time::timeout(Duration::from_secs(2), lease_task).await;
     result
+}
+
+/// Resolves when this leader must stop writing: the Lease names another holder,
+/// or it could not be seen renewed for so long that another replica may soon
+/// take it. The lease manager keeps believing it leads while the API server
+/// does not answer (it learns of a new holder only once it can read the Lease
+/// again), so without this deadline an outage longer than the lease would let
+/// a standby lead beside a leader that still writes as soon as both reach the
+/// API server. Read once a second (`get` on the one Lease, which the Role
+/// grants).
+async fn renew_deadline(
+    client: Client,
+    namespace: String,
+    lease_name: String,
+    identity: String,
+    duration_seconds: u64,
+    grace_seconds: u64,
+) {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let leases: kube::Api<Lease> = kube::Api::namespaced(client, &namespace);
+    // Until the first read, leadership counts from now (it was just won).
+    let mut renewed = k8s_openapi::jiff::Timestamp::now();
+    let left = |renewed: k8s_openapi::jiff::Timestamp| {
+        let since = k8s_openapi::jiff::Timestamp::now().as_millisecond() - renewed.as_millisecond();
+        lease_time_left(since, duration_seconds, grace_seconds)
+    };
+    loop {
+        // A read a second, never past the deadline: the step-down is on time
+        // however slow the API server answers.
+        tokio::time::sleep(left(renewed).min(Duration::from_secs(1))).await;
+        let budget = left(renewed).min(Duration::from_secs(1));
+        if !budget.is_zero() {
+            match tokio::time::timeout(budget, leases.get(&lease_name)).await {
+                Ok(Ok(lease)) => {
+                    let spec = lease.spec.unwrap_or_default();
+                    if spec.holder_identity.as_deref() != Some(identity.as_str()) {
+                        tracing::warn!(lease = %lease_name, holder = ?spec.holder_identity, "the Lease names another holder");
+                        return;
+                    }
+                    if let Some(at) = spec.renew_time.or(spec.acquire_time) {
+                        renewed = renewed.max(at.0);
+                    }
+                }
+                Ok(Err(e)) => tracing::debug!(error = %e, "reading the Lease"),
+                Err(_) => tracing::debug!("reading the Lease timed out"),
+            }
+        }
+        if left(renewed).is_zero() {
+            tracing::warn!(
+                lease = %lease_name,
+                last_renewed = %renewed,
+                "the Lease was not renewed in time: stepping down before another replica may take it"
+            );
+            return;
+        }
+    }
+}
+
+/// How long a leader whose Lease was last seen renewed `since_renew_ms` ago may
+/// still write: until half the renew grace (at least a second) before the
+/// lease expires, so it has stopped before a standby can see it expired.
+fn lease_time_left(since_renew_ms: i64, duration_seconds: u64, grace_seconds: u64) -> Duration {
+    let margin_ms = (grace_seconds * 1000 / 2).max(1000);
+    let limit_ms = (duration_seconds * 1000).saturating_sub(margin_ms);
+    let since = u64::try_from(since_renew_ms).unwrap_or(0);
+    Duration::from_millis(limit_ms.saturating_sub(since))
 }
 
 /// Aborts a task when dropped.
@@ -477,6 +556,26 @@ async fn reconcile_loop(
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod lease_tests {
+    use super::lease_time_left;
+    use std::time::Duration;
+
+    #[test]
+    fn a_leader_stops_before_its_lease_could_be_taken() {
+        // 15 s lease, 5 s grace: renewed at 10 s; writes until 12.5 s unrenewed.
+        assert_eq!(lease_time_left(10_000, 15, 5), Duration::from_millis(2_500));
+        assert_eq!(lease_time_left(12_499, 15, 5), Duration::from_millis(1));
+        assert!(lease_time_left(12_500, 15, 5).is_zero());
+        assert!(lease_time_left(60_000, 15, 5).is_zero());
+        // A small grace still leaves a second before expiry.
+        assert_eq!(lease_time_left(0, 6, 1), Duration::from_secs(5));
+        assert!(lease_time_left(5_000, 6, 1).is_zero());
+        // A renewTime ahead of this clock counts as just renewed.
+        assert_eq!(lease_time_left(-500, 6, 2), Duration::from_secs(5));
     }
 }
 

@@ -682,6 +682,152 @@ async fn quiet(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
     Ok(())
 }
 
+/// A leader that can no longer renew its Lease (here: its Role loses `patch` on
+/// it, as when the API server stays unreachable) stops and exits before the
+/// Lease expires, so a standby taking the expired Lease never leads beside it.
+#[tokio::test]
+async fn a_leader_that_cannot_renew_steps_down_before_its_lease_expires() {
+    let _serial = support::serial().await;
+    let client = support::client().await;
+    let mut cleanup = Cleanup::default();
+    let result = unrenewable(&client, &mut cleanup).await;
+    cleanup.run(&client).await;
+    result.unwrap();
+}
+
+async fn unrenewable(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+    let id = support::unique("renew");
+    let lease = format!("kaccel-{id}");
+    // The manifests' `create` on Leases covers any name; get and patch on this
+    // one come from a Role of the test's own.
+    let role = |verbs: &[&str]| -> Result<Role> {
+        Ok(serde_json::from_value(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": lease, "namespace": "kaccel-system"},
+            "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                       "resourceNames": [lease], "verbs": verbs}]
+        }))?)
+    };
+    let roles: Api<Role> = Api::namespaced(client.clone(), "kaccel-system");
+    roles
+        .create(&PostParams::default(), &role(&["get", "patch"])?)
+        .await?;
+    cleanup.add(
+        Some("kaccel-system"),
+        ApiResource::erase::<Role>(&()),
+        &lease,
+    );
+    let binding: RoleBinding = serde_json::from_value(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": lease, "namespace": "kaccel-system"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": lease},
+        "subjects": [{"kind": "ServiceAccount", "name": "kaccel", "namespace": "kaccel-system"}]
+    }))?;
+    Api::<RoleBinding>::namespaced(client.clone(), "kaccel-system")
+        .create(&PostParams::default(), &binding)
+        .await?;
+    cleanup.add(
+        Some("kaccel-system"),
+        ApiResource::erase::<RoleBinding>(&()),
+        &lease,
+    );
+    cleanup.add(
+        Some("kaccel-system"),
+        ApiResource::erase::<Lease>(&()),
+        &lease,
+    );
+    let lease_seconds = 6;
+    let root = format!("root-{id}");
+    cleanup.add(None, kueue("Cohort"), &root);
+    let mut leader = Controller::start(
+        &format!("renew-{id}"),
+        free_port(),
+        &config(&root, Some((&lease, lease_seconds))),
+    );
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kaccel-system");
+    let result = async {
+        wait_for("kaccel leads", WAIT, || async {
+            Ok(leader.is_leader().then_some(()))
+        })
+        .await?;
+        // Renewals work: the Lease's renewTime moves.
+        let renewed = |l: Lease| l.spec.and_then(|s| s.renew_time).map(|t| t.0);
+        let first = renewed(leases.get(&lease).await?).context("renewTime")?;
+        wait_for("a renewal", WAIT, || async {
+            Ok(renewed(leases.get(&lease).await?).filter(|t| *t > first))
+        })
+        .await?;
+        // Its Role loses patch: no renewal goes through from now on.
+        roles
+            .replace(&lease, &PostParams::default(), &role(&["get"])?)
+            .await?;
+        let last = renewed(leases.get(&lease).await?).context("renewTime")?;
+        // It stops writing (kaccel_leader 0, or no answer once it exited)
+        // before the Lease expires, then exits non-zero.
+        let deadline = Instant::now() + Duration::from_secs(lease_seconds * 3);
+        while leads(leader.port) {
+            ensure!(
+                Instant::now() < deadline,
+                "kaccel still leads {}s after its Lease stopped being renewed",
+                lease_seconds * 3
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let at = k8s_openapi::jiff::Timestamp::now();
+        let exited = loop {
+            if let Some(status) = leader.try_exit()? {
+                break status;
+            }
+            ensure!(Instant::now() < deadline, "kaccel stepped down but did not exit");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        // The Lease is not renewed after the last renewal this test saw, or
+        // one in flight when patch was taken away.
+        let held = renewed(leases.get(&lease).await?).context("renewTime")?;
+        let expires = held
+            .checked_add(k8s_openapi::jiff::SignedDuration::from_secs(
+                lease_seconds as i64,
+            ))
+            .context("expiry")?;
+        eprintln!(
+            "MEASURE Lease last renewed {held} (seen {last}); kaccel stopped leading {} ms before it expired",
+            (expires.as_millisecond() - at.as_millisecond())
+        );
+        ensure!(
+            !exited.success(),
+            "kaccel exited with {exited} after losing its Lease"
+        );
+        ensure!(
+            at < expires,
+            "kaccel still led when its Lease expired ({at} >= {expires})"
+        );
+        let log = std::fs::read_to_string(&leader.log).unwrap_or_default();
+        ensure!(
+            log.contains("the Lease was not renewed in time: stepping down"),
+            "log: {}",
+            leader.log_tail()
+        );
+        Ok(())
+    }
+    .await;
+    if result.is_err() {
+        eprintln!("--- kaccel log ---\n{}", leader.log_tail());
+    }
+    result
+}
+
+/// Whether the kaccel on `port` reports leading (`kaccel_leader 1`).
+fn leads(port: u16) -> bool {
+    http_metrics(port).is_some_and(|text| {
+        text.lines().any(|l| {
+            l.strip_prefix("kaccel_leader ")
+                .is_some_and(|v| v.trim() == "1")
+        })
+    })
+}
+
 /// Two replicas: only the Lease holder writes; killing it hands over.
 #[tokio::test]
 async fn leader_election_hands_over_after_the_leader_dies() {
