@@ -42,6 +42,8 @@ struct Leadership {
     both: u32,
     /// Writes the standby counted while it had never led.
     standby_writes_unled: u64,
+    /// Whether each replica led at the last sample.
+    last: [bool; 2],
 }
 
 impl LeaderSampler {
@@ -76,6 +78,7 @@ impl LeaderSampler {
                 seen.led[0] += u32::from(first);
                 seen.led[1] += u32::from(second);
                 seen.both += u32::from(first && second);
+                seen.last = [first, second];
                 std::thread::sleep(Duration::from_millis(200));
             }
             seen
@@ -469,6 +472,12 @@ async fn crash(client: &Client, cleanup: &mut Cleanup, id: &str, faults: Faults)
             seen.standby_writes_unled
         );
         ensure!(seen.led[0] + seen.led[1] > 0, "no leader seen");
+        // Whichever replica leads at the end, one does: a leader that stepped
+        // down was replaced, and nothing was restarted.
+        ensure!(
+            seen.last[0] || seen.last[1],
+            "no replica leads after the faults"
+        );
     }
     let driven_at = began.elapsed();
 
