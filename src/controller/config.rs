@@ -401,7 +401,7 @@ impl Default for LeaderElection {
             lease_name: String::new(),
             lease_namespace: "kaccel-system".into(),
             lease_duration_seconds: 15,
-            renew_grace_seconds: 5,
+            renew_grace_seconds: 10,
         }
     }
 }

@@ -395,11 +395,18 @@ async fn renew_deadline(
 }
 
 /// How long a leader whose Lease was last seen renewed `since_renew_ms` ago may
-/// still write: until half the renew grace (at least a second) before the
-/// lease expires, so it has stopped before a standby can see it expired.
+/// still write: until a fifth of the lease (at least a second) before it
+/// expires, so it has stopped before a standby can see it expired. The lease
+/// manager renews `grace_seconds` before expiry and retries a failed renewal
+/// after 1, 2, 4 ... s: with the defaults (15 s, grace 10) it renews 5 s into
+/// the lease and has 7 s to get one renewal through.
 fn lease_time_left(since_renew_ms: i64, duration_seconds: u64, grace_seconds: u64) -> Duration {
-    let margin_ms = (grace_seconds * 1000 / 2).max(1000);
-    let limit_ms = (duration_seconds * 1000).saturating_sub(margin_ms);
+    let duration_ms = duration_seconds * 1000;
+    let margin_ms = (duration_ms / 5).max(1000);
+    // Never before the first renewal is even due.
+    let limit_ms = duration_ms
+        .saturating_sub(margin_ms)
+        .max(duration_ms.saturating_sub(grace_seconds * 1000));
     let since = u64::try_from(since_renew_ms).unwrap_or(0);
     Duration::from_millis(limit_ms.saturating_sub(since))
 }
@@ -566,16 +573,19 @@ mod lease_tests {
 
     #[test]
     fn a_leader_stops_before_its_lease_could_be_taken() {
-        // 15 s lease, 5 s grace: renewed at 10 s; writes until 12.5 s unrenewed.
-        assert_eq!(lease_time_left(10_000, 15, 5), Duration::from_millis(2_500));
-        assert_eq!(lease_time_left(12_499, 15, 5), Duration::from_millis(1));
-        assert!(lease_time_left(12_500, 15, 5).is_zero());
-        assert!(lease_time_left(60_000, 15, 5).is_zero());
-        // A small grace still leaves a second before expiry.
-        assert_eq!(lease_time_left(0, 6, 1), Duration::from_secs(5));
-        assert!(lease_time_left(5_000, 6, 1).is_zero());
+        // 15 s lease, 10 s grace: renewed at 5 s; writes until 12 s unrenewed.
+        assert_eq!(lease_time_left(5_000, 15, 10), Duration::from_secs(7));
+        assert_eq!(lease_time_left(11_999, 15, 10), Duration::from_millis(1));
+        assert!(lease_time_left(12_000, 15, 10).is_zero());
+        assert!(lease_time_left(60_000, 15, 10).is_zero());
+        // A short lease still stops a second before expiry.
+        assert_eq!(lease_time_left(0, 6, 2), Duration::from_millis(4_800));
+        assert!(lease_time_left(4_800, 6, 2).is_zero());
+        assert_eq!(lease_time_left(0, 3, 1), Duration::from_secs(2));
+        // A grace shorter than the margin: never before the renewal is due.
+        assert_eq!(lease_time_left(0, 15, 1), Duration::from_secs(14));
         // A renewTime ahead of this clock counts as just renewed.
-        assert_eq!(lease_time_left(-500, 6, 2), Duration::from_secs(5));
+        assert_eq!(lease_time_left(-500, 6, 2), Duration::from_millis(4_800));
     }
 }
 

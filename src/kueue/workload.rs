@@ -225,10 +225,12 @@ pub struct SchedulingStats {
     pub evictions: Vec<EvictionCount>,
 }
 
-/// One `schedulingStats.evictions[]` item: only its count is read (the
-/// admission number is 1 + their total).
+/// One `schedulingStats.evictions[]` item: its count (the admission number is 1
+/// + their total) and reason (whether every eviction was a deactivation).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct EvictionCount {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub count: Option<Value>,
 }
@@ -451,7 +453,7 @@ mod tests {
         assert_eq!(v["status"]["admissionChecks"][0]["state"], "Ready");
         assert_eq!(
             v["status"]["schedulingStats"],
-            json!({"evictions": [{"count": 2}]})
+            json!({"evictions": [{"reason": "Preempted", "count": 2}]})
         );
         assert_eq!(v["kind"], "Workload");
     }

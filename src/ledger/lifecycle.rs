@@ -268,6 +268,36 @@ pub fn is_finished(workload: &Workload) -> bool {
     matches!(condition(workload, "Finished"), Some((true, _, _)))
 }
 
+/// How Kueue's message starts on every admission check it reset to Pending at
+/// an eviction (`prepareForEviction`: the reset's time is the Evicted
+/// condition's, one clock reading for both).
+pub const EVICTION_RESET_PREFIX: &str = "Reset to Pending after eviction";
+
+/// When Kueue evicted the Workload, read from kaccel's own check `check` while it
+/// still carries Kueue's reset: Pending, Kueue's message, the eviction's time.
+pub fn eviction_reset(workload: &Workload, check: &str) -> Option<i64> {
+    let c = workload.check(check)?;
+    if c.state != "Pending" || !c.message.starts_with(EVICTION_RESET_PREFIX) {
+        return None;
+    }
+    c.last_transition_time.as_deref().and_then(parse_time)
+}
+
+/// Whether Kueue's eviction statistics show evictions, every one of them a
+/// deactivation (`Deactivated`, `DeactivatedDueTo...`).
+pub fn only_deactivated(workload: &Workload) -> bool {
+    let evictions = workload
+        .status
+        .scheduling_stats
+        .as_ref()
+        .map(|s| s.evictions.as_slice())
+        .unwrap_or_default();
+    !evictions.is_empty()
+        && evictions
+            .iter()
+            .all(|e| e.reason.starts_with("Deactivated"))
+}
+
 pub fn deletion_time(workload: &Workload) -> Option<i64> {
     workload
         .metadata
@@ -290,9 +320,12 @@ pub struct Ended {
 /// - finished: the Finished condition's time;
 /// - quota released (evicted, deactivated, Retry/Rejected): the QuotaReserved
 ///   condition's False time;
-/// - quota reserved again after the recorded admission (kaccel was down during
-///   an eviction): the Evicted time when it lies in between, else the new
-///   reservation time;
+/// - quota reserved again after the recorded admission (kaccel did not see the
+///   eviction: down, or its watch not delivering while the API server's cache
+///   re-initialised): the eviction time Kueue wrote on kaccel's own check
+///   (`check`) when it reset it to Pending, which nothing rewrites until kaccel
+///   answers the new admission; else the Evicted time when it lies in between;
+///   else the new reservation time;
 /// - deleted while holding quota: the deletion timestamp.
 ///
 /// The end never precedes the admission. `None` while it runs.
@@ -300,6 +333,7 @@ pub fn ended_at(
     workload: &Workload,
     record: &ReservationRecord,
     platform_annotation: &str,
+    check: &str,
 ) -> Option<Ended> {
     let clamp = |t: i64| t.max(record.admitted_at);
     let evicted = condition(workload, "Evicted");
@@ -348,8 +382,22 @@ pub fn ended_at(
             });
         }
         Some((true, Some(t), _)) if t > record.admitted_at => {
+            let in_between = |e: &i64| *e >= record.admitted_at && *e <= t;
+            // Only after deactivations: Kueue stops counting a deactivated
+            // Workload at its eviction, but another (a preemption) keeps its
+            // quota until its pods are gone, which this does not record.
+            if let Some(e) = eviction_reset(workload, check)
+                .filter(in_between)
+                .filter(|_| only_deactivated(workload))
+            {
+                return Some(Ended {
+                    at: e,
+                    platform_preempted: preempted,
+                    reason: reason("evicted, then re-admitted"),
+                });
+            }
             let at = match evicted {
-                Some((_, Some(e), _)) if e >= record.admitted_at && e <= t => e,
+                Some((_, Some(e), _)) if in_between(&e) => e,
                 _ => t,
             };
             return Some(Ended {
@@ -567,7 +615,7 @@ mod tests {
         let w = wl(
             json!([{"type": "QuotaReserved", "status": "True", "lastTransitionTime": time(1_000)}]),
         );
-        assert_eq!(ended_at(&typed(&w), &rec, "x"), None);
+        assert_eq!(ended_at(&typed(&w), &rec, "x", "kaccel-credits"), None);
     }
 
     #[test]
@@ -577,27 +625,61 @@ mod tests {
             {"type": "QuotaReserved", "status": "True", "lastTransitionTime": time(1_000)},
             {"type": "Finished", "status": "True", "lastTransitionTime": time(1_100)}
         ]));
-        assert_eq!(ended_at(&typed(&finished), &rec, "x").unwrap().at, 1_100);
+        assert_eq!(
+            ended_at(&typed(&finished), &rec, "x", "kaccel-credits")
+                .unwrap()
+                .at,
+            1_100
+        );
         let released = wl(json!([
             {"type": "QuotaReserved", "status": "False", "lastTransitionTime": time(1_200)},
             {"type": "Evicted", "status": "True", "reason": "Preempted", "lastTransitionTime": time(1_190)}
         ]));
-        let e = ended_at(&typed(&released), &rec, "x").unwrap();
+        let e = ended_at(&typed(&released), &rec, "x", "kaccel-credits").unwrap();
         assert_eq!((e.at, e.platform_preempted), (1_200, true));
         // Re-admitted while kaccel was down: the eviction time in between.
         let readmitted = wl(json!([
             {"type": "QuotaReserved", "status": "True", "lastTransitionTime": time(1_500)},
             {"type": "Evicted", "status": "False", "reason": "Deactivated", "lastTransitionTime": time(1_300)}
         ]));
-        let e = ended_at(&typed(&readmitted), &rec, "x").unwrap();
+        let e = ended_at(&typed(&readmitted), &rec, "x", "kaccel-credits").unwrap();
         assert_eq!((e.at, e.platform_preempted), (1_300, false));
+        // Evicted and re-admitted unseen, Evicted rewritten at the re-admission:
+        // the eviction's time from Kueue's reset of kaccel's check.
+        let mut unseen = wl(json!([
+            {"type": "QuotaReserved", "status": "True", "lastTransitionTime": time(1_500)},
+            {"type": "Evicted", "status": "False", "reason": "QuotaReserved", "lastTransitionTime": time(1_500)}
+        ]));
+        unseen["status"]["schedulingStats"] = json!({"evictions": [
+            {"reason": "Deactivated", "underlyingCause": "", "count": 1}]});
+        unseen["status"]["admissionChecks"] = json!([
+            {"name": "other-check", "state": "Pending", "message": "Reset to Pending after eviction. Previously: Ready", "lastTransitionTime": time(1_100)},
+            {"name": "kaccel-credits", "state": "Pending", "message": "Reset to Pending after eviction. Previously: Ready", "lastTransitionTime": time(1_250)}
+        ]);
+        let e = ended_at(&typed(&unseen), &rec, "x", "kaccel-credits").unwrap();
+        assert_eq!(e.at, 1_250);
+        assert!(
+            e.reason.starts_with("evicted, then re-admitted"),
+            "{}",
+            e.reason
+        );
+        // After a preemption Kueue counted the quota until the pods were gone,
+        // which the reset does not say: the re-admission, as before.
+        let mut preempted = unseen.clone();
+        preempted["status"]["schedulingStats"]["evictions"][0]["reason"] = json!("Preempted");
+        let e = ended_at(&typed(&preempted), &rec, "x", "kaccel-credits").unwrap();
+        assert_eq!((e.at, e.reason.as_str()), (1_500, "re-admitted"));
+        // kaccel's own Pending (waiting for credits) is no eviction record.
+        unseen["status"]["admissionChecks"][1]["message"] = json!("waiting for credits");
+        let e = ended_at(&typed(&unseen), &rec, "x", "kaccel-credits").unwrap();
+        assert_eq!((e.at, e.reason.as_str()), (1_500, "re-admitted"));
         // Deactivated: Kueue stops counting it at the eviction, QuotaReserved or not.
         let mut deactivated = wl(json!([
             {"type": "QuotaReserved", "status": "True", "lastTransitionTime": time(1_000)},
             {"type": "Evicted", "status": "True", "reason": "DeactivatedDueToMaximumExecutionTimeExceeded", "lastTransitionTime": time(1_060)}
         ]));
         deactivated["spec"] = json!({"active": false});
-        let e = ended_at(&typed(&deactivated), &rec, "x").unwrap();
+        let e = ended_at(&typed(&deactivated), &rec, "x", "kaccel-credits").unwrap();
         assert_eq!((e.at, e.platform_preempted), (1_060, false));
         // Deactivated and evicted, then marked Finished once its pods ended (the
         // crash test's w158): Kueue stopped counting it at the eviction.
@@ -606,39 +688,62 @@ mod tests {
             .as_array_mut()
             .unwrap()
             .push(json!({"type": "Finished", "status": "True", "lastTransitionTime": time(1_070)}));
-        let e = ended_at(&typed(&late_finish), &rec, "x").unwrap();
+        let e = ended_at(&typed(&late_finish), &rec, "x", "kaccel-credits").unwrap();
         assert_eq!((e.at, e.reason.starts_with("deactivated")), (1_060, true));
         // Finished first, deactivated after: the finish ends it.
         late_finish["status"]["conditions"][2]["lastTransitionTime"] = json!(time(1_050));
-        let e = ended_at(&typed(&late_finish), &rec, "x").unwrap();
+        let e = ended_at(&typed(&late_finish), &rec, "x", "kaccel-credits").unwrap();
         assert_eq!((e.at, e.reason.as_str()), (1_050, "finished"));
         // Deactivated but not yet marked evicted: still counted, still running.
         deactivated["status"]["conditions"][1]["status"] = json!("False");
-        assert_eq!(ended_at(&typed(&deactivated), &rec, "x"), None);
+        assert_eq!(
+            ended_at(&typed(&deactivated), &rec, "x", "kaccel-credits"),
+            None
+        );
         // Deleted while running.
         let mut deleted = wl(
             json!([{"type": "QuotaReserved", "status": "True", "lastTransitionTime": time(1_000)}]),
         );
         deleted["metadata"]["deletionTimestamp"] = json!(time(1_050));
-        assert_eq!(ended_at(&typed(&deleted), &rec, "x").unwrap().at, 1_050);
+        assert_eq!(
+            ended_at(&typed(&deleted), &rec, "x", "kaccel-credits")
+                .unwrap()
+                .at,
+            1_050
+        );
         // kaccel's health eviction annotation marks a platform cause.
         let mut health = released.clone();
         health["status"]["conditions"][1]["reason"] = json!("Deactivated");
         assert!(
-            !ended_at(&typed(&health), &rec, "kaccel.io/evicted-for")
-                .unwrap()
-                .platform_preempted
+            !ended_at(
+                &typed(&health),
+                &rec,
+                "kaccel.io/evicted-for",
+                "kaccel-credits"
+            )
+            .unwrap()
+            .platform_preempted
         );
         health["metadata"]["annotations"]["kaccel.io/evicted-for"] = json!("node-1: Failed");
         assert!(
-            ended_at(&typed(&health), &rec, "kaccel.io/evicted-for")
-                .unwrap()
-                .platform_preempted
+            ended_at(
+                &typed(&health),
+                &rec,
+                "kaccel.io/evicted-for",
+                "kaccel-credits"
+            )
+            .unwrap()
+            .platform_preempted
         );
         // An end before the admission (clock skew) is clamped.
         let early =
             wl(json!([{"type": "Finished", "status": "True", "lastTransitionTime": time(900)}]));
-        assert_eq!(ended_at(&typed(&early), &rec, "x").unwrap().at, 1_000);
+        assert_eq!(
+            ended_at(&typed(&early), &rec, "x", "kaccel-credits")
+                .unwrap()
+                .at,
+            1_000
+        );
     }
 
     #[test]

@@ -63,8 +63,13 @@ impl LedgerRuntime {
                 .devices_held_by(&namespace, &name);
             let mut state = ChargeState::of(&charge, entries.iter().map(|s| &s.entry));
             if state.terms > 0 && !state.voided {
-                let ended = ended_at(v, rec, EVICTED_FOR_ANNOTATION)
-                    .map(|end| self.ends_seen.settle_with(&uid, rec.admission, end));
+                let ended = ended_at(
+                    v,
+                    rec,
+                    EVICTED_FOR_ANNOTATION,
+                    &self.config.admission_check_name,
+                )
+                .map(|end| self.ends_seen.settle_with(&uid, rec.admission, end));
                 match ended {
                     Some(end) => {
                         let mut out = charge.settle(&state, &end, now);

@@ -607,7 +607,8 @@ impl EndsSeen {
             self.0.lock().expect("ends lock").remove(&uid);
             return;
         };
-        let Some(end) = ended_at(w, &record, EVICTED_FOR_ANNOTATION).filter(|e| {
+        // Only ends a re-admission rewrites are kept, none read from a check.
+        let Some(end) = ended_at(w, &record, EVICTED_FOR_ANNOTATION, "").filter(|e| {
             e.reason.starts_with("deactivated") || e.reason.starts_with("quota released")
         }) else {
             return;
@@ -691,7 +692,13 @@ mod tests {
                 {"type": "Evicted", "status": "False", "reason": "QuotaReserved", "lastTransitionTime": time(1_014)}
             ]),
         );
-        let reads_now = ended_at(&admitted_again, &record, EVICTED_FOR_ANNOTATION).unwrap();
+        let reads_now = ended_at(
+            &admitted_again,
+            &record,
+            EVICTED_FOR_ANNOTATION,
+            "kaccel-credits",
+        )
+        .unwrap();
         assert_eq!(
             (reads_now.at, reads_now.reason.as_str()),
             (1_014, "re-admitted")
