@@ -1647,3 +1647,108 @@ async fn renewal_short(env: &mut Env, store: &str) -> Result<()> {
     assert!(ok, "{report}");
     Ok(())
 }
+
+// ---------------------------------------------------------------------------
+// An eviction kaccel never saw.
+
+/// kaccel is down while Kueue evicts a charged Workload (a deactivation), the
+/// quota is released and the Workload is admitted again: Kueue rewrites the
+/// Evicted condition at the re-admission, but it wrote the eviction's time on
+/// kaccel's check when it reset it to Pending. Back up, kaccel settles the first
+/// admission at the eviction, to the second, not at the re-admission.
+#[tokio::test]
+async fn an_eviction_kaccel_did_not_see_is_charged_to_the_eviction() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("ledger.db").display());
+    with_env!("unseen", |env| unseen_eviction(&mut env, &store).await);
+}
+
+async fn unseen_eviction(env: &mut Env, store: &str) -> Result<()> {
+    let id = env.id.clone();
+    let class = format!("h100-{id}");
+    let (budget, ns) = (format!("ub-{id}"), format!("un-{id}"));
+    env.class(&class).await?;
+    env.budget(&budget, "team-u", &ns, &class, "1000000")
+        .await?;
+    env.start(store);
+    let name = format!("w-{id}");
+    let wl = env.workload(&ns, &name, &class, 3600).await?;
+    let uid = uid_of(&wl);
+    let wls = env.workloads(&ns);
+    let first = crate::controller::wait_obj(&wls, &name, "admitted", admitted).await?;
+    let start = transition(&first, "QuotaReserved")?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    // kaccel goes away; the Workload is deactivated, evicted, its quota
+    // released (the job controller's part), then activated and admitted again.
+    env.controller().kill();
+    let active = |on: bool| json!({"spec": {"active": on}});
+    wls.patch(&name, &PatchParams::default(), &Patch::Merge(active(false)))
+        .await?;
+    let evicted =
+        crate::controller::wait_obj(&wls, &name, "evicted", |w| support::is_true(w, "Evicted"))
+            .await?;
+    let eviction = transition(&evicted, "Evicted")?;
+    wait_for("quota released", WAIT, || async {
+        let w = support::get_json(&wls, &name).await?;
+        if support::is_true(&w, "QuotaReserved") {
+            support::release_quota(&wls, &name, &w).await?;
+            return Ok(None);
+        }
+        Ok(Some(()))
+    })
+    .await?;
+    // Clearly later than the eviction, so the two ends cannot be confused.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    wls.patch(&name, &PatchParams::default(), &Patch::Merge(active(true)))
+        .await?;
+    let again = crate::controller::wait_obj(&wls, &name, "quota reserved again", |w| {
+        support::is_true(w, "QuotaReserved")
+            && transition(w, "QuotaReserved").is_ok_and(|t| t > eviction)
+    })
+    .await?;
+    let readmitted = transition(&again, "QuotaReserved")?;
+    ensure!(
+        readmitted >= eviction + 2,
+        "re-admitted at {readmitted}, evicted at {eviction}"
+    );
+    let check = credit_check(&again).context("kaccel's check")?;
+    ensure!(
+        check["state"] == "Pending"
+            && check["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("Reset to Pending after eviction")),
+        "kaccel's check as Kueue left it: {check}"
+    );
+
+    // kaccel back: the first admission ends at the eviction.
+    env.start(store);
+    crate::controller::wait_obj(&wls, &name, "admitted again by kaccel", admitted).await?;
+    let posts: Vec<Value> = posts_of(store, &uid, WAIT)
+        .await?
+        .into_iter()
+        .filter(|e| e["admission"] == 1)
+        .collect();
+    let posted: i64 = posts
+        .iter()
+        .map(|e| e["credits"].as_i64().unwrap_or(0))
+        .sum();
+    let reasons: Vec<&str> = posts.iter().filter_map(|e| e["reason"].as_str()).collect();
+    eprintln!(
+        "MEASURE admitted {start}, evicted {eviction}, re-admitted {readmitted}: admission 1 posted {} credits ({reasons:?})",
+        posted / MICROS
+    );
+    ensure!(
+        posted == (eviction - start) * MICROS,
+        "admission 1 posted {posted} µcredits; Kueue counted {} s (to the eviction), {} s to the re-admission; {reasons:?}",
+        eviction - start,
+        readmitted - start
+    );
+    ensure!(
+        reasons
+            .iter()
+            .any(|r| r.starts_with("usage until evicted, then re-admitted")),
+        "{reasons:?}"
+    );
+    Ok(())
+}
