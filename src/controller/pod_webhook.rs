@@ -608,15 +608,10 @@ async fn keep_ca_bundle(client: Client, configuration: String, ca: String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testkit::labels;
 
     #[test]
     fn only_another_kaccel_installations_class_queues_are_left_to_it() {
-        let labels = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
-            pairs
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect()
-        };
         let theirs = labels(&[(MANAGED_BY_LABEL, "kaccel-b"), (CLASS_LABEL, "inference")]);
         assert!(another_installations(&theirs, "kaccel"));
         assert!(!another_installations(&theirs, "kaccel-b"));

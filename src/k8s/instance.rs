@@ -113,13 +113,7 @@ fn scoped_path(instance: &str, path: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
+    use crate::testkit::labels;
 
     #[test]
     fn the_default_instance_derives_the_names_kaccel_always_used() {

@@ -462,6 +462,11 @@ mod tests {
         jiff::Timestamp::from_second(t).unwrap().to_string()
     }
 
+    /// `ended_at` of a Workload written as JSON, kaccel's check `kaccel-credits`.
+    fn end_of(w: &Value, rec: &ReservationRecord, platform_annotation: &str) -> Option<Ended> {
+        ended_at(&typed(w), rec, platform_annotation, "kaccel-credits")
+    }
+
     fn typed(v: &Value) -> Workload {
         serde_json::from_value(v.clone()).expect("a Workload")
     }
@@ -615,7 +620,7 @@ mod tests {
         let w = wl(
             json!([{"type": "QuotaReserved", "status": "True", "lastTransitionTime": time(1_000)}]),
         );
-        assert_eq!(ended_at(&typed(&w), &rec, "x", "kaccel-credits"), None);
+        assert_eq!(end_of(&w, &rec, "x"), None);
     }
 
     #[test]
@@ -625,24 +630,19 @@ mod tests {
             {"type": "QuotaReserved", "status": "True", "lastTransitionTime": time(1_000)},
             {"type": "Finished", "status": "True", "lastTransitionTime": time(1_100)}
         ]));
-        assert_eq!(
-            ended_at(&typed(&finished), &rec, "x", "kaccel-credits")
-                .unwrap()
-                .at,
-            1_100
-        );
+        assert_eq!(end_of(&finished, &rec, "x").unwrap().at, 1_100);
         let released = wl(json!([
             {"type": "QuotaReserved", "status": "False", "lastTransitionTime": time(1_200)},
             {"type": "Evicted", "status": "True", "reason": "Preempted", "lastTransitionTime": time(1_190)}
         ]));
-        let e = ended_at(&typed(&released), &rec, "x", "kaccel-credits").unwrap();
+        let e = end_of(&released, &rec, "x").unwrap();
         assert_eq!((e.at, e.platform_preempted), (1_200, true));
         // Re-admitted while kaccel was down: the eviction time in between.
         let readmitted = wl(json!([
             {"type": "QuotaReserved", "status": "True", "lastTransitionTime": time(1_500)},
             {"type": "Evicted", "status": "False", "reason": "Deactivated", "lastTransitionTime": time(1_300)}
         ]));
-        let e = ended_at(&typed(&readmitted), &rec, "x", "kaccel-credits").unwrap();
+        let e = end_of(&readmitted, &rec, "x").unwrap();
         assert_eq!((e.at, e.platform_preempted), (1_300, false));
         // Evicted and re-admitted unseen, Evicted rewritten at the re-admission:
         // the eviction's time from Kueue's reset of kaccel's check.
@@ -656,7 +656,7 @@ mod tests {
             {"name": "other-check", "state": "Pending", "message": "Reset to Pending after eviction. Previously: Ready", "lastTransitionTime": time(1_100)},
             {"name": "kaccel-credits", "state": "Pending", "message": "Reset to Pending after eviction. Previously: Ready", "lastTransitionTime": time(1_250)}
         ]);
-        let e = ended_at(&typed(&unseen), &rec, "x", "kaccel-credits").unwrap();
+        let e = end_of(&unseen, &rec, "x").unwrap();
         assert_eq!(e.at, 1_250);
         assert!(
             e.reason.starts_with("evicted, then re-admitted"),
@@ -667,11 +667,11 @@ mod tests {
         // which the reset does not say: the re-admission, as before.
         let mut preempted = unseen.clone();
         preempted["status"]["schedulingStats"]["evictions"][0]["reason"] = json!("Preempted");
-        let e = ended_at(&typed(&preempted), &rec, "x", "kaccel-credits").unwrap();
+        let e = end_of(&preempted, &rec, "x").unwrap();
         assert_eq!((e.at, e.reason.as_str()), (1_500, "re-admitted"));
         // kaccel's own Pending (waiting for credits) is no eviction record.
         unseen["status"]["admissionChecks"][1]["message"] = json!("waiting for credits");
-        let e = ended_at(&typed(&unseen), &rec, "x", "kaccel-credits").unwrap();
+        let e = end_of(&unseen, &rec, "x").unwrap();
         assert_eq!((e.at, e.reason.as_str()), (1_500, "re-admitted"));
         // Deactivated: Kueue stops counting it at the eviction, QuotaReserved or not.
         let mut deactivated = wl(json!([
@@ -679,7 +679,7 @@ mod tests {
             {"type": "Evicted", "status": "True", "reason": "DeactivatedDueToMaximumExecutionTimeExceeded", "lastTransitionTime": time(1_060)}
         ]));
         deactivated["spec"] = json!({"active": false});
-        let e = ended_at(&typed(&deactivated), &rec, "x", "kaccel-credits").unwrap();
+        let e = end_of(&deactivated, &rec, "x").unwrap();
         assert_eq!((e.at, e.platform_preempted), (1_060, false));
         // Deactivated and evicted, then marked Finished once its pods ended (the
         // crash test's w158): Kueue stopped counting it at the eviction.
@@ -688,62 +688,39 @@ mod tests {
             .as_array_mut()
             .unwrap()
             .push(json!({"type": "Finished", "status": "True", "lastTransitionTime": time(1_070)}));
-        let e = ended_at(&typed(&late_finish), &rec, "x", "kaccel-credits").unwrap();
+        let e = end_of(&late_finish, &rec, "x").unwrap();
         assert_eq!((e.at, e.reason.starts_with("deactivated")), (1_060, true));
         // Finished first, deactivated after: the finish ends it.
         late_finish["status"]["conditions"][2]["lastTransitionTime"] = json!(time(1_050));
-        let e = ended_at(&typed(&late_finish), &rec, "x", "kaccel-credits").unwrap();
+        let e = end_of(&late_finish, &rec, "x").unwrap();
         assert_eq!((e.at, e.reason.as_str()), (1_050, "finished"));
         // Deactivated but not yet marked evicted: still counted, still running.
         deactivated["status"]["conditions"][1]["status"] = json!("False");
-        assert_eq!(
-            ended_at(&typed(&deactivated), &rec, "x", "kaccel-credits"),
-            None
-        );
+        assert_eq!(end_of(&deactivated, &rec, "x"), None);
         // Deleted while running.
         let mut deleted = wl(
             json!([{"type": "QuotaReserved", "status": "True", "lastTransitionTime": time(1_000)}]),
         );
         deleted["metadata"]["deletionTimestamp"] = json!(time(1_050));
-        assert_eq!(
-            ended_at(&typed(&deleted), &rec, "x", "kaccel-credits")
-                .unwrap()
-                .at,
-            1_050
-        );
+        assert_eq!(end_of(&deleted, &rec, "x").unwrap().at, 1_050);
         // kaccel's health eviction annotation marks a platform cause.
         let mut health = released.clone();
         health["status"]["conditions"][1]["reason"] = json!("Deactivated");
         assert!(
-            !ended_at(
-                &typed(&health),
-                &rec,
-                "kaccel.io/evicted-for",
-                "kaccel-credits"
-            )
-            .unwrap()
-            .platform_preempted
+            !end_of(&health, &rec, "kaccel.io/evicted-for")
+                .unwrap()
+                .platform_preempted
         );
         health["metadata"]["annotations"]["kaccel.io/evicted-for"] = json!("node-1: Failed");
         assert!(
-            ended_at(
-                &typed(&health),
-                &rec,
-                "kaccel.io/evicted-for",
-                "kaccel-credits"
-            )
-            .unwrap()
-            .platform_preempted
+            end_of(&health, &rec, "kaccel.io/evicted-for")
+                .unwrap()
+                .platform_preempted
         );
         // An end before the admission (clock skew) is clamped.
         let early =
             wl(json!([{"type": "Finished", "status": "True", "lastTransitionTime": time(900)}]));
-        assert_eq!(
-            ended_at(&typed(&early), &rec, "x", "kaccel-credits")
-                .unwrap()
-                .at,
-            1_000
-        );
+        assert_eq!(end_of(&early, &rec, "x").unwrap().at, 1_000);
     }
 
     #[test]

@@ -12,6 +12,14 @@ use crate::inventory::Inventory;
 
 pub mod devices;
 
+/// A label (or annotation) map from pairs.
+pub fn labels(pairs: &[(&str, &str)]) -> std::collections::BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
 /// The example fleet, classes and budgets shipped in `examples/`, compiled in, so
 /// tests and benchmarks use exactly what the README shows.
 pub fn examples() -> Loaded {

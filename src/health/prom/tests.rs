@@ -3,12 +3,7 @@
 use super::*;
 use proptest::prelude::*;
 
-fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-    pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
-}
+use crate::testkit::labels;
 
 #[test]
 fn empty_and_blank_bodies_are_empty() {
