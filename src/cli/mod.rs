@@ -9,11 +9,10 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use kube::ResourceExt;
 
 use crate::health::HealthSnapshot;
 use crate::inventory::Inventory;
-use crate::plan::{Plan, PlanInput, PlanOptions, plan};
+use crate::plan::{Plan, PlanInput, PlanOptions, plan, served_by};
 
 #[derive(Parser, Debug)]
 #[command(name = "kaccel", version, about = "A mixed GPU/NPU fleet behind Kueue")]
@@ -145,41 +144,17 @@ pub fn run_plan(args: &PlanArgs, out: &mut impl Write) -> Result<(), CliError> {
     if !crate::k8s::instance::valid_instance(&args.instance) {
         return Err(CliError::Instance(args.instance.clone()));
     }
-    let serves = |labels: &std::collections::BTreeMap<String, String>| {
-        crate::k8s::instance::serves(&args.instance, labels)
-    };
-    let classes: Vec<_> = loaded
-        .classes
-        .iter()
-        .filter(|c| serves(c.labels()))
-        .cloned()
-        .collect();
-    let budgets: Vec<_> = loaded
-        .budgets
-        .iter()
-        .filter(|b| serves(b.labels()))
-        .cloned()
-        .collect();
+    let served = served_by(&args.instance, &loaded.classes, &loaded.budgets);
     let options = PlanOptions {
         admission_check: args.admission_check.clone(),
         instance: args.instance.clone(),
         root_cohort: args.instance.clone(),
-        classes_elsewhere: loaded
-            .classes
-            .iter()
-            .filter(|c| !serves(c.labels()))
-            .map(|c| {
-                (
-                    c.name_any(),
-                    crate::k8s::instance::served_by(c.labels()).to_string(),
-                )
-            })
-            .collect(),
+        classes_elsewhere: served.classes_elsewhere,
         ..Default::default()
     };
     let plan = plan(&PlanInput {
-        classes: &classes,
-        budgets: &budgets,
+        classes: &served.classes,
+        budgets: &served.budgets,
         inventory: &inventory,
         health: &health,
         options: &options,

@@ -18,13 +18,12 @@ use super::pricing_snapshot::pricing_snapshot;
 use super::status_writes::share_limited;
 use super::watches::Caches;
 use super::{Config, Error, credits, health_poller};
-use crate::api::{AcceleratorClass, CreditBudget};
 use crate::health::policy::apply_node_conditions;
 use crate::inventory::Inventory;
 use crate::k8s::instance;
 use crate::kueue::config::{Configuration, ObservedConfiguration};
 use crate::plan::device_quarantine::{self, DeviceHealth, Quarantine};
-use crate::plan::{Plan, PlanInput, plan};
+use crate::plan::{Plan, PlanInput, Served, plan, served_by};
 use k8s_openapi::api::resource::v1alpha3::DeviceTaintRule;
 
 /// Everything one reconcile needs besides the caches.
@@ -91,25 +90,15 @@ impl Reconciler {
         self.health_warming.store(false, Ordering::Relaxed);
         // Observe: the classes and budgets this installation serves
         // (`kaccel.io/instance`); another installation's are not even read.
-        let serves = |labels| instance::serves(&self.config.instance, labels);
-        let all_classes = caches.classes.state();
-        let classes: Vec<AcceleratorClass> = all_classes
-            .iter()
-            .filter(|c| serves(c.labels()))
-            .map(|c| (**c).clone())
-            .collect();
-        let classes_elsewhere: BTreeMap<String, String> = all_classes
-            .iter()
-            .filter(|c| !serves(c.labels()))
-            .map(|c| (c.name_any(), instance::served_by(c.labels()).to_string()))
-            .collect();
-        let budgets: Vec<CreditBudget> = caches
-            .budgets
-            .state()
-            .iter()
-            .filter(|b| serves(b.labels()))
-            .map(|b| (**b).clone())
-            .collect();
+        let Served {
+            classes,
+            budgets,
+            classes_elsewhere,
+        } = served_by(
+            &self.config.instance,
+            caches.classes.state().iter().map(|c| c.as_ref()),
+            caches.budgets.state().iter().map(|b| b.as_ref()),
+        );
         let slices = caches
             .slices
             .as_ref()

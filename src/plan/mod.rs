@@ -125,6 +125,46 @@ impl Default for PlanOptions {
     }
 }
 
+/// What one installation plans from: the classes and budgets it serves
+/// (`kaccel.io/instance`, see [`crate::k8s::instance`]), and every other
+/// installation's class by name, so a budget naming one is told whose it is
+/// ([`PlanOptions::classes_elsewhere`]).
+#[derive(Debug, Default)]
+pub struct Served {
+    pub classes: Vec<AcceleratorClass>,
+    pub budgets: Vec<CreditBudget>,
+    pub classes_elsewhere: BTreeMap<String, String>,
+}
+
+/// Splits the cluster's (or files') classes and budgets for `instance`.
+pub fn served_by<'a>(
+    instance: &str,
+    classes: impl IntoIterator<Item = &'a AcceleratorClass>,
+    budgets: impl IntoIterator<Item = &'a CreditBudget>,
+) -> Served {
+    use crate::k8s::instance;
+    let unlabelled = BTreeMap::new();
+    let labels = |meta: &'a ObjectMeta| meta.labels.as_ref().unwrap_or(&unlabelled);
+    let mut out = Served::default();
+    for class in classes {
+        let class_labels = labels(&class.metadata);
+        if instance::serves(instance, class_labels) {
+            out.classes.push(class.clone());
+        } else {
+            out.classes_elsewhere.insert(
+                name_of(&class.metadata),
+                instance::served_by(class_labels).to_string(),
+            );
+        }
+    }
+    out.budgets = budgets
+        .into_iter()
+        .filter(|b| instance::serves(instance, labels(&b.metadata)))
+        .cloned()
+        .collect();
+    out
+}
+
 pub struct PlanInput<'a> {
     pub classes: &'a [AcceleratorClass],
     pub budgets: &'a [CreditBudget],

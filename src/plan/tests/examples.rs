@@ -114,3 +114,38 @@ fn queues_are_wired_to_cohorts_namespaces_and_flavors() {
             .all(|q| q.spec.admission_checks_strategy.is_none())
     );
 }
+
+/// The examples carry no `kaccel.io/instance`: the default installation serves
+/// them all; another serves none and knows each class as the default's; a
+/// labelled class and budget go to their installation only.
+#[test]
+fn each_installation_is_served_its_own_classes_and_budgets() {
+    use crate::k8s::instance::{DEFAULT_INSTANCE, INSTANCE_LABEL};
+    let mut loaded = crate::testkit::examples();
+    let all = served_by(DEFAULT_INSTANCE, &loaded.classes, &loaded.budgets);
+    assert_eq!(all.classes.len(), loaded.classes.len());
+    assert_eq!(all.budgets.len(), loaded.budgets.len());
+    assert!(all.classes_elsewhere.is_empty());
+    let other = served_by("team-b", &loaded.classes, &loaded.budgets);
+    assert!(other.classes.is_empty() && other.budgets.is_empty());
+    assert_eq!(other.classes_elsewhere.len(), loaded.classes.len());
+    assert!(
+        other
+            .classes_elsewhere
+            .values()
+            .all(|i| i == DEFAULT_INSTANCE)
+    );
+
+    let b_label = crate::testkit::labels(&[(INSTANCE_LABEL, "team-b")]);
+    loaded.classes[0].metadata.labels = Some(b_label.clone());
+    loaded.budgets[0].metadata.labels = Some(b_label);
+    let b_class = name_of(&loaded.classes[0].metadata);
+    let default = served_by(DEFAULT_INSTANCE, &loaded.classes, &loaded.budgets);
+    let team_b = served_by("team-b", &loaded.classes, &loaded.budgets);
+    assert_eq!(default.classes_elsewhere[&b_class], "team-b");
+    assert_eq!(default.classes.len() + 1, loaded.classes.len());
+    assert_eq!(default.budgets.len() + 1, loaded.budgets.len());
+    assert_eq!(team_b.classes.len(), 1);
+    assert_eq!(team_b.budgets.len(), 1);
+    assert_eq!(team_b.classes_elsewhere.len() + 1, loaded.classes.len());
+}
