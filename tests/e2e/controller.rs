@@ -697,7 +697,7 @@ async fn a_leader_that_cannot_renew_steps_down_before_its_lease_expires() {
 
 async fn unrenewable(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
     use k8s_openapi::api::coordination::v1::Lease;
-    use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+    use k8s_openapi::api::rbac::v1::Role;
     let id = support::unique("renew");
     let lease = format!("kaccel-{id}");
     // The manifests' `create` on Leases covers any name; get and patch on this
@@ -710,29 +710,8 @@ async fn unrenewable(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
                        "resourceNames": [lease], "verbs": verbs}]
         }))?)
     };
+    support::grant_kaccel(client, cleanup, &role(&["get", "patch"])?).await?;
     let roles: Api<Role> = Api::namespaced(client.clone(), "kaccel-system");
-    roles
-        .create(&PostParams::default(), &role(&["get", "patch"])?)
-        .await?;
-    cleanup.add(
-        Some("kaccel-system"),
-        ApiResource::erase::<Role>(&()),
-        &lease,
-    );
-    let binding: RoleBinding = serde_json::from_value(json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-        "metadata": {"name": lease, "namespace": "kaccel-system"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": lease},
-        "subjects": [{"kind": "ServiceAccount", "name": "kaccel", "namespace": "kaccel-system"}]
-    }))?;
-    Api::<RoleBinding>::namespaced(client.clone(), "kaccel-system")
-        .create(&PostParams::default(), &binding)
-        .await?;
-    cleanup.add(
-        Some("kaccel-system"),
-        ApiResource::erase::<RoleBinding>(&()),
-        &lease,
-    );
     cleanup.add(
         Some("kaccel-system"),
         ApiResource::erase::<Lease>(&()),

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, ensure};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
+use k8s_openapi::api::rbac::v1::Role;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams};
 use kube::core::ApiResource;
 use serde_json::{Value, json};
 
@@ -158,27 +158,7 @@ async fn two_installations(env: &mut Env, store_a: &str, store_b: &str) -> Resul
         .replace("kaccel-controller", &b_lease);
     let mut role: Role = serde_yaml::from_str(&role_text)?;
     role.metadata.name = Some(format!("{b}-leader-election"));
-    let roles: Api<Role> = Api::namespaced(client.clone(), "kaccel-system");
-    roles.create(&PostParams::default(), &role).await?;
-    let role_ar = ApiResource::erase::<Role>(&());
-    env.cleanup.add(
-        Some("kaccel-system"),
-        role_ar,
-        &format!("{b}-leader-election"),
-    );
-    let binding: RoleBinding = serde_json::from_value(json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-        "metadata": { "name": format!("{b}-leader-election"), "namespace": "kaccel-system" },
-        "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": format!("{b}-leader-election") },
-        "subjects": [{ "kind": "ServiceAccount", "name": "kaccel", "namespace": "kaccel-system" }]
-    }))?;
-    let bindings: Api<RoleBinding> = Api::namespaced(client.clone(), "kaccel-system");
-    bindings.create(&PostParams::default(), &binding).await?;
-    env.cleanup.add(
-        Some("kaccel-system"),
-        ApiResource::erase::<RoleBinding>(&()),
-        &format!("{b}-leader-election"),
-    );
+    support::grant_kaccel(&client, &mut env.cleanup, &role).await?;
     env.cleanup.add(
         Some("kaccel-system"),
         ApiResource::erase::<Lease>(&()),

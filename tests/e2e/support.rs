@@ -196,6 +196,45 @@ pub async fn release_quota(wls: &Api<DynamicObject>, name: &str, obj: &Value) ->
     }
 }
 
+/// Creates `role` in kaccel-system and binds it to kaccel's ServiceAccount
+/// (`kaccel-system/kaccel`) under the same name, as an overlay of the manifests
+/// would; both are deleted by the cleanup.
+pub async fn grant_kaccel(
+    client: &Client,
+    cleanup: &mut Cleanup,
+    role: &k8s_openapi::api::rbac::v1::Role,
+) -> Result<()> {
+    use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+    let name = role
+        .metadata
+        .name
+        .clone()
+        .context("a Role without a name")?;
+    Api::<Role>::namespaced(client.clone(), "kaccel-system")
+        .create(&PostParams::default(), role)
+        .await?;
+    cleanup.add(
+        Some("kaccel-system"),
+        ApiResource::erase::<Role>(&()),
+        &name,
+    );
+    let binding: RoleBinding = serde_json::from_value(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": name, "namespace": "kaccel-system"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": "kaccel", "namespace": "kaccel-system"}]
+    }))?;
+    Api::<RoleBinding>::namespaced(client.clone(), "kaccel-system")
+        .create(&PostParams::default(), &binding)
+        .await?;
+    cleanup.add(
+        Some("kaccel-system"),
+        ApiResource::erase::<RoleBinding>(&()),
+        &name,
+    );
+    Ok(())
+}
+
 /// A namespace for one test, deleted by [`Cleanup::run`].
 pub async fn namespace(client: &Client, name: &str) -> Result<()> {
     let api: Api<Namespace> = Api::all(client.clone());
