@@ -567,9 +567,8 @@ async fn reconcile_loop(
 }
 
 #[cfg(test)]
-mod lease_tests {
-    use super::lease_time_left;
-    use std::time::Duration;
+mod tests {
+    use super::*;
 
     #[test]
     fn a_leader_stops_before_its_lease_could_be_taken() {
@@ -587,11 +586,6 @@ mod lease_tests {
         // A renewTime ahead of this clock counts as just renewed.
         assert_eq!(lease_time_left(-500, 6, 2), Duration::from_millis(4_800));
     }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
 
     fn pace() -> Pace {
         Pace {
