@@ -163,6 +163,7 @@ mod tests {
             .nodes
             .values_mut()
             .find(|n| n.groups.len() == 1 && n.groups[0].capacity == n.groups[0].allocatable)
+            .map(std::sync::Arc::make_mut)
             .expect("an example node with nothing withdrawn");
         let name = node.name.clone();
         let group = &mut node.groups[0];

@@ -77,6 +77,7 @@ mod driver;
 mod groups;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use k8s_openapi::api::resource::v1::ResourceSlice;
 
@@ -165,7 +166,7 @@ pub(crate) fn merge_slices<'a>(
         let Some(node_name) = spec.node_name.as_deref() else {
             continue;
         };
-        let Some(node) = inventory.nodes.get_mut(node_name) else {
+        let Some(node) = inventory.nodes.get_mut(node_name).map(Arc::make_mut) else {
             continue;
         };
         let fresh =
@@ -211,11 +212,11 @@ pub(crate) fn merge_slices<'a>(
     // is accounted for: the label-only entry goes.
     for name in touched.iter().chain(unclassified.keys().map(|(n, _, _)| n)) {
         if let Some(node) = inventory.nodes.get_mut(name) {
-            drop_presence_entries(node);
+            drop_presence_entries(Arc::make_mut(node));
         }
     }
     for ((node, source, reason), count) in unclassified {
-        let Some(node) = inventory.nodes.get_mut(&node) else {
+        let Some(node) = inventory.nodes.get_mut(&node).map(Arc::make_mut) else {
             continue;
         };
         node.warnings.push(format!(
@@ -229,7 +230,7 @@ pub(crate) fn merge_slices<'a>(
         });
     }
     for name in touched {
-        if let Some(node) = inventory.nodes.get_mut(&name) {
+        if let Some(node) = inventory.nodes.get_mut(&name).map(Arc::make_mut) {
             for g in &mut node.groups {
                 g.devices.sort_by(|a, b| a.name.cmp(&b.name));
             }

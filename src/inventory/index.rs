@@ -31,7 +31,7 @@ pub struct NodeIndex {
     /// first (`Arc::make_mut`), so a re-plan never sees a half-applied change.
     current: Arc<Inventory>,
     /// Nodes of a re-list under way; they replace `current` when it ends.
-    relist: Option<BTreeMap<String, NodeInventory>>,
+    relist: Option<BTreeMap<String, Arc<NodeInventory>>>,
     synced: bool,
     reads: u64,
 }
@@ -63,12 +63,12 @@ impl NodeIndex {
         self.reads += 1;
         match self.relist.as_mut() {
             Some(relist) => {
-                relist.insert(read.name.clone(), read);
+                relist.insert(read.name.clone(), Arc::new(read));
             }
             None => {
                 Arc::make_mut(&mut self.current)
                     .nodes
-                    .insert(read.name.clone(), read);
+                    .insert(read.name.clone(), Arc::new(read));
             }
         }
     }
@@ -85,12 +85,14 @@ impl NodeIndex {
     pub fn upsert(&mut self, node: &Node) -> bool {
         let read = read_for_planning(node);
         self.reads += 1;
-        if self.current.nodes.get(&read.name) == Some(&read) {
+        if self.current.nodes.get(&read.name).map(|n| &**n) == Some(&read) {
             return false;
         }
+        // A re-plan holding the snapshot keeps its copy: this copies the map of
+        // shared nodes, not the nodes.
         Arc::make_mut(&mut self.current)
             .nodes
-            .insert(read.name.clone(), read);
+            .insert(read.name.clone(), Arc::new(read));
         true
     }
 
@@ -116,7 +118,7 @@ mod tests {
             nodes: nodes
                 .into_iter()
                 .map(read_for_planning)
-                .map(|n| (n.name.clone(), n))
+                .map(|n| (n.name.clone(), Arc::new(n)))
                 .collect(),
         }
     }
@@ -176,6 +178,17 @@ mod tests {
         assert!(index.upsert(&changed));
         assert_ne!(*held, *index.snapshot());
         assert_eq!(*held, planning_read(&fleet));
+        // Only the changed Node is new: the others are the held snapshot's own,
+        // not copies (a change during a re-plan costs one Node, not the fleet).
+        let now = index.snapshot();
+        let changed_name = changed.metadata.name.as_deref().unwrap();
+        for (name, node) in &now.nodes {
+            assert_eq!(
+                Arc::ptr_eq(node, &held.nodes[name]),
+                name != changed_name,
+                "{name}"
+            );
+        }
 
         // Deleted, and deleted again (already gone).
         let name = fleet[5].metadata.name.clone().unwrap();

@@ -29,6 +29,7 @@ pub(crate) mod vendor_fleet_nvidia_amd;
 pub(crate) mod vendor_fleet_other;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, Taint};
 use k8s_openapi::api::resource::v1::ResourceSlice;
@@ -274,9 +275,43 @@ impl NodeInventory {
 }
 
 /// The whole fleet, keyed by node name (sorted, so everything built from it is deterministic).
+///
+/// Each node is shared (`Arc`): a copy of the fleet (the Node index changing while a
+/// re-plan holds its snapshot, ResourceSlices merged into a re-plan's own copy)
+/// copies the map of pointers and then only the nodes it changes, not 5,000
+/// nodes' labels and groups.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Inventory {
-    pub nodes: BTreeMap<String, NodeInventory>,
+    #[serde(with = "shared_nodes")]
+    pub nodes: BTreeMap<String, Arc<NodeInventory>>,
+}
+
+/// (De)serialises the shared nodes as plain ones (serde's `rc` feature would
+/// rebuild every dependency for two functions).
+mod shared_nodes {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use super::NodeInventory;
+
+    pub fn serialize<S: Serializer>(
+        nodes: &BTreeMap<String, Arc<NodeInventory>>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(nodes.iter().map(|(name, node)| (name, &**node)))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<BTreeMap<String, Arc<NodeInventory>>, D::Error> {
+        let nodes = BTreeMap::<String, NodeInventory>::deserialize(deserializer)?;
+        Ok(nodes
+            .into_iter()
+            .map(|(name, node)| (name, Arc::new(node)))
+            .collect())
+    }
 }
 
 impl Inventory {
@@ -293,7 +328,7 @@ impl Inventory {
         let mut inventory = Inventory::default();
         for node in nodes {
             let entry = read_node(node);
-            inventory.nodes.insert(entry.name.clone(), entry);
+            inventory.nodes.insert(entry.name.clone(), Arc::new(entry));
         }
         dra::merge_slices(&mut inventory, slices);
         inventory
@@ -311,7 +346,7 @@ impl Inventory {
     pub fn unclassified(&self) -> impl Iterator<Item = (&NodeInventory, &UnclassifiedDevice)> {
         self.nodes
             .values()
-            .flat_map(|n| n.unclassified.iter().map(move |u| (n, u)))
+            .flat_map(|n| n.unclassified.iter().map(move |u| (&**n, u)))
     }
 
     /// Devices kaccel could not classify, over the fleet (what the
@@ -325,7 +360,7 @@ impl Inventory {
     pub fn groups(&self) -> impl Iterator<Item = (&NodeInventory, &DeviceGroup)> {
         self.nodes
             .values()
-            .flat_map(|n| n.groups.iter().map(move |g| (n, g)))
+            .flat_map(|n| n.groups.iter().map(move |g| (&**n, g)))
     }
 }
 

@@ -278,7 +278,7 @@ pub struct FlavorReport {
 
 pub fn plan(input: &PlanInput<'_>) -> Plan {
     let options = input.options;
-    let nodes: Vec<&NodeInventory> = input.inventory.nodes.values().collect();
+    let nodes: Vec<&NodeInventory> = input.inventory.nodes.values().map(|n| &**n).collect();
 
     // 1. Validate classes: invalid ones are reported and take no further part.
     let (classes, mut class_reports) = validate::classes(input.classes);

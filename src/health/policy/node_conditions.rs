@@ -98,6 +98,7 @@ mod tests {
             .nodes
             .values_mut()
             .find(|n| n.name.starts_with("gpu-h100"))
+            .map(std::sync::Arc::make_mut)
             .unwrap();
         node.conditions
             .insert("GpuThermalWatch".into(), ("True".into(), "Hot".into()));

@@ -160,7 +160,7 @@ fn a_device_flavor_that_pins_no_label_is_refused() {
     // and select the CPU node that joins next.
     let mut inventory = Inventory::from_nodes(&[gaudi("gaudi-a"), gaudi("gaudi-b")]);
     for node in inventory.nodes.values_mut() {
-        for group in &mut node.groups {
+        for group in &mut std::sync::Arc::make_mut(node).groups {
             assert!(!group.pin_labels.is_empty(), "the adapter pins GAUDI2");
             group.pin_labels.clear();
         }
