@@ -32,8 +32,8 @@ fn reading(node: usize, gpu: usize, poll: i64) -> DeviceReading {
     let noisy = device.is_multiple_of(10);
     let mut signal_fields = BTreeMap::new();
     signal_fields.insert(
-        "eccCorrectable".to_string(),
-        vec!["DCGM_FI_DEV_ECC_SBE_VOL_TOTAL".to_string()],
+        "eccCorrectable".into(),
+        vec!["DCGM_FI_DEV_ECC_SBE_VOL_TOTAL".into()],
     );
     DeviceReading {
         vendor: Some(Vendor::Nvidia),
@@ -94,6 +94,37 @@ fn history_memory(nodes: usize, polls: i64) {
         policy.trend_rules.len(),
         bytes as f64 / (1024.0 * 1024.0),
         bytes / devices as isize
+    );
+}
+
+/// The tracker as the health loop fills it: every node's dcgm-exporter answer
+/// (the vendor-format fixture, its node name and UUIDs made the node's own)
+/// parsed and observed, raw metric and label fields kept per device.
+fn tracker_memory(nodes: usize) {
+    use kaccel::health::exporters::{ExporterKind, readings};
+    let fixture = include_str!("../src/health/testdata/dcgm.prom");
+    let policy = Policy::default();
+    let answers: Vec<String> = (0..nodes)
+        .map(|n| {
+            fixture
+                .replace("gpu-node-a", &format!("gpu-node-{n:05}"))
+                .replace("UUID=\"GPU-", &format!("UUID=\"GPU-{n:05}-"))
+        })
+        .collect();
+    let before = counting_alloc::live_bytes();
+    let mut tracker = Tracker::default();
+    for (n, answer) in answers.iter().enumerate() {
+        let samples = kaccel::health::prom::parse(answer).expect("the fixture parses");
+        let read = readings(ExporterKind::DcgmExporter, &samples, None);
+        tracker.observe(&format!("dcgm-{n:05}"), read, 1_000_000, &policy);
+    }
+    let bytes = counting_alloc::live_bytes() - before;
+    let devices = tracker.devices.len();
+    println!(
+        "tracker: {devices} devices from {nodes} dcgm-exporter answers (the fixture's \
+         metrics and labels): {:.1} MiB ({} bytes per device)",
+        bytes as f64 / (1024.0 * 1024.0),
+        bytes / devices.max(1) as isize
     );
 }
 
@@ -180,6 +211,7 @@ fn one_scrape(c: &mut Criterion) {
 
 fn memory(_: &mut Criterion) {
     history_memory(5_000, 300);
+    tracker_memory(5_000);
 }
 
 criterion_group!(benches, memory, one_scrape);

@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::api::Vendor;
 use crate::health::prom::Sample;
+use crate::health::shared_text::SharedText;
 use vendors::{AMD, ASCEND, DCGM, GAUDI, Profile};
 
 /// Which vendor exporter a scrape comes from.
@@ -120,10 +121,11 @@ pub struct DeviceReading {
     /// Trend signal name (`eccCorrectable`) -> the vendor metric(s) it was read
     /// from: verdicts name the vendor's own fields.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub signal_fields: BTreeMap<String, Vec<String>>,
+    pub signal_fields: BTreeMap<SharedText, Vec<SharedText>>,
     /// Every original sample for this device: metric name -> value, and the label set of the first sample, kept for the engineer who needs the raw field.
-    pub raw_values: BTreeMap<String, f64>,
-    pub raw_labels: BTreeMap<String, String>,
+    /// Names and label texts are shared across the fleet's devices ([`SharedText`]).
+    pub raw_values: BTreeMap<SharedText, f64>,
+    pub raw_labels: BTreeMap<SharedText, SharedText>,
 }
 
 /// A pod as an exporter names it.
@@ -199,7 +201,11 @@ impl Builder {
             reading: DeviceReading {
                 vendor: Some(vendor),
                 node,
-                raw_labels: first.labels.clone(),
+                raw_labels: first
+                    .labels
+                    .iter()
+                    .map(|(name, value)| (SharedText::new(name), SharedText::new(value)))
+                    .collect(),
                 ..Default::default()
             },
             values: BTreeMap::new(),
@@ -274,12 +280,15 @@ fn fill_label(slot: &mut Option<String>, value: Option<&str>) {
 }
 
 /// Keep the largest value per name; a NaN never hides a number.
-fn merge_max(map: &mut BTreeMap<String, f64>, name: &str, value: f64) {
+fn merge_max<K>(map: &mut BTreeMap<K, f64>, name: &str, value: f64)
+where
+    K: Ord + std::borrow::Borrow<str> + for<'a> From<&'a str>,
+{
     match map.get_mut(name) {
         Some(old) if old.is_nan() || value > *old => *old = value,
         Some(_) => {}
         None => {
-            map.insert(name.to_string(), value);
+            map.insert(K::from(name), value);
         }
     }
 }

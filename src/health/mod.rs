@@ -10,6 +10,7 @@ pub mod policy;
 pub mod prom;
 pub mod promql;
 pub mod scrape;
+pub mod shared_text;
 pub mod trend;
 
 use std::collections::{BTreeMap, BTreeSet};

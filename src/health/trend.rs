@@ -505,7 +505,7 @@ impl DeviceHistory {
                     fields: reading
                         .signal_fields
                         .get(rule.signal.name())
-                        .cloned()
+                        .map(|fields| fields.iter().map(|f| f.to_string()).collect())
                         .unwrap_or_default(),
                 });
             }

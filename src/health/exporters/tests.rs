@@ -53,7 +53,7 @@ fn dcgm_fixture() {
         Some(&1980.0)
     );
     assert_eq!(
-        healthy.raw_labels.get("device").map(String::as_str),
+        healthy.raw_labels.get("device").map(|v| v.as_str()),
         Some("nvidia0")
     );
 
@@ -103,7 +103,7 @@ fn amd_fixture() {
     assert_eq!(bad.vendor_healthy, Some(false));
     assert_eq!(bad.raw_values.get("gpu_ecc_uncorrect_umc"), Some(&4.0));
     assert_eq!(
-        bad.raw_labels.get("serial_number").map(String::as_str),
+        bad.raw_labels.get("serial_number").map(|v| v.as_str()),
         Some("692351000112")
     );
 }
@@ -288,7 +288,7 @@ fn correctable_ecc_from_amd_and_ascend_and_never_a_failed_read() {
             .signal_fields
             .get("eccCorrectable")
             .map(Vec::as_slice),
-        Some(["gpu_ecc_correct_total".to_string()].as_slice())
+        Some(["gpu_ecc_correct_total".into()].as_slice())
     );
     let body = "npu_chip_info_hbm_ecc_single_bit_error_cnt{id=\"0\",model_name=\"910B\"} -1\n";
     let ascend = read(ExporterKind::AscendNpuExporter, body, Some("n"));
@@ -425,4 +425,32 @@ proptest! {
             }
         }
     }
+}
+
+#[test]
+fn devices_share_the_names_and_label_texts_they_report_alike() {
+    let first = read(ExporterKind::DcgmExporter, DCGM_FIXTURE, None);
+    let other_node = DCGM_FIXTURE.replace("gpu-node-a", "gpu-node-b");
+    let second = read(ExporterKind::DcgmExporter, &other_node, None);
+    let same = |a: &str, b: &str| std::ptr::eq(a.as_ptr(), b.as_ptr());
+    let (a, b) = (&first[0], &second[1]);
+    for ((name_a, _), (name_b, _)) in a.raw_values.iter().zip(&b.raw_values) {
+        assert_eq!(name_a, name_b);
+        assert!(same(name_a, name_b), "metric {name_a} is one text");
+    }
+    let model = |r: &DeviceReading| r.raw_labels["modelName"].clone();
+    assert!(
+        same(&model(a), &model(b)),
+        "the model label's value is one text"
+    );
+    let (key_a, _) = a.raw_labels.get_key_value("Hostname").unwrap();
+    let (key_b, _) = b.raw_labels.get_key_value("Hostname").unwrap();
+    assert!(same(key_a, key_b), "label names are one text");
+    assert_eq!(a.raw_labels["Hostname"], "gpu-node-a");
+    assert_eq!(b.raw_labels["Hostname"], "gpu-node-b");
+    let signal = |r: &DeviceReading| r.signal_fields.values().next().unwrap()[0].clone();
+    assert!(
+        same(&signal(a), &signal(b)),
+        "trend signal fields are one text"
+    );
 }

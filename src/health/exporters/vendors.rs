@@ -172,8 +172,7 @@ fn traced(
     names: &[&str],
 ) -> Option<f64> {
     let (name, value) = names.iter().find_map(|n| num(v, n).map(|x| (*n, x)))?;
-    r.signal_fields
-        .insert(signal.to_string(), vec![name.to_string()]);
+    r.signal_fields.insert(signal.into(), vec![name.into()]);
     Some(value)
 }
 
@@ -198,8 +197,8 @@ fn total_or_blocks(
         return None;
     }
     r.signal_fields.insert(
-        signal.to_string(),
-        blocks.iter().map(|(k, _)| k.to_string()).collect(),
+        signal.into(),
+        blocks.iter().map(|(k, _)| k.as_str().into()).collect(),
     );
     Some(blocks.iter().map(|(_, x)| x).sum())
 }
