@@ -30,9 +30,9 @@ const POLL: i64 = 15;
 fn reading(node: usize, gpu: usize, poll: i64) -> DeviceReading {
     let device = node * GPUS_PER_NODE + gpu;
     let noisy = device.is_multiple_of(10);
-    let mut signal_fields = BTreeMap::new();
+    let mut signal_fields = kaccel::health::shared_text::FieldMap::default();
     signal_fields.insert(
-        "eccCorrectable".into(),
+        "eccCorrectable",
         vec!["DCGM_FI_DEV_ECC_SBE_VOL_TOTAL".into()],
     );
     DeviceReading {

@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::api::Vendor;
 use crate::health::prom::Sample;
-use crate::health::shared_text::SharedText;
+use crate::health::shared_text::{FieldMap, SharedText};
 use vendors::{AMD, ASCEND, DCGM, GAUDI, Profile};
 
 /// Which vendor exporter a scrape comes from.
@@ -120,12 +120,16 @@ pub struct DeviceReading {
     pub pod: Option<PodRef>,
     /// Trend signal name (`eccCorrectable`) -> the vendor metric(s) it was read
     /// from: verdicts name the vendor's own fields.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub signal_fields: BTreeMap<SharedText, Vec<SharedText>>,
+    #[serde(default, skip_serializing_if = "FieldMap::is_empty")]
+    pub signal_fields: FieldMap<Vec<SharedText>>,
     /// Every original sample for this device: metric name -> value, and the label set of the first sample, kept for the engineer who needs the raw field.
-    /// Names and label texts are shared across the fleet's devices ([`SharedText`]).
-    pub raw_values: BTreeMap<SharedText, f64>,
-    pub raw_labels: BTreeMap<SharedText, SharedText>,
+    /// Names and label texts are shared across the fleet's devices ([`SharedText`]),
+    /// each map one exact allocation ([`FieldMap`]): the tracker keeps them for
+    /// every device.
+    #[serde(default)]
+    pub raw_values: FieldMap<f64>,
+    #[serde(default)]
+    pub raw_labels: FieldMap<SharedText>,
 }
 
 /// A pod as an exporter names it.
@@ -190,7 +194,7 @@ enum IdentKey {
 struct Builder {
     reading: DeviceReading,
     /// Normalised metric name -> value (largest when reported more than once).
-    values: BTreeMap<String, f64>,
+    values: FieldMap<f64>,
     /// The identity label value when the index label was not a number.
     fallback_ident: Option<String>,
 }
@@ -208,7 +212,7 @@ impl Builder {
                     .collect(),
                 ..Default::default()
             },
-            values: BTreeMap::new(),
+            values: FieldMap::default(),
             fallback_ident: None,
         }
     }
@@ -258,6 +262,10 @@ impl Builder {
             (None, None, None) => String::new(),
         };
         (p.fill)(r, &self.values);
+        // Kept by the tracker as long as the device reports: no spare room.
+        r.raw_values.shrink_to_fit();
+        r.raw_labels.shrink_to_fit();
+        r.signal_fields.shrink_to_fit();
         self.reading
     }
 }
@@ -280,15 +288,12 @@ fn fill_label(slot: &mut Option<String>, value: Option<&str>) {
 }
 
 /// Keep the largest value per name; a NaN never hides a number.
-fn merge_max<K>(map: &mut BTreeMap<K, f64>, name: &str, value: f64)
-where
-    K: Ord + std::borrow::Borrow<str> + for<'a> From<&'a str>,
-{
+fn merge_max(map: &mut FieldMap<f64>, name: &str, value: f64) {
     match map.get_mut(name) {
         Some(old) if old.is_nan() || value > *old => *old = value,
         Some(_) => {}
         None => {
-            map.insert(K::from(name), value);
+            map.insert(name, value);
         }
     }
 }

@@ -125,6 +125,137 @@ impl<'de> Deserialize<'de> for SharedText {
     }
 }
 
+/// A reading's small map of fields (metric name -> value, label -> value, trend
+/// signal -> vendor fields): sorted pairs in one exact-size allocation. A
+/// `BTreeMap` allocates a whole 11-entry leaf even for one entry, and the tracker
+/// keeps several such maps for every device of the fleet.
+#[derive(Clone, PartialEq)]
+pub struct FieldMap<V> {
+    pairs: Vec<(SharedText, V)>,
+}
+
+impl<V> Default for FieldMap<V> {
+    fn default() -> Self {
+        FieldMap { pairs: Vec::new() }
+    }
+}
+
+impl<V> FieldMap<V> {
+    fn find(&self, name: &str) -> Result<usize, usize> {
+        self.pairs.binary_search_by(|(k, _)| k.as_str().cmp(name))
+    }
+
+    pub fn get(&self, name: &str) -> Option<&V> {
+        self.find(name).ok().map(|i| &self.pairs[i].1)
+    }
+
+    pub fn get_key_value(&self, name: &str) -> Option<(&SharedText, &V)> {
+        self.find(name)
+            .ok()
+            .map(|i| (&self.pairs[i].0, &self.pairs[i].1))
+    }
+
+    pub fn get_mut(&mut self, name: &str) -> Option<&mut V> {
+        self.find(name).ok().map(|i| &mut self.pairs[i].1)
+    }
+
+    pub fn contains_key(&self, name: &str) -> bool {
+        self.find(name).is_ok()
+    }
+
+    /// Sets `name` to `value`, returning what it replaced.
+    pub fn insert(&mut self, name: impl Into<SharedText>, value: V) -> Option<V> {
+        let name = name.into();
+        match self.find(&name) {
+            Ok(i) => Some(std::mem::replace(&mut self.pairs[i].1, value)),
+            Err(i) => {
+                self.pairs.insert(i, (name, value));
+                None
+            }
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.pairs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.pairs.is_empty()
+    }
+
+    pub fn clear(&mut self) {
+        self.pairs.clear();
+    }
+
+    /// Drops the spare room building left (the map is kept, not grown, after).
+    pub fn shrink_to_fit(&mut self) {
+        self.pairs.shrink_to_fit();
+    }
+
+    /// In name order.
+    pub fn iter(&self) -> impl Iterator<Item = (&SharedText, &V)> {
+        self.pairs.iter().map(|(k, v)| (k, v))
+    }
+
+    pub fn keys(&self) -> impl Iterator<Item = &SharedText> {
+        self.pairs.iter().map(|(k, _)| k)
+    }
+
+    pub fn values(&self) -> impl Iterator<Item = &V> {
+        self.pairs.iter().map(|(_, v)| v)
+    }
+}
+
+impl<V> std::ops::Index<&str> for FieldMap<V> {
+    type Output = V;
+    fn index(&self, name: &str) -> &V {
+        self.get(name)
+            .unwrap_or_else(|| panic!("no field {name:?} in the reading"))
+    }
+}
+
+impl<'a, V> IntoIterator for &'a FieldMap<V> {
+    type Item = (&'a SharedText, &'a V);
+    type IntoIter = std::iter::Map<
+        std::slice::Iter<'a, (SharedText, V)>,
+        fn(&'a (SharedText, V)) -> (&'a SharedText, &'a V),
+    >;
+    fn into_iter(self) -> Self::IntoIter {
+        self.pairs.iter().map(|(k, v)| (k, v))
+    }
+}
+
+impl<K: Into<SharedText>, V> FromIterator<(K, V)> for FieldMap<V> {
+    /// A name given twice keeps its last value, as a map's `collect` does.
+    fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> Self {
+        let mut map = FieldMap::default();
+        for (k, v) in iter {
+            map.insert(k, v);
+        }
+        map.shrink_to_fit();
+        map
+    }
+}
+
+impl<V: fmt::Debug> fmt::Debug for FieldMap<V> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map().entries(self.iter()).finish()
+    }
+}
+
+impl<V: Serialize> Serialize for FieldMap<V> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.iter())
+    }
+}
+
+impl<'de, V: Deserialize<'de>> Deserialize<'de> for FieldMap<V> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let map = std::collections::BTreeMap::<String, V>::deserialize(deserializer)?;
+        Ok(map.into_iter().collect())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -163,5 +294,24 @@ mod tests {
         for (i, h) in held.iter().enumerate() {
             assert!(Arc::ptr_eq(&h.0, &SharedText::new(&format!("held-{i}")).0));
         }
+    }
+
+    #[test]
+    fn a_field_map_reads_like_a_sorted_map_in_one_exact_allocation() {
+        let mut map: FieldMap<f64> = [("b", 2.0), ("a", 1.0), ("b", 3.0)].into_iter().collect();
+        assert_eq!(map.len(), 2, "a name given twice keeps its last value");
+        assert_eq!(map.get("b"), Some(&3.0));
+        assert_eq!(map["a"], 1.0);
+        assert_eq!(map.pairs.capacity(), 2);
+        assert_eq!(map.insert("c", 4.0), None);
+        assert_eq!(map.insert("a", 5.0), Some(1.0));
+        *map.get_mut("c").unwrap() += 1.0;
+        let names: Vec<&str> = map.keys().map(|k| k.as_str()).collect();
+        assert_eq!(names, ["a", "b", "c"]);
+        assert!(map.contains_key("c") && !map.contains_key("d"));
+        let json = serde_json::to_string(&map).unwrap();
+        assert_eq!(json, r#"{"a":5.0,"b":3.0,"c":5.0}"#);
+        assert_eq!(serde_json::from_str::<FieldMap<f64>>(&json).unwrap(), map);
+        assert_eq!(format!("{map:?}"), r#"{"a": 5.0, "b": 3.0, "c": 5.0}"#);
     }
 }

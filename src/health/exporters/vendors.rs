@@ -32,10 +32,9 @@
 //!   index to UUID to serial, so a different label set still groups correctly as long
 //!   as one of them is present.
 
-use std::collections::BTreeMap;
-
 use super::DeviceReading;
 use crate::health::prom::Sample;
+use crate::health::shared_text::FieldMap;
 
 /// How one exporter names things. Label lists are in order of preference.
 pub(super) struct Profile {
@@ -56,7 +55,7 @@ pub(super) struct Profile {
     pub(super) pod_namespace: &'static [&'static str],
     pub(super) container: &'static [&'static str],
     /// Fill the normalised fields from the per-device values (normalised names).
-    pub(super) fill: fn(&mut DeviceReading, &BTreeMap<String, f64>),
+    pub(super) fill: fn(&mut DeviceReading, &FieldMap<f64>),
     /// Series whose labels carry a value (dcgm-exporter's per-XID counts), read
     /// sample by sample: (reading, normalised name, sample).
     pub(super) keyed: Option<fn(&mut DeviceReading, &str, &Sample)>,
@@ -151,11 +150,11 @@ fn normalise_amd(name: &str) -> Option<&str> {
 }
 
 /// A finite value for a metric (NaN / ±Inf read as "not reported").
-fn num(values: &BTreeMap<String, f64>, name: &str) -> Option<f64> {
+fn num(values: &FieldMap<f64>, name: &str) -> Option<f64> {
     values.get(name).copied().filter(|v| v.is_finite())
 }
 
-fn first_num(values: &BTreeMap<String, f64>, names: &[&str]) -> Option<f64> {
+fn first_num(values: &FieldMap<f64>, names: &[&str]) -> Option<f64> {
     names.iter().find_map(|n| num(values, n))
 }
 
@@ -165,14 +164,9 @@ fn to_u64(v: f64) -> Option<u64> {
 }
 
 /// The first of `names` present, recorded as where trend signal `signal` came from.
-fn traced(
-    r: &mut DeviceReading,
-    signal: &str,
-    v: &BTreeMap<String, f64>,
-    names: &[&str],
-) -> Option<f64> {
+fn traced(r: &mut DeviceReading, signal: &str, v: &FieldMap<f64>, names: &[&str]) -> Option<f64> {
     let (name, value) = names.iter().find_map(|n| num(v, n).map(|x| (*n, x)))?;
-    r.signal_fields.insert(signal.into(), vec![name.into()]);
+    r.signal_fields.insert(signal, vec![name.into()]);
     Some(value)
 }
 
@@ -181,14 +175,14 @@ fn traced(
 fn total_or_blocks(
     r: &mut DeviceReading,
     signal: &str,
-    v: &BTreeMap<String, f64>,
+    v: &FieldMap<f64>,
     total: &str,
     prefix: &str,
 ) -> Option<f64> {
     if let Some(t) = traced(r, signal, v, &[total]) {
         return Some(t);
     }
-    let blocks: Vec<(&String, f64)> = v
+    let blocks: Vec<(&crate::health::shared_text::SharedText, f64)> = v
         .iter()
         .filter(|(k, _)| k.starts_with(prefix))
         .filter_map(|(k, x)| x.is_finite().then_some((k, *x)))
@@ -197,7 +191,7 @@ fn total_or_blocks(
         return None;
     }
     r.signal_fields.insert(
-        signal.into(),
+        signal,
         blocks.iter().map(|(k, _)| k.as_str().into()).collect(),
     );
     Some(blocks.iter().map(|(_, x)| x).sum())
@@ -217,7 +211,7 @@ fn dcgm_xid_count(r: &mut DeviceReading, name: &str, s: &Sample) {
         let count = r.xid_counts.entry(xid).or_insert(s.value);
         *count = count.max(s.value);
         r.signal_fields
-            .insert("xid".into(), vec!["DCGM_EXP_XID_ERRORS_COUNT".into()]);
+            .insert("xid", vec!["DCGM_EXP_XID_ERRORS_COUNT".into()]);
     }
 }
 
@@ -230,7 +224,7 @@ pub(super) const DEGRADING_CLOCK_REASONS: u64 = 0x8 | 0x20 | 0x40 | 0x80;
 /// The last-XID field (renamed in DCGM 4.6).
 const DCGM_LAST_XID: [&str; 2] = ["DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_XID_ERROR"];
 
-fn fill_dcgm(r: &mut DeviceReading, v: &BTreeMap<String, f64>) {
+fn fill_dcgm(r: &mut DeviceReading, v: &FieldMap<f64>) {
     r.temperature_c = traced(r, "temperature", v, &["DCGM_FI_DEV_GPU_TEMP"]);
     r.memory_temperature_c = traced(r, "memoryTemperature", v, &["DCGM_FI_DEV_MEMORY_TEMP"]);
     r.power_w = num(v, "DCGM_FI_DEV_POWER_USAGE");
@@ -306,7 +300,7 @@ fn fill_dcgm(r: &mut DeviceReading, v: &BTreeMap<String, f64>) {
     .map(|reasons| reasons & DEGRADING_CLOCK_REASONS != 0);
 }
 
-fn fill_amd(r: &mut DeviceReading, v: &BTreeMap<String, f64>) {
+fn fill_amd(r: &mut DeviceReading, v: &FieldMap<f64>) {
     // MI3xx publish the junction (hotspot) temperature only, MI2xx the edge one.
     r.temperature_c = traced(
         r,
@@ -343,7 +337,7 @@ fn fill_amd(r: &mut DeviceReading, v: &BTreeMap<String, f64>) {
     );
 }
 
-fn fill_ascend(r: &mut DeviceReading, v: &BTreeMap<String, f64>) {
+fn fill_ascend(r: &mut DeviceReading, v: &FieldMap<f64>) {
     r.temperature_c = traced(r, "temperature", v, &["npu_chip_info_temperature"]);
     r.memory_temperature_c = num(v, "npu_chip_info_hbm_temperature");
     r.power_w = num(v, "npu_chip_info_power");
@@ -403,7 +397,7 @@ fn format_error_code(code: f64) -> Option<String> {
     })
 }
 
-fn fill_gaudi(r: &mut DeviceReading, v: &BTreeMap<String, f64>) {
+fn fill_gaudi(r: &mut DeviceReading, v: &FieldMap<f64>) {
     r.temperature_c = num(v, "habanalabs_temperature_onchip");
     r.power_w = num(v, "habanalabs_power_mW").map(|mw| mw / 1000.0);
     r.memory_used_mib = num(v, "habanalabs_memory_used_bytes").map(|b| b / (1024.0 * 1024.0));

@@ -331,7 +331,7 @@ fn a_trend_verdict_takes_the_device_out_and_says_why() {
             let rising = r.device == "3";
             r.ecc_correctable = Some(if rising { 30.0 * poll as f64 } else { 9000.0 });
             r.signal_fields.insert(
-                "eccCorrectable".into(),
+                "eccCorrectable",
                 vec!["DCGM_FI_DEV_ECC_SBE_VOL_TOTAL".into()],
             );
         }

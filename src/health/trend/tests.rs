@@ -53,7 +53,7 @@ fn ecc(values: &[f64]) -> Vec<(i64, DeviceReading)> {
             let mut r = nvidia();
             r.ecc_correctable = Some(*v);
             r.signal_fields.insert(
-                "eccCorrectable".into(),
+                "eccCorrectable",
                 vec!["DCGM_FI_DEV_ECC_SBE_VOL_TOTAL".into()],
             );
             (1000 + i as i64 * POLL, r)
