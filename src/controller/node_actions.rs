@@ -286,7 +286,7 @@ pub fn repair_devices(
             let labels = &d.reading.raw_labels;
             let serial = ["serial_number", "Serial", "serial", "DCGM_FI_DEV_SERIAL"]
                 .iter()
-                .find_map(|k| labels.get(*k).filter(|v| !v.is_empty()));
+                .find_map(|k| labels.get(k).filter(|v| !v.is_empty()));
             // First seen: when it last turned bad.
             let first_seen = d
                 .transitions
