@@ -42,7 +42,7 @@ fn poll(c: &mut Criterion) {
         .collect();
     let mut tracker = Tracker::default();
     let mut now = 1_000_000;
-    let mut round = |tracker: &mut Tracker, now: i64| {
+    let round = |tracker: &mut Tracker, now: i64| {
         for (source, text) in &answers {
             let samples = kaccel::health::prom::parse(text).expect("parses");
             let found = readings(ExporterKind::DcgmExporter, &samples, None);
