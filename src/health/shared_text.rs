@@ -20,7 +20,48 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 /// names costs its own readings' memory, never an unbounded table.
 const MOST_SHARED: usize = 1 << 16;
 
-static TABLE: LazyLock<Mutex<HashSet<Arc<str>>>> = LazyLock::new(Default::default);
+struct Table {
+    texts: HashSet<Arc<str>>,
+    most: usize,
+    unshared_since_sweep: usize,
+    sweeps: u64,
+}
+
+impl Table {
+    fn new(most: usize) -> Self {
+        Table {
+            texts: HashSet::new(),
+            most,
+            unshared_since_sweep: 0,
+            sweeps: 0,
+        }
+    }
+
+    /// The shared copy of `text` (a fresh one when the table has no room).
+    fn share(&mut self, text: &str) -> Arc<str> {
+        if let Some(shared) = self.texts.get(text) {
+            return shared.clone();
+        }
+        let shared: Arc<str> = Arc::from(text);
+        // A full table is swept again only after an eighth of its size was
+        // refused since the last sweep: full of texts readings hold, it would
+        // otherwise be scanned whole for every new text.
+        if self.texts.len() >= self.most && self.unshared_since_sweep >= self.most / 8 {
+            // Only the table holds these: no reading would share them again soon.
+            self.texts.retain(|t| Arc::strong_count(t) > 1);
+            self.unshared_since_sweep = 0;
+            self.sweeps += 1;
+        }
+        if self.texts.len() < self.most {
+            self.texts.insert(shared.clone());
+        } else {
+            self.unshared_since_sweep += 1;
+        }
+        shared
+    }
+}
+
+static TABLE: LazyLock<Mutex<Table>> = LazyLock::new(|| Mutex::new(Table::new(MOST_SHARED)));
 
 /// A text shared between readings (compares, orders and serialises as the text).
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -32,18 +73,7 @@ impl SharedText {
         let mut table = TABLE
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Some(shared) = table.get(text) {
-            return SharedText(shared.clone());
-        }
-        let shared: Arc<str> = Arc::from(text);
-        if table.len() >= MOST_SHARED {
-            // Only the table holds these: no reading would share them again soon.
-            table.retain(|t| Arc::strong_count(t) > 1);
-        }
-        if table.len() < MOST_SHARED {
-            table.insert(shared.clone());
-        }
-        SharedText(shared)
+        SharedText(table.share(text))
     }
 
     pub fn as_str(&self) -> &str {
@@ -280,20 +310,43 @@ mod tests {
     }
 
     #[test]
-    fn a_full_table_sweeps_what_no_reading_holds_and_never_grows_past_its_bound() {
-        let held: Vec<SharedText> = (0..8)
-            .map(|i| SharedText::new(&format!("held-{i}")))
-            .collect();
-        // Many more distinct texts than the table takes, none kept.
-        for i in 0..(MOST_SHARED + 1000) {
-            drop(SharedText::new(&format!("invented-{i}")));
+    fn a_full_table_sweeps_what_no_reading_holds_rarely_and_never_grows_past_its_bound() {
+        // A table of its own: the process-wide one is shared with every test.
+        let mut table = Table::new(64);
+        let held: Vec<Arc<str>> = (0..8).map(|i| table.share(&format!("held-{i}"))).collect();
+        // Many more unheld texts than it takes: it fills, refuses, sweeps once
+        // an eighth of its size was refused, and takes new texts again.
+        for i in 0..(64 + 2 * 8) {
+            drop(table.share(&format!("invented-{i}")));
         }
-        let size = TABLE.lock().unwrap().len();
-        assert!(size <= MOST_SHARED, "{size} texts in the table");
+        assert_eq!(table.sweeps, 1);
+        assert!(table.texts.len() < 64, "{} texts", table.texts.len());
+        let fresh = table.share("after the sweep");
+        assert!(Arc::ptr_eq(&fresh, &table.share("after the sweep")));
         // What readings still hold stays shared.
         for (i, h) in held.iter().enumerate() {
-            assert!(Arc::ptr_eq(&h.0, &SharedText::new(&format!("held-{i}")).0));
+            assert!(Arc::ptr_eq(h, &table.share(&format!("held-{i}"))));
         }
+
+        // Full of texts readings hold: new texts stay unshared, and the table
+        // is scanned once per eighth of its size refused, not per text.
+        let mut table = Table::new(64);
+        let kept: Vec<Arc<str>> = (0..64).map(|i| table.share(&format!("kept-{i}"))).collect();
+        for i in 0..(8 * 10) {
+            let text = format!("no room-{i}");
+            let shared = table.share(&text);
+            assert!(
+                !Arc::ptr_eq(&shared, &table.share(&text)),
+                "no room: unshared"
+            );
+        }
+        assert_eq!(table.texts.len(), 64);
+        assert!(
+            table.sweeps <= 20,
+            "{} sweeps for 160 refusals",
+            table.sweeps
+        );
+        drop(kept);
     }
 
     #[test]
