@@ -94,12 +94,6 @@ impl Borrow<str> for SharedText {
     }
 }
 
-impl AsRef<str> for SharedText {
-    fn as_ref(&self) -> &str {
-        &self.0
-    }
-}
-
 impl From<&str> for SharedText {
     fn from(text: &str) -> Self {
         SharedText::new(text)
@@ -109,12 +103,6 @@ impl From<&str> for SharedText {
 impl From<String> for SharedText {
     fn from(text: String) -> Self {
         SharedText::new(&text)
-    }
-}
-
-impl From<&String> for SharedText {
-    fn from(text: &String) -> Self {
-        SharedText::new(text)
     }
 }
 
