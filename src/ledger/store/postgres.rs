@@ -278,15 +278,10 @@ impl LedgerStore for PostgresStore {
             .iter()
             .map(|r| Ok(((r.try_get(1)?, r.try_get(2)?), r.try_get(0)?)))
             .collect::<Result<_, tokio_postgres::Error>>()?;
-        let results: Vec<Option<i64>> = entries
-            .iter()
-            .zip(&seqs)
-            .map(|(e, seq)| inserted_ids.remove(&(*seq, e.key.clone())))
-            .collect();
         let mut out = AppendOutcome::default();
         let mut inserted = Vec::with_capacity(entries.len());
-        for ((e, id), seq) in entries.iter().zip(results).zip(&seqs) {
-            if let Some(id) = id {
+        for (e, seq) in entries.iter().zip(&seqs) {
+            if let Some(id) = inserted_ids.remove(&(*seq, e.key.clone())) {
                 out.inserted += 1;
                 inserted.push((e, id));
                 continue;
