@@ -2,7 +2,8 @@
 //! classes and 200 budgets (target: median under 20 ms), and the same classes and
 //! budgets over 500, 1,000, 2,500 and 5,000 nodes to show how time grows; and a
 //! DRA-only fleet of 5,000 nodes / 40,000 devices published in ResourceSlices, which
-//! the planner also turns into one DeviceClass per flavor.
+//! the planner also turns into one DeviceClass per flavor; and the 5,000-node fleet
+//! with Topology Aware Scheduling on.
 
 use std::hint::black_box;
 
@@ -44,6 +45,35 @@ fn bench_plan(c: &mut Criterion) {
             },
         );
     }
+    // The same 5,000 nodes with Topology Aware Scheduling on (every flavor's
+    // nodes carry zone and hostname) and every fifth class asking for one
+    // zone: the Topology stage and each such class's blocks on top.
+    let fleet = generate_fleet(5_000, 42);
+    let inventory = Inventory::from_nodes(&fleet);
+    let mut zoned = classes.clone();
+    for class in zoned.iter_mut().step_by(5) {
+        if class.spec.sharing != SharingMode::CpuOnly {
+            class.spec.topology = Some(kaccel::api::TopologyRequirement {
+                level: kaccel::api::TopologyLevel::Zone,
+            });
+        }
+    }
+    let tas = PlanOptions {
+        topology_aware_scheduling: true,
+        ..PlanOptions::default()
+    };
+    group.bench_function("topology nodes 5000", |b| {
+        b.iter(|| {
+            let plan = plan(&PlanInput {
+                classes: &zoned,
+                budgets: &budgets,
+                inventory: &inventory,
+                health: &health,
+                options: &tas,
+            });
+            black_box(plan.topologies.len())
+        })
+    });
     group.finish();
 
     // Reading Nodes into the inventory is part of every controller re-plan too.

@@ -45,6 +45,81 @@ fn plan_on_examples_prints_applyable_yaml_and_a_summary() {
     assert_eq!(stdout, String::from_utf8(again.stdout).unwrap());
 }
 
+/// `--topology` plans as an installation with Topology Aware Scheduling on: the
+/// example fleet's region/zone/rack labels become one Kueue Topology, every device
+/// flavor names it, and the summary shows the large-training class's racks.
+#[test]
+fn plan_with_topology_shows_the_topology_objects_and_each_class_levels_blocks() {
+    let out = kaccel(&["plan", "-f", "examples/", "--topology"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let docs: Vec<serde_json::Value> = serde_yaml::Deserializer::from_str(&stdout)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .collect();
+    let topologies: Vec<&serde_json::Value> =
+        docs.iter().filter(|d| d["kind"] == "Topology").collect();
+    assert_eq!(
+        topologies.len(),
+        1,
+        "one set of levels in the example fleet"
+    );
+    assert_eq!(
+        docs[0]["kind"], "Topology",
+        "applied before the flavors naming it"
+    );
+    let name = topologies[0]["metadata"]["name"].as_str().unwrap();
+    let levels: Vec<&str> = topologies[0]["spec"]["levels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["nodeLabel"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        levels,
+        [
+            "topology.kubernetes.io/region",
+            "topology.kubernetes.io/zone",
+            "topology.kaccel.io/rack",
+            "kubernetes.io/hostname"
+        ]
+    );
+    for flavor in docs.iter().filter(|d| d["kind"] == "ResourceFlavor") {
+        let cpu = flavor["metadata"]["name"] == "cpu";
+        assert_eq!(
+            flavor["spec"]["topologyName"].as_str(),
+            (!cpu).then_some(name),
+            "{flavor}"
+        );
+    }
+    let summary = kaccel(&["plan", "-f", "examples/", "--topology", "-o", "summary"]);
+    let summary = String::from_utf8(summary.stdout).unwrap();
+    assert!(
+        summary.contains(&format!("{name:<48} topology.kubernetes.io/region > ")),
+        "{summary}"
+    );
+    // gpu-h100-01/02 in rack-a1 (16 healthy), 03/04 in rack-b1 (7 + 8, one GPU
+    // withdrawn by the device plugin): 16 is the most one Workload can get.
+    let row = summary
+        .lines()
+        .find(|l| {
+            l.starts_with("large-training")
+                && l.contains("nvidia-h100-80gb-hbm3")
+                && l.contains("topology.kaccel.io/rack")
+        })
+        .unwrap_or_else(|| panic!("no block row: {summary}"));
+    let figures: Vec<&str> = row.split_whitespace().rev().take(2).collect();
+    assert_eq!(figures, ["16", "2"], "{row}");
+    assert!(summary.contains("CreditBudget language: GuaranteeSpansBlocks: the guarantee of 24 large-training devices fits in no single rack"), "{summary}");
+    // Without the flag nothing of it is planned, and the class says how to turn it on.
+    let plain = String::from_utf8(kaccel(&["plan", "-f", "examples/"]).stdout).unwrap();
+    assert!(!plain.contains("kind: Topology") && !plain.contains("topologyName"));
+    assert!(plain.contains("planner.topologyAwareScheduling is false"));
+}
+
 /// The plan of `examples/` is pinned byte for byte, so a refactor of the planner,
 /// the parsers or the CLI that changes any object, field order or summary line
 /// fails here. The pinned files were written by the planner before its split into

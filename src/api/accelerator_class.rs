@@ -5,7 +5,7 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{SharingMode, Vendor};
+use super::{SharingMode, TopologyLevel, Vendor};
 
 /// A capability users ask for ("8 whole accelerators with lots of memory", "a
 /// partition for inference"), mapped by the platform team to concrete hardware.
@@ -40,6 +40,9 @@ use super::{SharingMode, Vendor};
     validation = Rule::new("self.sharing != 'CpuOnly' || !has(self.devicesPerPod) || size(self.devicesPerPod) == 0")
         .message("a CpuOnly class has no devices to count: remove spec.devicesPerPod")
         .field_path(".devicesPerPod"),
+    validation = Rule::new("self.sharing != 'CpuOnly' || !has(self.topology)")
+        .message("a CpuOnly class has no devices to place together: remove spec.topology")
+        .field_path(".topology"),
     validation = Rule::new("self.sharing != 'CpuOnly' || !has(self.selector) || ((!has(self.selector.vendors) || size(self.selector.vendors) == 0) && (!has(self.selector.models) || size(self.selector.models) == 0) && !has(self.selector.minMemoryMiB) && !has(self.selector.minComputeCapability) && !has(self.selector.minCudaVersion))")
         .message("a CpuOnly class selects no accelerators: remove spec.selector.vendors, models, minMemoryMiB, minComputeCapability and minCudaVersion, or choose another spec.sharing")
         .field_path(".sharing"),
@@ -91,8 +94,26 @@ pub struct AcceleratorClassSpec {
     #[schemars(length(max = 16))]
     pub pod_settings: Vec<VendorPodSettings>,
 
+    /// The topology level one Workload's pods must fit in (e.g. `rack` for large
+    /// training). kaccel writes Kueue Topology objects for the levels its nodes
+    /// carry; the class status shows, per flavor, the node label a Job names in
+    /// `kueue.x-k8s.io/podset-required-topology` and the largest block of
+    /// healthy devices at this level, and a budget whose guarantee fits in no
+    /// such block is told so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology: Option<TopologyRequirement>,
+
     /// What a device-hour of this class costs in credits.
     pub credits: CreditRate,
+}
+
+/// Where the pods of one Workload of a class must land together.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct TopologyRequirement {
+    /// The widest domain the pods may spread over: `zone`, `datacenter`,
+    /// `block`, `subblock`, `rack`, `nvlinkDomain`, `physicalHost` or `host`.
+    pub level: TopologyLevel,
 }
 
 /// What a pod placed on matching devices gets, besides its vendor resource.
@@ -309,4 +330,30 @@ pub struct ResolvedFlavor {
     /// True when health warnings moved this flavor later in the preference order.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub demoted: bool,
+    /// The Kueue Topology this flavor's nodes are placed by, when they carry
+    /// topology labels (Kueue's Topology Aware Scheduling).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology: Option<FlavorTopology>,
+}
+
+/// A flavor's topology as Kueue's Topology Aware Scheduling sees it.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FlavorTopology {
+    /// The Kueue Topology object (`spec.topologyName` of the ResourceFlavor).
+    pub name: String,
+    /// Its levels' node labels, widest first.
+    pub levels: Vec<String>,
+    /// The node label of the class's `spec.topology.level` in this flavor: what
+    /// a Job names in `kueue.x-k8s.io/podset-required-topology`. Absent when the
+    /// class states no level, or this flavor's nodes do not carry it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub level_label: Option<String>,
+    /// Domains at the class's level (e.g. racks) holding this flavor's devices.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocks: Option<u32>,
+    /// Healthy capacity of the fullest such domain: the most devices one
+    /// Workload of the class can get here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub largest_block: Option<u64>,
 }

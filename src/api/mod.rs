@@ -125,5 +125,58 @@ impl std::fmt::Display for SharingMode {
     }
 }
 
+/// A level of the physical topology a class's Workloads may be required to fit
+/// in, widest first. kaccel reads each from the node labels vendors publish (see
+/// `inventory::topology`); the class names the level, not the label, so one
+/// class covers GKE, EKS and on-premises fleets alike.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
+#[serde(rename_all = "camelCase")]
+pub enum TopologyLevel {
+    /// `topology.kubernetes.io/region`.
+    Region,
+    /// `topology.kubernetes.io/zone`.
+    Zone,
+    /// `topology.kaccel.io/datacenter`.
+    Datacenter,
+    /// A reserved block: GKE `cloud.google.com/gce-topology-block`, EKS
+    /// `topology.k8s.aws/network-node-layer-1`.
+    Block,
+    /// GKE `cloud.google.com/gce-topology-subblock`, EKS `network-node-layer-2`.
+    Subblock,
+    /// `topology.kaccel.io/rack`, EKS `network-node-layer-3` (the layer closest
+    /// to the instance on most types).
+    Rack,
+    /// NVIDIA's NVLink clique (`nvidia.com/gpu.clique`, GB200 NVL72 racks).
+    NvlinkDomain,
+    /// GKE `cloud.google.com/gce-topology-host`: the physical machine.
+    PhysicalHost,
+    /// `kubernetes.io/hostname`: one node.
+    Host,
+}
+
+impl TopologyLevel {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TopologyLevel::Region => "region",
+            TopologyLevel::Zone => "zone",
+            TopologyLevel::Datacenter => "datacenter",
+            TopologyLevel::Block => "block",
+            TopologyLevel::Subblock => "subblock",
+            TopologyLevel::Rack => "rack",
+            TopologyLevel::NvlinkDomain => "nvlinkDomain",
+            TopologyLevel::PhysicalHost => "physicalHost",
+            TopologyLevel::Host => "host",
+        }
+    }
+}
+
+impl std::fmt::Display for TopologyLevel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -54,6 +54,7 @@ pub fn classes(count: usize) -> Vec<AcceleratorClass> {
                     },
                     devices_per_pod: vec![],
                     pod_settings: vec![],
+                    topology: None,
                     credits: CreditRate {
                         per_device_hour: "2.5".into(),
                         model_overrides: vec![],

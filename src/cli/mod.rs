@@ -102,6 +102,11 @@ pub struct PlanArgs {
     /// `resources.deviceClassMappings`).
     #[arg(long)]
     pub kueue_config: bool,
+    /// Plan with Topology Aware Scheduling on (config
+    /// `planner.topologyAwareScheduling`): Kueue Topology objects, each device
+    /// flavor's `topologyName`, and each class level's blocks.
+    #[arg(long)]
+    pub topology: bool,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
@@ -150,6 +155,7 @@ pub fn run_plan(args: &PlanArgs, out: &mut impl Write) -> Result<(), CliError> {
         instance: args.instance.clone(),
         root_cohort: args.instance.clone(),
         classes_elsewhere: served.classes_elsewhere,
+        topology_aware_scheduling: args.topology,
         ..Default::default()
     };
     let plan = plan(&PlanInput {
@@ -207,6 +213,7 @@ pub fn plan_objects(plan: &Plan) -> Vec<serde_json::Value> {
         serde_json::to_value(object).expect("Kueue objects serialise")
     }
     let mut objects: Vec<serde_json::Value> = plan.device_classes.iter().map(json).collect();
+    objects.extend(plan.topologies.iter().map(json));
     objects.extend(plan.resource_flavors.iter().map(json));
     objects.extend(plan.cohorts.iter().map(json));
     objects.extend(plan.cluster_queues.iter().map(json));

@@ -75,6 +75,7 @@ pub fn render(plan: &Plan, inventory: &Inventory) -> String {
             );
         }
     }
+    render_topology(&mut s, plan);
     let _ = writeln!(s);
     let _ = writeln!(
         s,
@@ -135,4 +136,59 @@ pub fn render(plan: &Plan, inventory: &Inventory) -> String {
             out.push('\n');
             out
         })
+}
+
+/// The Topology objects, and each class level's blocks per flavor: what one
+/// Workload that asks for that level can get at most.
+fn render_topology(s: &mut String, plan: &Plan) {
+    if plan.topologies.is_empty() {
+        return;
+    }
+    let _ = writeln!(s);
+    let _ = writeln!(s, "{:<48} LEVELS (widest first)", "TOPOLOGY");
+    for topology in &plan.topologies {
+        let levels: Vec<&str> = topology
+            .spec
+            .levels
+            .iter()
+            .map(|l| l.node_label.as_str())
+            .collect();
+        let _ = writeln!(
+            s,
+            "{:<48} {}",
+            topology.metadata.name.as_deref().unwrap_or_default(),
+            levels.join(" > ")
+        );
+    }
+    let rows: Vec<(&str, &str, &str, u32, u64)> = plan
+        .classes
+        .iter()
+        .flat_map(|(class, report)| {
+            report.flavors.iter().filter_map(move |f| {
+                let t = f.topology.as_ref()?;
+                Some((
+                    class.as_str(),
+                    f.name.as_str(),
+                    t.level_label.as_deref()?,
+                    t.blocks?,
+                    t.largest_block?,
+                ))
+            })
+        })
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(s);
+    let _ = writeln!(
+        s,
+        "{:<22} {:<34} {:<40} {:>6} {:>8}",
+        "CLASS", "FLAVOR", "LEVEL LABEL", "BLOCKS", "LARGEST"
+    );
+    for (class, flavor, label, blocks, largest) in rows {
+        let _ = writeln!(
+            s,
+            "{class:<22} {flavor:<34} {label:<40} {blocks:>6} {largest:>8}"
+        );
+    }
 }

@@ -369,6 +369,9 @@ pub struct Planner {
     pub unknown_counts_as_capacity: bool,
     pub demote_warning_percent: u32,
     pub queueing_strategy: String,
+    /// Kueue Topology objects and flavors' `topologyName` where nodes carry
+    /// topology labels (Kueue's Topology Aware Scheduling).
+    pub topology_aware_scheduling: bool,
 }
 
 impl Default for Config {
@@ -413,6 +416,7 @@ impl Default for Planner {
             unknown_counts_as_capacity: defaults.unknown_counts_as_capacity,
             demote_warning_percent: defaults.demote_warning_percent,
             queueing_strategy: defaults.queueing_strategy,
+            topology_aware_scheduling: defaults.topology_aware_scheduling,
         }
     }
 }
@@ -491,6 +495,7 @@ impl Config {
             unknown_counts_as_capacity: self.planner.unknown_counts_as_capacity,
             demote_warning_percent: self.planner.demote_warning_percent,
             queueing_strategy: self.planner.queueing_strategy.clone(),
+            topology_aware_scheduling: self.planner.topology_aware_scheduling,
             admission_check: self
                 .ledger
                 .enabled
@@ -616,6 +621,7 @@ mod tests {
                 unknown_counts_as_capacity: !Planner::default().unknown_counts_as_capacity,
                 demote_warning_percent: 40,
                 queueing_strategy: "StrictFIFO".into(),
+                topology_aware_scheduling: false,
             },
             ..Config::default()
         };
@@ -627,6 +633,7 @@ mod tests {
         );
         assert_eq!(options.demote_warning_percent, 40);
         assert_eq!(options.queueing_strategy, "StrictFIFO");
+        assert!(!options.topology_aware_scheduling);
         assert_eq!(options.admission_check, None, "nobody would answer it");
         config.ledger.enabled = true;
         config.ledger.admission_check_name = "credits".into();

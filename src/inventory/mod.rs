@@ -18,6 +18,7 @@ use crate::k8s::quantity::{self, parse_count, parse_cpu_millis, parse_memory_byt
 pub mod synthetic;
 #[cfg(test)]
 mod tests;
+pub mod topology;
 mod unclassified;
 #[cfg(test)]
 pub(crate) mod vendor_fleet_ascend_neuron;

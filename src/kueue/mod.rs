@@ -28,6 +28,32 @@ pub struct ResourceFlavorSpec {
     pub node_labels: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tolerations: Vec<Toleration>,
+    /// The Topology Kueue's Topology Aware Scheduling places this flavor's pods
+    /// by. Kueue makes it immutable once set, and with it `nodeLabels` and
+    /// `tolerations`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology_name: Option<String>,
+}
+
+/// A Kueue Topology: the node labels that form its levels, widest first
+/// (`kubernetes.io/hostname` only last). Immutable once created.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "kueue.x-k8s.io",
+    version = "v1beta2",
+    kind = "Topology",
+    plural = "topologies",
+    schema = "disabled"
+)]
+#[serde(rename_all = "camelCase")]
+pub struct TopologySpec {
+    pub levels: Vec<TopologyLevelSpec>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct TopologyLevelSpec {
+    pub node_label: String,
 }
 
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]

@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::api::SharingMode;
+use crate::api::{HealthCounts, SharingMode};
 use crate::health::HealthSnapshot;
 use crate::inventory::NodeInventory;
 
@@ -78,7 +78,7 @@ fn flavor_report(
     for &(ni, gi) in &acc.members {
         let node = nodes[ni];
         report.nodes.insert(node.name.clone());
-        let schedulable = node.accepts_new_pods() && !blocking_taint(node, &acc.tolerated);
+        let schedulable = schedulable(node, &acc.tolerated);
         match gi {
             Some(gi) => {
                 let group = &node.groups[gi];
@@ -88,14 +88,7 @@ fn flavor_report(
                     *report.trend_rules.entry(rule.clone()).or_default() += 1;
                 }
                 if schedulable {
-                    let usable = counts.healthy
-                        + counts.warning
-                        + if options.unknown_counts_as_capacity {
-                            counts.unknown
-                        } else {
-                            0
-                        };
-                    report.healthy_capacity += u64::from(usable.min(group.allocatable));
+                    report.healthy_capacity += usable(&counts, group.allocatable, options);
                     // The node's CPU and memory are shared by its device groups in
                     // proportion to their device counts.
                     let node_devices: u64 = node.groups.iter().map(|g| u64::from(g.capacity)).sum();
@@ -133,6 +126,25 @@ fn flavor_report(
     report
 }
 
+/// Whether new pods of a flavor tolerating `tolerated` may land on `node`.
+pub(super) fn schedulable(node: &NodeInventory, tolerated: &BTreeSet<String>) -> bool {
+    node.accepts_new_pods() && !blocking_taint(node, tolerated)
+}
+
+/// Devices of a group on a schedulable node that count as capacity: not known
+/// to be broken (Unknown too, unless configured otherwise; invariant 6), and no
+/// more than the node offers.
+pub(super) fn usable(counts: &HealthCounts, allocatable: u32, options: &PlanOptions) -> u64 {
+    let usable = counts.healthy
+        + counts.warning
+        + if options.unknown_counts_as_capacity {
+            counts.unknown
+        } else {
+            0
+        };
+    u64::from(usable.min(allocatable))
+}
+
 /// A NoSchedule/NoExecute taint the flavor does not tolerate keeps new pods off.
 fn blocking_taint(node: &NodeInventory, tolerated: &BTreeSet<String>) -> bool {
     node.taints.iter().any(|t| {
@@ -143,7 +155,6 @@ fn blocking_taint(node: &NodeInventory, tolerated: &BTreeSet<String>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::HealthCounts;
     use crate::testkit::devices::{PRODUCT_LABEL, gpus, node, whole_gpu};
 
     const H100: &str = "NVIDIA-H100-80GB-HBM3";

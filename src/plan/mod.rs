@@ -28,7 +28,9 @@
 //! 7. `quota`: healthy capacity split into nominal quotas (invariant 1);
 //! 8. `objects`: the Kueue objects, and the budget and class each ClusterQueue bills;
 //!    `device_classes`: a DeviceClass per DRA-only flavor, selecting its devices;
-//! 9. `status`: the conditions of class and budget reports.
+//! 9. `status`: the conditions of class and budget reports; `topology`: the
+//!    Kueue Topology objects (stage 4b), each class's blocks at its level and
+//!    the budgets whose guarantee fits in none.
 
 pub mod nodes;
 pub mod purity;
@@ -45,6 +47,7 @@ mod objects;
 mod order;
 mod quota;
 mod status;
+pub mod topology;
 mod validate;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -60,7 +63,7 @@ use crate::api::{
 };
 use crate::health::HealthSnapshot;
 use crate::inventory::{Inventory, NodeInventory};
-use crate::kueue::{ClusterQueue, Cohort, LocalQueue, ResourceFlavor};
+use crate::kueue::{ClusterQueue, Cohort, LocalQueue, ResourceFlavor, Topology};
 pub use purity::ImpureFlavor;
 pub use quota::{Demand, allocate};
 
@@ -106,6 +109,10 @@ pub struct PlanOptions {
     /// AcceleratorClasses another kaccel installation serves -> its instance: a
     /// budget naming one is told whose it is, not that it does not exist.
     pub classes_elsewhere: BTreeMap<String, String>,
+    /// Write Kueue Topology objects and each device flavor's `topologyName`
+    /// where its nodes carry topology labels (see [`topology`]). Off by default:
+    /// Kueue then places every Workload of those flavors by node allocatable.
+    pub topology_aware_scheduling: bool,
 }
 
 impl Default for PlanOptions {
@@ -121,6 +128,7 @@ impl Default for PlanOptions {
             kueue_configuration: None,
             foreign_cluster_queues: BTreeMap::new(),
             classes_elsewhere: BTreeMap::new(),
+            topology_aware_scheduling: false,
         }
     }
 }
@@ -183,6 +191,9 @@ pub struct Plan {
     /// but decided by the controller from device health ([`device_quarantine`]).
     #[serde(skip)]
     pub device_taint_rules: Vec<k8s_openapi::api::resource::v1alpha3::DeviceTaintRule>,
+    /// One per distinct set of topology levels the flavors' nodes carry.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub topologies: Vec<Topology>,
     pub resource_flavors: Vec<ResourceFlavor>,
     pub cohorts: Vec<Cohort>,
     pub cluster_queues: Vec<ClusterQueue>,
@@ -274,6 +285,9 @@ pub struct FlavorReport {
     /// Health trend rules holding for its devices: rule name -> nodes it holds on.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub trend_rules: BTreeMap<String, u32>,
+    /// The Kueue Topology its nodes form, when they carry topology labels.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub topology: Option<topology::FlavorLevels>,
 }
 
 pub fn plan(input: &PlanInput<'_>) -> Plan {
@@ -297,6 +311,14 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
         input.health,
         options,
     );
+    // 4b. Topology: the levels each device flavor's nodes carry.
+    let flavor_levels = topology::flavor_levels(&resolved.flavors, &flavor_names, &nodes, options);
+    let topologies = topology::objects(&flavor_levels, &options.instance);
+    for (name, levels) in flavor_levels {
+        if let Some(report) = flavor_reports.get_mut(&name) {
+            report.topology = Some(levels);
+        }
+    }
     // 5. Preference order of each class's flavors (health warnings demote).
     let class_order = order::preference_order(
         &classes,
@@ -362,9 +384,26 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
         options.kueue_configuration.as_ref(),
         &blocked_queues,
     );
+    let topology_input = topology::TopologyInput {
+        class_by_name: &class_by_name,
+        flavors: &resolved.flavors,
+        flavor_names: &flavor_names,
+        flavor_reports: &flavor_reports,
+        nodes: &nodes,
+        health: input.health,
+        options,
+    };
+    topology::classes(&topology_input, &mut class_reports);
+    topology::budgets(
+        &budgets.demands,
+        &class_reports,
+        &class_by_name,
+        &mut budgets.reports,
+    );
     status::invalid_budgets(&mut budgets.reports);
 
     Plan {
+        topologies,
         device_taint_rules: Vec::new(),
         device_classes: device_classes.objects,
         device_class_problems: device_classes.problems,

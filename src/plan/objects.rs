@@ -307,6 +307,7 @@ fn build_flavor(
                     ..Default::default()
                 })
                 .collect(),
+            topology_name: report.topology.as_ref().map(|t| t.name.clone()),
         },
     }
 }

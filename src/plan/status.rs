@@ -160,6 +160,8 @@ fn resolved_flavor(name: &str, r: &FlavorReport) -> ResolvedFlavor {
         devices: r.devices,
         healthy_capacity: r.healthy_capacity.min(u64::from(u32::MAX)) as u32,
         demoted: r.demoted,
+        // Filled, with the class's blocks, by the topology stage.
+        topology: None,
     }
 }
 

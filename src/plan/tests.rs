@@ -66,6 +66,7 @@ pub(super) fn class(
             preference: vec![],
             devices_per_pod: vec![],
             pod_settings: vec![],
+            topology: None,
             credits: CreditRate {
                 per_device_hour: "1".into(),
                 model_overrides: vec![],

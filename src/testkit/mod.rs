@@ -57,13 +57,18 @@ pub fn example_inventory() -> &'static Inventory {
 /// The plan of the shipped examples: every class and budget, the example fleet,
 /// no health readings, default options.
 pub fn example_plan() -> crate::plan::Plan {
+    example_plan_with(&Default::default())
+}
+
+/// [`example_plan`] with other planner options.
+pub fn example_plan_with(options: &crate::plan::PlanOptions) -> crate::plan::Plan {
     let loaded = examples();
     crate::plan::plan(&crate::plan::PlanInput {
         classes: &loaded.classes,
         budgets: &loaded.budgets,
         inventory: &Inventory::from_nodes(&loaded.nodes),
         health: &Default::default(),
-        options: &Default::default(),
+        options,
     })
 }
 

@@ -742,6 +742,7 @@ mod tests {
         }))
         .unwrap();
         let spec = AcceleratorClassSpec {
+            topology: None,
             credits: CreditRate {
                 per_device_hour: per_device_hour.into(),
                 model_overrides: overrides

@@ -1,0 +1,424 @@
+//! Stage 4b, topology: the Kueue Topology each device flavor's nodes form, and,
+//! per class that states a level, how many devices one Workload can get there.
+//!
+//! A flavor's levels are the topology labels ([`inventory::topology`]) every one
+//! of its nodes carries, widest first; a flavor gets a Topology only when that
+//! includes a level above the node (every node has a hostname, and a topology of
+//! hostnames alone would only turn on Kueue's placement checks for nothing). One
+//! Topology object per distinct set of levels, named after the levels and a hash
+//! of their labels, so two label schemes with the same level names stay apart.
+//!
+//! Kueue makes a flavor's `topologyName` (and with it its node labels and
+//! tolerations) immutable once set: the controller never writes a change of
+//! them (see `controller::diff`), so the name depends only on the labels.
+//!
+//! [`inventory::topology`]: crate::inventory::topology
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::api::{AcceleratorClass, DesiredCondition, FlavorTopology, TopologyLevel};
+use crate::health::HealthSnapshot;
+use crate::inventory::topology::{LEVEL_LABELS, level_of, node_levels};
+use crate::inventory::{NodeInventory, is_dra_device_class};
+use crate::k8s::names;
+use crate::kueue::{Topology, TopologyLevelSpec, TopologySpec};
+
+use super::capacity::{schedulable, usable};
+use super::flavors::{FlavorAcc, FlavorKey};
+use super::{BudgetReport, ClassReport, Demand, FlavorReport, MANAGED_BY_LABEL, PlanOptions};
+
+/// The class condition about topology, true when something keeps Workloads of
+/// the class from asking Kueue for its level on all its flavors (true means
+/// "look here", like `Degraded`); false says how to ask.
+pub const TOPOLOGY_CONDITION: &str = "TopologyMismatch";
+/// The budget condition, true when a guarantee fits in no single block.
+pub const GUARANTEE_SPANS_BLOCKS: &str = "GuaranteeSpansBlocks";
+
+/// A flavor's topology: the Topology object's name and its levels' labels.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct FlavorLevels {
+    pub name: String,
+    pub levels: Vec<String>,
+}
+
+/// Each device flavor's topology, by flavor name (flavors without one absent).
+/// CPU pools and DRA-only flavors get none: Kueue's placement counts node
+/// allocatable, which holds neither a pool's cores as devices nor DRA devices.
+pub(super) fn flavor_levels(
+    flavors: &BTreeMap<FlavorKey, FlavorAcc>,
+    flavor_names: &BTreeMap<FlavorKey, String>,
+    nodes: &[&NodeInventory],
+    options: &PlanOptions,
+) -> BTreeMap<String, FlavorLevels> {
+    if !options.topology_aware_scheduling {
+        return BTreeMap::new();
+    }
+    let mut out = BTreeMap::new();
+    for (key, acc) in flavors {
+        let Some(variant) = &key.variant else {
+            continue;
+        };
+        // Kueue requires node labels on a flavor with a topology.
+        if is_dra_device_class(&variant.resource_name)
+            || key.pins.is_empty() && key.extra.is_empty()
+        {
+            continue;
+        }
+        let mut common: Option<Vec<(&'static str, TopologyLevel)>> = None;
+        let mut seen = BTreeSet::new();
+        for &(ni, _) in &acc.members {
+            if !seen.insert(ni) {
+                continue;
+            }
+            let here = node_levels(&nodes[ni].labels);
+            common = Some(match common {
+                None => here,
+                Some(mut so_far) => {
+                    so_far.retain(|l| here.contains(l));
+                    so_far
+                }
+            });
+        }
+        let Some(levels) = common else {
+            continue;
+        };
+        if !levels
+            .iter()
+            .any(|&(_, level)| level != TopologyLevel::Host)
+        {
+            continue;
+        }
+        let labels: Vec<String> = levels.iter().map(|(l, _)| l.to_string()).collect();
+        out.insert(
+            flavor_names[key].clone(),
+            FlavorLevels {
+                name: topology_name(&options.instance, &levels),
+                levels: labels,
+            },
+        );
+    }
+    out
+}
+
+/// `<instance>-<level names>-<hash of the labels>`, e.g. `kaccel-zone-rack-host-1f2e3d4c`.
+fn topology_name(instance: &str, levels: &[(&'static str, TopologyLevel)]) -> String {
+    let kinds: Vec<String> = levels
+        .iter()
+        .map(|(_, level)| level.as_str().to_ascii_lowercase())
+        .collect();
+    let labels: Vec<&str> = levels.iter().map(|(l, _)| *l).collect();
+    let hash = format!("{:08x}", names::fnv1a(labels.join(",").as_bytes()) as u32);
+    let mut parts: Vec<&str> = vec![instance];
+    parts.extend(kinds.iter().map(String::as_str));
+    // The hash keeps its place at the end whatever the length.
+    let head = names::bounded(&parts, 63 - hash.len() - 1);
+    format!("{head}-{hash}")
+}
+
+/// One Topology object per distinct set of levels in use, by name.
+pub(super) fn objects(levels: &BTreeMap<String, FlavorLevels>, instance: &str) -> Vec<Topology> {
+    let distinct: BTreeMap<&str, &[String]> = levels
+        .values()
+        .map(|f| (f.name.as_str(), f.levels.as_slice()))
+        .collect();
+    distinct
+        .into_iter()
+        .map(|(name, labels)| {
+            let mut topology = Topology::new(
+                name,
+                TopologySpec {
+                    levels: labels
+                        .iter()
+                        .map(|l| TopologyLevelSpec {
+                            node_label: l.clone(),
+                        })
+                        .collect(),
+                },
+            );
+            topology.metadata.labels = Some(BTreeMap::from([(
+                MANAGED_BY_LABEL.to_string(),
+                instance.to_string(),
+            )]));
+            topology
+        })
+        .collect()
+}
+
+/// The blocks of one flavor at one level: how many domains hold its devices and
+/// the healthy capacity of the fullest. A domain is named by the values of every
+/// level down to this one, as Kueue names it (rack `r1` of two zones is two racks).
+fn blocks_at(
+    acc: &FlavorAcc,
+    levels: &[String],
+    depth: usize,
+    nodes: &[&NodeInventory],
+    health: &HealthSnapshot,
+    options: &PlanOptions,
+) -> (u32, u64) {
+    let mut by_domain: BTreeMap<Vec<&str>, u64> = BTreeMap::new();
+    for &(ni, gi) in &acc.members {
+        let node = nodes[ni];
+        let domain: Vec<&str> = levels[..=depth]
+            .iter()
+            .map(|l| node.labels.get(l).map(String::as_str).unwrap_or_default())
+            .collect();
+        let capacity = by_domain.entry(domain).or_default();
+        if let Some(gi) = gi
+            && schedulable(node, &acc.tolerated)
+        {
+            let group = &node.groups[gi];
+            *capacity += usable(&health.counts_for(node, group), group.allocatable, options);
+        }
+    }
+    let largest = by_domain.values().copied().max().unwrap_or(0);
+    (by_domain.len() as u32, largest)
+}
+
+/// What the class and budget stages need from this one.
+pub(super) struct TopologyInput<'a> {
+    pub(super) class_by_name: &'a BTreeMap<String, &'a AcceleratorClass>,
+    pub(super) flavors: &'a BTreeMap<FlavorKey, FlavorAcc>,
+    pub(super) flavor_names: &'a BTreeMap<FlavorKey, String>,
+    pub(super) flavor_reports: &'a BTreeMap<String, FlavorReport>,
+    pub(super) nodes: &'a [&'a NodeInventory],
+    pub(super) health: &'a HealthSnapshot,
+    pub(super) options: &'a PlanOptions,
+}
+
+/// Fills each valid class's flavors' topology (with the blocks at the class's
+/// level) and sets its `TopologyMismatch` condition.
+pub(super) fn classes(
+    input: &TopologyInput<'_>,
+    class_reports: &mut BTreeMap<String, ClassReport>,
+) {
+    let acc_by_name: BTreeMap<&str, &FlavorAcc> = input
+        .flavors
+        .iter()
+        .map(|(key, acc)| (input.flavor_names[key].as_str(), acc))
+        .collect();
+    for (cname, report) in class_reports.iter_mut() {
+        if !report.valid {
+            continue;
+        }
+        let level = input
+            .class_by_name
+            .get(cname)
+            .and_then(|c| c.spec.topology.as_ref())
+            .map(|t| t.level);
+        for flavor in &mut report.flavors {
+            let Some(levels) = &input.flavor_reports[&flavor.name].topology else {
+                continue;
+            };
+            let mut topology = FlavorTopology {
+                name: levels.name.clone(),
+                levels: levels.levels.clone(),
+                ..Default::default()
+            };
+            if let Some(level) = level
+                && let Some(depth) = levels
+                    .levels
+                    .iter()
+                    .position(|l| level_of(l) == Some(level))
+                && let Some(acc) = acc_by_name.get(flavor.name.as_str())
+            {
+                let (blocks, largest) = blocks_at(
+                    acc,
+                    &levels.levels,
+                    depth,
+                    input.nodes,
+                    input.health,
+                    input.options,
+                );
+                topology.level_label = Some(levels.levels[depth].clone());
+                topology.blocks = Some(blocks);
+                topology.largest_block = Some(largest);
+            }
+            flavor.topology = Some(topology);
+        }
+        if let Some(condition) = class_condition(report, level, input.options) {
+            report.conditions.push(condition);
+        }
+    }
+}
+
+/// `TopologyMismatch` on a class: for a class with a level, whether its flavors' nodes
+/// carry it; for one without, whether its flavors mix topology and none (Kueue
+/// gives a Workload that names no topology only the flavors without one).
+fn class_condition(
+    report: &ClassReport,
+    level: Option<TopologyLevel>,
+    options: &PlanOptions,
+) -> Option<DesiredCondition> {
+    let with: Vec<&str> = report
+        .flavors
+        .iter()
+        .filter(|f| f.topology.is_some())
+        .map(|f| f.name.as_str())
+        .collect();
+    let without: Vec<&str> = report
+        .flavors
+        .iter()
+        .filter(|f| f.topology.is_none())
+        .map(|f| f.name.as_str())
+        .collect();
+    let Some(level) = level else {
+        if with.is_empty() || without.is_empty() {
+            return None;
+        }
+        return Some(DesiredCondition::new(
+            TOPOLOGY_CONDITION,
+            true,
+            "MixedTopology",
+            format!(
+                "flavors {} have a topology and {} do not: Kueue places a Workload that names no topology level only on {}, and one that does only on {}",
+                with.join(", "),
+                without.join(", "),
+                without.join(", "),
+                with.join(", ")
+            ),
+        ));
+    };
+    if !options.topology_aware_scheduling {
+        return Some(DesiredCondition::new(
+            TOPOLOGY_CONDITION,
+            true,
+            "TopologyDisabled",
+            format!(
+                "spec.topology.level is {level}, but this installation writes no Kueue Topology (planner.topologyAwareScheduling is false): set it to true in kaccel's config, or remove spec.topology"
+            ),
+        ));
+    }
+    let labelled: Vec<(&str, &str, u64)> = report
+        .flavors
+        .iter()
+        .filter_map(|f| {
+            let t = f.topology.as_ref()?;
+            Some((
+                f.name.as_str(),
+                t.level_label.as_deref()?,
+                t.largest_block.unwrap_or(0),
+            ))
+        })
+        .collect();
+    let level_labels: Vec<&str> = LEVEL_LABELS
+        .iter()
+        .filter(|(_, l)| *l == level)
+        .map(|(label, _)| *label)
+        .collect();
+    let missing: Vec<&str> = report
+        .flavors
+        .iter()
+        .filter(|f| !labelled.iter().any(|(name, _, _)| *name == f.name))
+        .map(|f| f.name.as_str())
+        .collect();
+    if labelled.is_empty() {
+        return Some(DesiredCondition::new(
+            TOPOLOGY_CONDITION,
+            true,
+            "LevelNotLabelled",
+            format!(
+                "spec.topology.level is {level}, but the nodes of no flavor of this class all carry a {level} label ({}): label them, or choose a level they carry",
+                level_labels.join(", ")
+            ),
+        ));
+    }
+    let labels: BTreeSet<&str> = labelled.iter().map(|(_, label, _)| *label).collect();
+    let resources: BTreeSet<&str> = report
+        .flavors
+        .iter()
+        .filter(|f| labelled.iter().any(|(name, _, _)| *name == f.name))
+        .map(|f| f.resource_name.as_str())
+        .collect();
+    let (largest_flavor, _, largest) = labelled
+        .iter()
+        .max_by_key(|(name, _, largest)| (*largest, std::cmp::Reverse(*name)))
+        .copied()
+        .expect("not empty");
+    let ask = format!(
+        "Workloads ask for one {level} with kueue.x-k8s.io/podset-required-topology: {}, and for {} rather than {} (Kueue places them by node allocatable); the fullest holds {largest} healthy devices (flavor {largest_flavor})",
+        labels.into_iter().collect::<Vec<_>>().join(" or "),
+        resources.into_iter().collect::<Vec<_>>().join(" or "),
+        crate::api::CLASS_RESOURCE
+    );
+    if missing.is_empty() {
+        Some(DesiredCondition::new(
+            TOPOLOGY_CONDITION,
+            false,
+            "LevelLabelled",
+            ask,
+        ))
+    } else {
+        Some(DesiredCondition::new(
+            TOPOLOGY_CONDITION,
+            true,
+            "LevelMissing",
+            format!(
+                "the nodes of flavors {} do not all carry a {level} label ({}), so Kueue places no Workload that requires one there; {ask}",
+                missing.join(", "),
+                level_labels.join(", ")
+            ),
+        ))
+    }
+}
+
+/// `GuaranteeSpansBlocks` on each valid budget whose guarantee of a class with
+/// a level exceeds the fullest block of every flavor of the class: its queue
+/// holds that quota, but no one Workload can use it all (true), or it fits
+/// (false). Added after `Ready`: the queues work either way.
+pub(super) fn budgets(
+    demands: &[Demand],
+    class_reports: &BTreeMap<String, ClassReport>,
+    class_by_name: &BTreeMap<String, &AcceleratorClass>,
+    budget_reports: &mut BTreeMap<String, BudgetReport>,
+) {
+    let mut spans: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    let mut fits: BTreeSet<&str> = BTreeSet::new();
+    for demand in demands {
+        let Some(level) = class_by_name
+            .get(&demand.class)
+            .and_then(|c| c.spec.topology.as_ref())
+            .map(|t| t.level)
+        else {
+            continue;
+        };
+        let Some(largest) = class_reports.get(&demand.class).and_then(|r| {
+            r.flavors
+                .iter()
+                .filter_map(|f| f.topology.as_ref()?.largest_block)
+                .max()
+        }) else {
+            continue;
+        };
+        if demand.amount > largest {
+            spans.entry(&demand.budget).or_default().push(format!(
+                "the guarantee of {} {} devices fits in no single {level}: the fullest holds {largest} healthy devices, the most one Workload can get",
+                demand.amount, demand.class
+            ));
+        } else {
+            fits.insert(&demand.budget);
+        }
+    }
+    for (name, report) in budget_reports.iter_mut() {
+        if !report.valid {
+            continue;
+        }
+        if let Some(messages) = spans.get(name.as_str()) {
+            report.conditions.push(DesiredCondition::new(
+                GUARANTEE_SPANS_BLOCKS,
+                true,
+                "GuaranteeExceedsBlock",
+                messages.join("; "),
+            ));
+        } else if fits.contains(name.as_str()) {
+            report.conditions.push(DesiredCondition::new(
+                GUARANTEE_SPANS_BLOCKS,
+                false,
+                "FitsInBlock",
+                "every guarantee of a class with a topology level fits in one of its blocks",
+            ));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
