@@ -38,7 +38,7 @@ fn waves(actions: &[Action]) -> Vec<&[Action]> {
             false,
             target.kind == Kind::Cohort && object["spec"]["parentName"].is_string(),
         ),
-        Action::Delete { target } => (target.kind, true, false),
+        Action::Delete { target } | Action::Refused { target, .. } => (target.kind, true, false),
     };
     actions.chunk_by(|a, b| key(a) == key(b)).collect()
 }
@@ -177,6 +177,17 @@ impl Reconciler {
                 self.own_writes
                     .record(target, written.metadata.resource_version.as_deref());
                 self.metrics.write(target.kind.as_str(), "create");
+            }
+            Action::Refused { target, reason } => {
+                tracing::warn!(%target, reason, "not written: Kueue refuses the change");
+                let reference = k8s_openapi::api::core::v1::ObjectReference {
+                    api_version: Some(crate::k8s::resources::kueue_api_version()),
+                    kind: Some(target.kind.as_str().into()),
+                    name: Some(target.name.clone()),
+                    ..Default::default()
+                };
+                self.publish(&reference, EventType::Warning, "ChangeRefused", reason)
+                    .await;
             }
             Action::Delete { target } => {
                 let api = self.api_for(target);

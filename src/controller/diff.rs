@@ -22,11 +22,12 @@ pub const APPLIED_HASH_ANNOTATION: &str = "kaccel.io/applied-hash";
 
 /// The kinds kaccel writes, in apply order (deletes run in reverse): the DRA
 /// DeviceClasses of DRA-only flavors and DeviceTaintRules of failed DRA devices,
-/// then the Kueue objects.
+/// then the Kueue objects (a Topology before the flavors naming it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Kind {
     DeviceClass,
     DeviceTaintRule,
+    Topology,
     ResourceFlavor,
     Cohort,
     ClusterQueue,
@@ -34,9 +35,10 @@ pub enum Kind {
 }
 
 impl Kind {
-    pub const ALL: [Kind; 6] = [
+    pub const ALL: [Kind; 7] = [
         Kind::DeviceClass,
         Kind::DeviceTaintRule,
+        Kind::Topology,
         Kind::ResourceFlavor,
         Kind::Cohort,
         Kind::ClusterQueue,
@@ -47,6 +49,7 @@ impl Kind {
         match self {
             Kind::DeviceClass => "DeviceClass",
             Kind::DeviceTaintRule => "DeviceTaintRule",
+            Kind::Topology => "Topology",
             Kind::ResourceFlavor => "ResourceFlavor",
             Kind::Cohort => "Cohort",
             Kind::ClusterQueue => "ClusterQueue",
@@ -83,6 +86,10 @@ pub enum Action {
     Recreate { target: ObjectRef, object: Value },
     /// A managed object that is no longer wanted.
     Delete { target: ObjectRef },
+    /// A change Kueue refuses, so not written: a ResourceFlavor's
+    /// `topologyName`, node labels and tolerations are immutable once it has a
+    /// topology, and deleting it waits for every ClusterQueue to drop it.
+    Refused { target: ObjectRef, reason: String },
 }
 
 /// Planned objects as JSON, each annotated with the hash of itself.
@@ -108,6 +115,9 @@ pub fn desired_objects(plan: &Plan) -> BTreeMap<ObjectRef, Value> {
     }
     for o in &plan.device_taint_rules {
         add(Kind::DeviceTaintRule, json(o));
+    }
+    for o in &plan.topologies {
+        add(Kind::Topology, json(o));
     }
     for o in &plan.resource_flavors {
         add(Kind::ResourceFlavor, json(o));
@@ -210,7 +220,8 @@ impl Action {
         match self {
             Action::Apply { target, .. }
             | Action::Recreate { target, .. }
-            | Action::Delete { target } => target,
+            | Action::Delete { target }
+            | Action::Refused { target, .. } => target,
         }
     }
 }
@@ -265,6 +276,13 @@ pub fn diff(
                             target: target.clone(),
                             object: object.clone(),
                         });
+                    } else if kind == Kind::ResourceFlavor
+                        && let Some(reason) = immutable_topology_change(object, current)
+                    {
+                        applies.push(Action::Refused {
+                            target: target.clone(),
+                            reason,
+                        });
                     } else if needs_apply(object, current) {
                         applies.push(Action::Apply {
                             target: target.clone(),
@@ -276,9 +294,15 @@ pub fn diff(
             }
         }
     }
+    // An object already being deleted (a Topology Kueue keeps while a flavor
+    // names it) is not deleted again at every re-plan.
     let mut deletes: Vec<Action> = live
         .iter()
-        .filter(|(r, v)| !desired.contains_key(r) && is_managed(v, instance))
+        .filter(|(r, v)| {
+            !desired.contains_key(r)
+                && is_managed(v, instance)
+                && v["metadata"]["deletionTimestamp"].is_null()
+        })
         .map(|(r, _)| Action::Delete { target: r.clone() })
         .collect();
     deletes.sort_by(|a, b| match (a, b) {
@@ -289,6 +313,37 @@ pub fn diff(
     });
     applies.extend(deletes);
     applies
+}
+
+/// Why a ResourceFlavor cannot become `desired`: once it has a topology, Kueue
+/// refuses any change of its `topologyName`, `nodeLabels` or `tolerations`.
+/// The flavor keeps serving with what it has; the apply would only fail, and
+/// with it every write after it.
+fn immutable_topology_change(desired: &Value, live: &Value) -> Option<String> {
+    let live_topology = live["spec"]["topologyName"].as_str()?;
+    let empty_as_null = |v: &Value| match v {
+        Value::Object(m) if m.is_empty() => Value::Null,
+        Value::Array(a) if a.is_empty() => Value::Null,
+        other => other.clone(),
+    };
+    let changed: Vec<&str> = ["topologyName", "nodeLabels", "tolerations"]
+        .into_iter()
+        .filter(|field| {
+            empty_as_null(&desired["spec"][*field]) != empty_as_null(&live["spec"][*field])
+        })
+        .collect();
+    if changed.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "Kueue keeps a ResourceFlavor's {} as they are once it has a topology ({live_topology}), and deletes it only once no ClusterQueue names it; kaccel now plans {}, and leaves the flavor serving as it is rather than take its quota away (README: Topology)",
+        changed.join(", "),
+        changed
+            .iter()
+            .map(|f| format!("{f} {}", desired["spec"][*f]))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))
 }
 
 /// The objects of kaccel's plan that `object` (of `kind`) names and would use: a
@@ -305,7 +360,10 @@ pub fn references(kind: Kind, object: &Value) -> Vec<ObjectRef> {
     };
     let spec = &object["spec"];
     match kind {
-        Kind::DeviceClass | Kind::DeviceTaintRule | Kind::ResourceFlavor => vec![],
+        Kind::DeviceClass | Kind::DeviceTaintRule | Kind::Topology => vec![],
+        Kind::ResourceFlavor => named(Kind::Topology, &spec["topologyName"])
+            .into_iter()
+            .collect(),
         Kind::Cohort => named(Kind::Cohort, &spec["parentName"])
             .into_iter()
             .collect(),
@@ -636,6 +694,90 @@ mod tests {
         changed.insert(key.clone(), with_hash(obj));
         let actions = diff(&changed, &live, "kaccel");
         assert_eq!(actions.len(), 1);
+    }
+
+    #[test]
+    fn a_flavor_with_a_topology_is_never_rewritten_with_another_and_says_why() {
+        let desired = desired_objects(&crate::testkit::example_plan_with(
+            &crate::plan::PlanOptions {
+                topology_aware_scheduling: true,
+                ..Default::default()
+            },
+        ));
+        assert!(
+            desired.keys().any(|r| r.kind == Kind::Topology),
+            "the example fleet carries zone and rack labels"
+        );
+        let flavor = desired
+            .iter()
+            .find(|(r, v)| r.kind == Kind::ResourceFlavor && v["spec"]["topologyName"].is_string())
+            .map(|(r, _)| r.clone())
+            .expect("a flavor with a topology");
+        let stored = |edit: &dyn Fn(&mut Value)| {
+            let mut live: BTreeMap<ObjectRef, Value> = desired
+                .iter()
+                .map(|(r, v)| (r.clone(), as_stored(v)))
+                .collect();
+            edit(live.get_mut(&flavor).unwrap());
+            live
+        };
+
+        // Created under another Topology: Kueue would refuse the change, so no write.
+        let live = stored(&|f| f["spec"]["topologyName"] = json!("kaccel-zone-host-00000000"));
+        let actions = diff(&desired, &live, "kaccel");
+        match &actions[..] {
+            [Action::Refused { target, reason }] => {
+                assert_eq!(*target, flavor);
+                assert!(
+                    reason.contains("topologyName") && reason.contains("kaccel-zone-host-00000000"),
+                    "{reason}"
+                );
+            }
+            other => panic!("expected one refusal, got {other:?}"),
+        }
+        // Tolerations are frozen with it.
+        let live = stored(&|f| f["spec"]["tolerations"] = json!([]));
+        let actions = diff(&desired, &live, "kaccel");
+        assert!(
+            matches!(&actions[..], [Action::Refused { reason, .. }] if reason.contains("tolerations")),
+            "{actions:?}"
+        );
+        // A flavor that had no topology yet may get one: Kueue allows adding it.
+        let live = stored(&|f| {
+            f["spec"].as_object_mut().unwrap().remove("topologyName");
+        });
+        let actions = diff(&desired, &live, "kaccel");
+        assert!(
+            matches!(&actions[..], [Action::Apply { target, create: false, .. }] if *target == flavor),
+            "{actions:?}"
+        );
+    }
+
+    #[test]
+    fn an_object_already_being_deleted_is_not_deleted_again() {
+        let desired = desired_objects(&example_plan());
+        let mut live: BTreeMap<ObjectRef, Value> = desired
+            .iter()
+            .map(|(r, v)| (r.clone(), as_stored(v)))
+            .collect();
+        let old = ObjectRef {
+            kind: Kind::Topology,
+            namespace: None,
+            name: "kaccel-zone-host-00000000".into(),
+        };
+        let mut topology = json!({"metadata": {"name": old.name,
+            "labels": {MANAGED_BY_LABEL: "kaccel"}}, "spec": {"levels": []}});
+        live.insert(old.clone(), topology.clone());
+        assert_eq!(
+            diff(&desired, &live, "kaccel"),
+            vec![Action::Delete {
+                target: old.clone()
+            }]
+        );
+        // Kueue holds it while a flavor names it: nothing to write meanwhile.
+        topology["metadata"]["deletionTimestamp"] = json!("2026-12-05T21:00:00Z");
+        live.insert(old, topology);
+        assert_eq!(diff(&desired, &live, "kaccel"), vec![]);
     }
 
     #[test]

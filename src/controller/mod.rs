@@ -187,6 +187,7 @@ mod tests {
             [
                 ("DeviceClass", "deviceclasses"),
                 ("DeviceTaintRule", "devicetaintrules"),
+                ("Topology", "topologies"),
                 ("ResourceFlavor", "resourceflavors"),
                 ("Cohort", "cohorts"),
                 ("ClusterQueue", "clusterqueues"),

@@ -25,8 +25,9 @@ pub const SUPPORTED_RANGE: &str = "v0.16 or v0.17 (tested: v0.17.1, v0.17.0, v0.
 pub const REQUIRED_FIELDS: &[(&str, &[&str])] = &[
     (
         "resourceflavors.kueue.x-k8s.io",
-        &["spec.nodeLabels", "spec.tolerations"],
+        &["spec.nodeLabels", "spec.tolerations", "spec.topologyName"],
     ),
+    ("topologies.kueue.x-k8s.io", &["spec.levels[].nodeLabel"]),
     (
         "cohorts.kueue.x-k8s.io",
         &[
