@@ -298,6 +298,9 @@ fairSharing:
   - LessThanInitialShare
 featureGates:
   VisibilityOnDemand: false
+  # Topology Aware Scheduling (beta, on by default since v0.14; named so the
+  # harness does not depend on the default): kaccel writes Topology objects.
+  TopologyAwareScheduling: true
   # Count devices requested through ResourceClaimTemplates (alpha in v0.17).
   DynamicResourceAllocation: true
 ${KUEUE_EXTRA_GATES}

@@ -25,3 +25,4 @@ mod memory_churn;
 mod plan;
 mod smoke;
 mod support;
+mod topology;
