@@ -257,6 +257,11 @@ pub struct NodeInventory {
     /// Accelerators on this node kaccel cannot classify (see [`UnclassifiedDevice`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unclassified: Vec<UnclassifiedDevice>,
+    /// `status.allocatable[kaccel.io/accelerator]`, where the node advertises the
+    /// class resource (Kueue's TAS needs it beside a transformed vendor resource;
+    /// see `plan::topology`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class_resource_allocatable: Option<u32>,
     /// Problems met while reading this node (e.g. an unparseable quantity): the node is
     /// still listed, the affected group is skipped, and the reason is visible.
     pub warnings: Vec<String>,
@@ -559,6 +564,9 @@ pub fn read_node(node: &Node) -> NodeInventory {
         None => 0,
     };
 
+    let class_resource_allocatable = allocatable
+        .get(crate::api::CLASS_RESOURCE)
+        .and_then(|v| parse_count(v).ok());
     let view = NodeView {
         labels: &labels,
         capacity,
@@ -642,6 +650,7 @@ pub fn read_node(node: &Node) -> NodeInventory {
         memory_bytes,
         groups,
         unclassified,
+        class_resource_allocatable,
         warnings,
         labels,
     }

@@ -56,10 +56,27 @@ pub fn level_of(label: &str) -> Option<TopologyLevel> {
 /// The topology labels a node carries, widest level first (labels of one level
 /// from two schemes, which no real node has, in name order).
 pub fn node_levels(labels: &BTreeMap<String, String>) -> Vec<(&'static str, TopologyLevel)> {
+    mask_levels(level_mask(labels))
+}
+
+/// The topology labels a node carries as a mask: bit i set when it carries
+/// `LEVEL_LABELS[i]` with a value. Masks of many nodes AND to the labels all of
+/// them carry, with no allocation per node.
+pub fn level_mask(labels: &BTreeMap<String, String>) -> u32 {
+    LEVEL_LABELS
+        .iter()
+        .enumerate()
+        .filter(|(_, (label, _))| labels.get(*label).is_some_and(|v| !v.is_empty()))
+        .fold(0, |mask, (i, _)| mask | (1 << i))
+}
+
+/// The labels of a [`level_mask`], widest level first.
+pub fn mask_levels(mask: u32) -> Vec<(&'static str, TopologyLevel)> {
     let mut out: Vec<(&'static str, TopologyLevel)> = LEVEL_LABELS
         .iter()
-        .filter(|(label, _)| labels.get(*label).is_some_and(|v| !v.is_empty()))
-        .copied()
+        .enumerate()
+        .filter(|(i, _)| mask & (1 << i) != 0)
+        .map(|(_, level)| *level)
         .collect();
     out.sort_by_key(|&(label, level)| (level, label));
     out

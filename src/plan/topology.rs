@@ -16,9 +16,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::api::{AcceleratorClass, DesiredCondition, FlavorTopology, TopologyLevel};
+use crate::api::{
+    AcceleratorClass, CLASS_RESOURCE, DesiredCondition, FlavorTopology, TopologyLevel,
+};
 use crate::health::HealthSnapshot;
-use crate::inventory::topology::{LEVEL_LABELS, level_of, node_levels};
+use crate::inventory::topology::{LEVEL_LABELS, level_mask, level_of, mask_levels};
 use crate::inventory::{NodeInventory, is_dra_device_class};
 use crate::k8s::names;
 use crate::kueue::{Topology, TopologyLevelSpec, TopologySpec};
@@ -64,24 +66,17 @@ pub(super) fn flavor_levels(
         {
             continue;
         }
-        let mut common: Option<Vec<(&'static str, TopologyLevel)>> = None;
-        let mut seen = BTreeSet::new();
+        // The labels every node carries, as a mask over LEVEL_LABELS: a re-plan
+        // of thousands of nodes allocates nothing per node here.
+        let mut common: Option<u32> = None;
         for &(ni, _) in &acc.members {
-            if !seen.insert(ni) {
-                continue;
-            }
-            let here = node_levels(&nodes[ni].labels);
-            common = Some(match common {
-                None => here,
-                Some(mut so_far) => {
-                    so_far.retain(|l| here.contains(l));
-                    so_far
-                }
-            });
+            let here = level_mask(&nodes[ni].labels);
+            common = Some(common.map_or(here, |so_far| so_far & here));
         }
-        let Some(levels) = common else {
+        let Some(mask) = common else {
             continue;
         };
+        let levels = mask_levels(mask);
         if !levels
             .iter()
             .any(|&(_, level)| level != TopologyLevel::Host)
@@ -156,13 +151,22 @@ fn blocks_at(
     options: &PlanOptions,
 ) -> (u32, u64) {
     let mut by_domain: BTreeMap<Vec<&str>, u64> = BTreeMap::new();
+    let mut domain: Vec<&str> = Vec::with_capacity(depth + 1);
     for &(ni, gi) in &acc.members {
         let node = nodes[ni];
-        let domain: Vec<&str> = levels[..=depth]
-            .iter()
-            .map(|l| node.labels.get(l).map(String::as_str).unwrap_or_default())
-            .collect();
-        let capacity = by_domain.entry(domain).or_default();
+        domain.clear();
+        domain.extend(
+            levels[..=depth]
+                .iter()
+                .map(|l| node.labels.get(l).map(String::as_str).unwrap_or_default()),
+        );
+        // Looked up by slice; a new domain's key is allocated once.
+        if !by_domain.contains_key(domain.as_slice()) {
+            by_domain.insert(domain.clone(), 0);
+        }
+        let capacity = by_domain
+            .get_mut(domain.as_slice())
+            .expect("inserted above");
         if let Some(gi) = gi
             && schedulable(node, &acc.tolerated)
         {
@@ -185,6 +189,65 @@ pub(super) struct TopologyInput<'a> {
     pub(super) options: &'a PlanOptions,
 }
 
+/// A flavor with a topology whose nodes Kueue cannot place on: Kueue's
+/// configuration counts its vendor resource as the class resource too, and
+/// Kueue v0.17's TAS checks that transformed request against node allocatable
+/// when it reserves (`flavorassigner.ComputeTASNetUsage`), so a node that does
+/// not advertise enough `kaccel.io/accelerator` never fits.
+struct ClassResourceGap<'a> {
+    resource: &'a str,
+    nodes: Vec<&'a str>,
+}
+
+fn class_resource_gaps<'a>(
+    input: &TopologyInput<'a>,
+    acc_by_name: &BTreeMap<&str, &'a FlavorAcc>,
+) -> BTreeMap<&'a str, ClassResourceGap<'a>> {
+    let Some(Ok(config)) = input
+        .options
+        .kueue_configuration
+        .as_ref()
+        .map(|observed| observed.read.as_ref())
+    else {
+        return BTreeMap::new();
+    };
+    let transformed = config.transformations();
+    let mut gaps = BTreeMap::new();
+    for (name, report) in input.flavor_reports {
+        if report.topology.is_none()
+            || !transformed
+                .get(report.device_resource_name.as_str())
+                .is_some_and(|t| t.retains_one_per_unit(CLASS_RESOURCE))
+        {
+            continue;
+        }
+        let Some(acc) = acc_by_name.get(name.as_str()) else {
+            continue;
+        };
+        let mut nodes: Vec<&str> = acc
+            .members
+            .iter()
+            .filter_map(|&(ni, gi)| {
+                let node = input.nodes[ni];
+                let group = &node.groups[gi?];
+                (node.class_resource_allocatable.unwrap_or(0) < group.allocatable)
+                    .then_some(node.name.as_str())
+            })
+            .collect();
+        nodes.dedup();
+        if !nodes.is_empty() {
+            gaps.insert(
+                name.as_str(),
+                ClassResourceGap {
+                    resource: report.device_resource_name.as_str(),
+                    nodes,
+                },
+            );
+        }
+    }
+    gaps
+}
+
 /// Fills each valid class's flavors' topology (with the blocks at the class's
 /// level) and sets its `TopologyMismatch` condition.
 pub(super) fn classes(
@@ -196,6 +259,9 @@ pub(super) fn classes(
         .iter()
         .map(|(key, acc)| (input.flavor_names[key].as_str(), acc))
         .collect();
+    let gaps = class_resource_gaps(input, &acc_by_name);
+    // Classes share flavors: each flavor's blocks at a depth are counted once.
+    let mut blocks_seen: BTreeMap<(&str, usize), (u32, u64)> = BTreeMap::new();
     for (cname, report) in class_reports.iter_mut() {
         if !report.valid {
             continue;
@@ -219,26 +285,68 @@ pub(super) fn classes(
                     .levels
                     .iter()
                     .position(|l| level_of(l) == Some(level))
-                && let Some(acc) = acc_by_name.get(flavor.name.as_str())
+                && let Some((&key, &acc)) = acc_by_name.get_key_value(flavor.name.as_str())
             {
-                let (blocks, largest) = blocks_at(
-                    acc,
-                    &levels.levels,
-                    depth,
-                    input.nodes,
-                    input.health,
-                    input.options,
-                );
+                let (blocks, largest) = match blocks_seen.get(&(key, depth)) {
+                    Some(&seen) => seen,
+                    None => {
+                        let counted = blocks_at(
+                            acc,
+                            &levels.levels,
+                            depth,
+                            input.nodes,
+                            input.health,
+                            input.options,
+                        );
+                        blocks_seen.insert((key, depth), counted);
+                        counted
+                    }
+                };
                 topology.level_label = Some(levels.levels[depth].clone());
                 topology.blocks = Some(blocks);
                 topology.largest_block = Some(largest);
             }
             flavor.topology = Some(topology);
         }
-        if let Some(condition) = class_condition(report, level, input.options) {
+        let condition = class_resource_condition(report, &gaps)
+            .or_else(|| class_condition(report, level, input.options));
+        if let Some(condition) = condition {
             report.conditions.push(condition);
         }
     }
+}
+
+/// `TopologyMismatch` on a class one of whose flavors Kueue cannot place on
+/// (see [`ClassResourceGap`]): nothing else matters until that is fixed.
+fn class_resource_condition(
+    report: &ClassReport,
+    gaps: &BTreeMap<&str, ClassResourceGap<'_>>,
+) -> Option<DesiredCondition> {
+    let stuck: Vec<String> = report
+        .flavors
+        .iter()
+        .filter_map(|f| {
+            let gap = gaps.get(f.name.as_str())?;
+            Some(format!(
+                "{} ({} as {CLASS_RESOURCE}; nodes {})",
+                f.name,
+                gap.resource,
+                names::first_few(gap.nodes.iter().copied(), 3)
+            ))
+        })
+        .collect();
+    if stuck.is_empty() {
+        return None;
+    }
+    Some(DesiredCondition::new(
+        TOPOLOGY_CONDITION,
+        true,
+        "ClassResourceNotAdvertised",
+        format!(
+            "Kueue's configuration counts these flavors' devices as {CLASS_RESOURCE} too, and Kueue's Topology Aware Scheduling checks that against node allocatable, which these nodes do not advertise, so Kueue admits no Workload there: {}. Add {CLASS_RESOURCE} (their device count) to each node's status.capacity, or set planner.topologyAwareScheduling to false",
+            stuck.join("; ")
+        ),
+    ))
 }
 
 /// `TopologyMismatch` on a class: for a class with a level, whether its flavors' nodes

@@ -66,6 +66,7 @@ pub fn node(name: &str, labels: &[(&str, &str)], groups: Vec<DeviceGroup>) -> No
         memory_bytes: 512 << 30,
         groups,
         unclassified: Vec::new(),
+        class_resource_allocatable: None,
         warnings: Vec::new(),
     }
 }

@@ -197,6 +197,18 @@ async fn rack_placement(
     cleanup.add_last(None, kueue("Topology"), &shown.name);
     assert_eq!(shown.level_label.as_deref(), Some(RACK));
     assert_eq!(shown.blocks, Some(2));
+    let status = classes.get(&class_name).await?.status.context("status")?;
+    let mismatch = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "TopologyMismatch")
+        .context("TopologyMismatch condition")?;
+    assert_eq!(
+        (mismatch.status.as_str(), mismatch.reason.as_str()),
+        ("False", "LevelLabelled"),
+        "{}",
+        mismatch.message
+    );
     let topologies: Api<DynamicObject> = Api::all_with(client.clone(), &kueue("Topology"));
     let topology = support::get_json(&topologies, &shown.name).await?;
     let levels: Vec<&str> = topology["spec"]["levels"]

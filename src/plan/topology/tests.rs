@@ -539,3 +539,98 @@ proptest! {
         }
     }
 }
+
+/// Kueue's configuration as the e2e harness has it: `nvidia.com/gpu` also
+/// counted as the class resource (a `Retain` transformation).
+fn transforming_gpus() -> crate::kueue::config::ObservedConfiguration {
+    let yaml = r#"
+apiVersion: config.kueue.x-k8s.io/v1beta2
+kind: Configuration
+resources:
+  transformations:
+  - input: nvidia.com/gpu
+    strategy: Retain
+    outputs:
+      kaccel.io/accelerator: "1"
+"#;
+    crate::kueue::config::ObservedConfiguration {
+        source: "ConfigMap kueue-system/kueue-manager-config".into(),
+        read: crate::kueue::config::Configuration::parse("t", yaml).map_err(|e| e.reason),
+        gate_on_command_line: false,
+    }
+}
+
+#[test]
+fn nodes_without_the_class_resource_under_a_transformation_are_named_before_anything_else() {
+    let options = PlanOptions {
+        kueue_configuration: Some(transforming_gpus()),
+        ..tas()
+    };
+    let classes = [training(Some(TopologyLevel::Rack))];
+    let plan = plan_with(
+        &classes,
+        &[],
+        &two_racks(),
+        &HealthSnapshot::default(),
+        &options,
+    );
+    let c = condition(
+        &plan.classes["large-training"].conditions,
+        TOPOLOGY_CONDITION,
+    );
+    assert_eq!(
+        (c.status, c.reason.as_str()),
+        (true, "ClassResourceNotAdvertised")
+    );
+    assert!(
+        c.message
+            .contains("nvidia.com/gpu as kaccel.io/accelerator; nodes a1, a2, b1")
+            && c.message.contains("status.capacity"),
+        "{}",
+        c.message
+    );
+
+    // Nodes that advertise it (their device count) are placeable: the level is what is said.
+    let advertised: Vec<Node> = two_racks()
+        .into_iter()
+        .map(|mut n| {
+            let status = n.status.as_mut().unwrap();
+            for list in [status.capacity.as_mut(), status.allocatable.as_mut()]
+                .into_iter()
+                .flatten()
+            {
+                list.insert(
+                    "kaccel.io/accelerator".into(),
+                    k8s_openapi::apimachinery::pkg::api::resource::Quantity("8".into()),
+                );
+            }
+            n
+        })
+        .collect();
+    let plan = plan_with(
+        &classes,
+        &[],
+        &advertised,
+        &HealthSnapshot::default(),
+        &options,
+    );
+    let c = condition(
+        &plan.classes["large-training"].conditions,
+        TOPOLOGY_CONDITION,
+    );
+    assert_eq!((c.status, c.reason.as_str()), (false, "LevelLabelled"));
+
+    // Without the transformation nothing is asked of the nodes.
+    let plan = plan_with(
+        &classes,
+        &[],
+        &two_racks(),
+        &HealthSnapshot::default(),
+        &tas(),
+    );
+    let c = condition(
+        &plan.classes["large-training"].conditions,
+        TOPOLOGY_CONDITION,
+    );
+    assert_eq!(c.reason, "LevelLabelled");
+}
