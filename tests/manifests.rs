@@ -91,7 +91,8 @@ fn cluster_role_is_exactly_what_the_controller_calls() {
     let kueue: Vec<String> = Kind::ALL
         .iter()
         .filter(|k| !matches!(**k, Kind::DeviceClass | Kind::DeviceTaintRule))
-        .map(|k| format!("{}s", k.as_str().to_lowercase()))
+        // The plural the controller addresses each kind by (Topology: topologies).
+        .map(|k| kaccel::k8s::resources::kueue(k.as_str()).plural)
         .collect();
     let kueue: Vec<&str> = kueue.iter().map(String::as_str).collect();
     let kueue_crds: Vec<&str> = kaccel::kueue::compat::REQUIRED_FIELDS

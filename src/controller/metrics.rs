@@ -30,6 +30,12 @@ pub struct ClassHealthLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClassFlavorLabels {
+    pub class: String,
+    pub flavor: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BlockedQueueLabels {
     pub cluster_queue: String,
     pub resource: String,
@@ -118,6 +124,9 @@ pub struct Metrics {
     pub writes: Family<WriteLabels, Counter>,
     pub managed_objects: Family<KindLabel, Gauge>,
     pub class_devices: Family<ClassHealthLabels, Gauge>,
+    /// Per class with a topology level and flavor: the healthy devices of its
+    /// fullest block (what one Workload can get at most).
+    pub class_largest_block: Family<ClassFlavorLabels, Gauge>,
     /// 1 per (ClusterQueue kaccel does not own, resource) that Kueue's
     /// transformation into `kaccel.io/accelerator` keeps from admitting.
     pub foreign_queues_blocked: Family<BlockedQueueLabels, Gauge>,
@@ -161,6 +170,7 @@ impl Metrics {
             writes: Family::default(),
             managed_objects: Family::default(),
             class_devices: Family::default(),
+            class_largest_block: Family::default(),
             foreign_queues_blocked: Family::default(),
             webhook_answers: Family::default(),
             webhook_latency: Histogram::new(exponential_buckets(0.0001, 2.0, 16)),
@@ -272,6 +282,11 @@ impl Metrics {
             "kaccel_class_devices",
             "Devices of each AcceleratorClass by health",
             m.class_devices.clone(),
+        );
+        registry.register(
+            "kaccel_class_largest_block",
+            "Healthy devices in the fullest block at an AcceleratorClass's spec.topology.level, per flavor: the most one Workload that requires that level can get",
+            m.class_largest_block.clone(),
         );
         registry.register(
             "kaccel_leader",

@@ -15,9 +15,11 @@ pub(super) struct NameConflicts {
     pub(super) budgets: BTreeMap<String, Vec<String>>,
 }
 
-/// A taken ResourceFlavor concerns the classes pooled into it; a taken Cohort,
-/// ClusterQueue or LocalQueue its budget (the root Cohort: every budget). An object
-/// held up because it would use a taken one concerns its own budget.
+/// A taken ResourceFlavor concerns the classes pooled into it, a taken Topology
+/// the classes of the flavors naming it; a taken Cohort, ClusterQueue or
+/// LocalQueue its budget (the root Cohort: every budget). An object held up
+/// because it would use a taken one concerns its own budget, or for a flavor
+/// (held up by its Topology) the classes pooled into it.
 pub(super) fn name_conflicts(
     taken: &BTreeMap<ObjectRef, String>,
     held_up: &[(ObjectRef, ObjectRef)],
@@ -34,35 +36,53 @@ pub(super) fn name_conflicts(
             None => planned.budgets.keys().cloned().collect(),
         }
     };
-    for (target, holder) in taken {
-        let note = format!(
-            "{target} already exists and is not this kaccel installation's ({holder}): kaccel leaves it unchanged and does not use it; delete or rename it"
-        );
-        if target.kind == Kind::ResourceFlavor {
-            for class in planned
+    // The classes an object of theirs concerns, for flavors and Topologies.
+    let classes_of = |target: &ObjectRef| -> Option<Vec<String>> {
+        let flavors: Vec<&crate::plan::FlavorReport> = match target.kind {
+            Kind::ResourceFlavor => planned.flavors.get(&target.name).into_iter().collect(),
+            Kind::Topology => planned
                 .flavors
-                .get(&target.name)
-                .map(|f| f.classes.iter())
+                .values()
+                .filter(|f| f.topology.as_ref().is_some_and(|t| t.name == target.name))
+                .collect(),
+            _ => return None,
+        };
+        Some(
+            flavors
                 .into_iter()
-                .flatten()
-            {
-                out.classes
-                    .entry(class.clone())
-                    .or_default()
-                    .push(note.clone());
+                .flat_map(|f| f.classes.iter().cloned())
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect(),
+        )
+    };
+    let mut tell = |target: &ObjectRef, note: String| match classes_of(target) {
+        Some(classes) => {
+            for class in classes {
+                out.classes.entry(class).or_default().push(note.clone());
             }
-        } else {
+        }
+        None => {
             for budget in budget_of(target) {
                 out.budgets.entry(budget).or_default().push(note.clone());
             }
         }
+    };
+    for (target, holder) in taken {
+        tell(
+            target,
+            format!(
+                "{target} already exists and is not this kaccel installation's ({holder}): kaccel leaves it unchanged and does not use it; delete or rename it"
+            ),
+        );
     }
     for (target, used) in held_up {
-        for budget in budget_of(target) {
-            out.budgets.entry(budget).or_default().push(format!(
+        tell(
+            target,
+            format!(
                 "{target} is not written: it would use {used}, which is not this kaccel installation's"
-            ));
-        }
+            ),
+        );
     }
     out
 }
@@ -188,6 +208,68 @@ mod tests {
         let merged = with_name_conflicts(pooled, Some(&vec!["X taken".into()]));
         assert_eq!(merged[1].message, "p; X taken");
         assert_eq!(merged[0].reason, "PoolingConflict");
+    }
+
+    #[test]
+    fn a_taken_topology_concerns_the_classes_of_the_flavors_naming_it_and_so_does_a_held_up_flavor()
+    {
+        let planned = crate::testkit::example_plan_with(&crate::plan::PlanOptions {
+            topology_aware_scheduling: true,
+            ..Default::default()
+        });
+        let desired = desired_objects(&planned);
+        let topology = desired
+            .keys()
+            .find(|r| r.kind == Kind::Topology)
+            .expect("the example fleet forms one")
+            .clone();
+        let flavor = desired
+            .iter()
+            .find(|(r, v)| {
+                r.kind == Kind::ResourceFlavor
+                    && v["spec"]["topologyName"] == topology.name.as_str()
+            })
+            .map(|(r, _)| r.clone())
+            .unwrap();
+        assert_eq!(
+            diff::references(Kind::ResourceFlavor, &desired[&flavor]),
+            vec![topology.clone()]
+        );
+        let taken = BTreeMap::from([(topology.clone(), "managed by terraform".to_string())]);
+        let notes = name_conflicts(
+            &taken,
+            &[(flavor.clone(), topology.clone())],
+            &desired,
+            &planned,
+        );
+        assert!(
+            notes.budgets.is_empty(),
+            "no budget planned either: {notes:?}"
+        );
+        let classes_of_flavor = &planned.flavors[&flavor.name].classes;
+        for class in classes_of_flavor {
+            let n = &notes.classes[class];
+            assert!(
+                n.iter()
+                    .any(|m| m.contains(&format!("Topology {}", topology.name))
+                        && m.contains("managed by terraform")),
+                "{n:?}"
+            );
+            assert!(
+                n.iter()
+                    .any(|m| m.starts_with(&format!("{flavor} is not written"))),
+                "{n:?}"
+            );
+        }
+        // Every class using a flavor of that Topology is told, and only those.
+        let told: std::collections::BTreeSet<&String> = notes.classes.keys().collect();
+        let expected: std::collections::BTreeSet<&String> = planned
+            .flavors
+            .values()
+            .filter(|f| f.topology.is_some())
+            .flat_map(|f| f.classes.iter())
+            .collect();
+        assert_eq!(told, expected);
     }
 
     #[test]

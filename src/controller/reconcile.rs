@@ -12,7 +12,9 @@ use serde_json::Value;
 
 use super::apply::Applied;
 use super::diff::{self, Kind, ObjectRef, desired_objects};
-use super::metrics::{BlockedQueueLabels, ClassHealthLabels, KindLabel, Metrics};
+use super::metrics::{
+    BlockedQueueLabels, ClassFlavorLabels, ClassHealthLabels, KindLabel, Metrics,
+};
 use super::name_conflicts::name_conflicts;
 use super::pricing_snapshot::pricing_snapshot;
 use super::status_writes::share_limited;
@@ -330,6 +332,21 @@ impl Reconciler {
                         resource: resource.clone(),
                     })
                     .set(1);
+            }
+        }
+        // Rebuilt each time: a class or flavor gone leaves no stale series.
+        self.metrics.class_largest_block.clear();
+        for (class, report) in &planned.classes {
+            for flavor in &report.flavors {
+                if let Some(largest) = flavor.topology.as_ref().and_then(|t| t.largest_block) {
+                    self.metrics
+                        .class_largest_block
+                        .get_or_create(&ClassFlavorLabels {
+                            class: class.clone(),
+                            flavor: flavor.name.clone(),
+                        })
+                        .set(i64::try_from(largest).unwrap_or(i64::MAX));
+                }
             }
         }
         for (class, report) in &planned.classes {

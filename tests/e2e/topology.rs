@@ -273,6 +273,16 @@ async fn rack_placement(
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     // Quota is not what holds it: 8 healthy GPUs are guaranteed and none is in use.
+    let metrics = controller
+        .as_ref()
+        .and_then(Controller::metrics)
+        .context("kaccel's /metrics")?;
+    let series =
+        format!("kaccel_class_largest_block{{class=\"{class_name}\",flavor=\"{flavor}\"}} 4");
+    ensure!(
+        metrics.lines().any(|l| l == series),
+        "no {series} in /metrics"
+    );
     support::create(&workloads, rack_workload(&ns, "eight-2", &class_name, 2)).await?;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let waiting = support::get_json(&workloads, "eight-2").await?;
