@@ -147,12 +147,7 @@ fn render_topology(s: &mut String, plan: &Plan) {
     let _ = writeln!(s);
     let _ = writeln!(s, "{:<48} LEVELS (widest first)", "TOPOLOGY");
     for topology in &plan.topologies {
-        let levels: Vec<&str> = topology
-            .spec
-            .levels
-            .iter()
-            .map(|l| l.node_label.as_str())
-            .collect();
+        let levels = topology.level_labels();
         let _ = writeln!(
             s,
             "{:<48} {}",

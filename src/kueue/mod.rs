@@ -56,6 +56,17 @@ pub struct TopologyLevelSpec {
     pub node_label: String,
 }
 
+impl Topology {
+    /// Its levels' node labels, widest first.
+    pub fn level_labels(&self) -> Vec<&str> {
+        self.spec
+            .levels
+            .iter()
+            .map(|l| l.node_label.as_str())
+            .collect()
+    }
+}
+
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[kube(
     group = "kueue.x-k8s.io",

@@ -109,12 +109,7 @@ fn nodes_with_zone_and_rack_form_one_topology_the_flavor_names() {
     );
     assert_eq!(plan.topologies.len(), 1);
     let topology = &plan.topologies[0];
-    let levels: Vec<&str> = topology
-        .spec
-        .levels
-        .iter()
-        .map(|l| l.node_label.as_str())
-        .collect();
+    let levels = topology.level_labels();
     assert_eq!(levels, [ZONE, RACK, HOST]);
     let name = topology.metadata.name.as_deref().unwrap();
     assert!(name.starts_with("kaccel-zone-rack-host-"), "{name}");
@@ -233,12 +228,7 @@ fn a_node_without_the_rack_label_leaves_the_level_out_and_the_class_is_told() {
         &HealthSnapshot::default(),
         &tas(),
     );
-    let levels: Vec<&str> = plan.topologies[0]
-        .spec
-        .levels
-        .iter()
-        .map(|l| l.node_label.as_str())
-        .collect();
+    let levels = plan.topologies[0].level_labels();
     assert_eq!(levels, [ZONE, HOST], "only what every node carries");
     let c = condition(
         &plan.classes["large-training"].conditions,
