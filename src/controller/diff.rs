@@ -494,6 +494,29 @@ mod tests {
         assert_eq!(diff(&desired, &live, "kaccel"), vec![]);
     }
 
+    #[test]
+    fn nothing_changed_means_no_writes_with_topologies_too() {
+        let desired = desired_objects(&crate::testkit::example_plan_with(
+            &crate::plan::PlanOptions {
+                topology_aware_scheduling: true,
+                ..Default::default()
+            },
+        ));
+        assert!(desired.keys().any(|r| r.kind == Kind::Topology));
+        // As Kueue keeps them: its in-use finalizer on the Topology and the flavors.
+        let live: BTreeMap<ObjectRef, Value> = desired
+            .iter()
+            .map(|(r, v)| {
+                let mut stored = as_stored(v);
+                if matches!(r.kind, Kind::Topology | Kind::ResourceFlavor) {
+                    stored["metadata"]["finalizers"] = json!(["kueue.x-k8s.io/resource-in-use"]);
+                }
+                (r.clone(), stored)
+            })
+            .collect();
+        assert_eq!(diff(&desired, &live, "kaccel"), vec![]);
+    }
+
     /// One reconcile's diff as the controller runs it: objects held in sync are
     /// left out of `live` and of the comparison.
     fn diff_with(
