@@ -350,3 +350,158 @@ async fn rack_placement(
     workloads.delete("eight-2", &Default::default()).await?;
     Ok(())
 }
+
+/// Racks labelled after a flavor got its Topology: Kueue refuses to change a
+/// flavor's `topologyName` (the API server says so to anyone who tries), so
+/// kaccel does not try; it says why in a Warning Event and keeps writing
+/// everything else.
+#[tokio::test]
+async fn racks_labelled_after_a_flavor_got_its_topology_are_reported_and_nothing_else_stops() {
+    let _serial = support::serial().await;
+    let client = support::client().await;
+    let mut cleanup = Cleanup::default();
+    let mut controller = None;
+    let result = late_racks(&client, &mut cleanup, &mut controller).await;
+    if result.is_err()
+        && let Some(c) = &controller
+    {
+        eprintln!("kaccel log:\n{}", c.log_tail());
+    }
+    drop(controller);
+    cleanup.run(&client).await;
+    result.unwrap();
+}
+
+async fn late_racks(
+    client: &Client,
+    cleanup: &mut Cleanup,
+    controller: &mut Option<Controller>,
+) -> Result<()> {
+    let id = support::unique("late");
+    let model = format!("NVIDIA-H200-{}", id.to_uppercase());
+    let zone = format!("zone-{id}");
+    let names = [format!("{id}-n1"), format!("{id}-n2")];
+    let nodes: Api<Node> = Api::all(client.clone());
+    for name in &names {
+        let mut node = h200_node(name, &model, &zone, "unused");
+        // Zone and hostname only: no rack label yet.
+        node.metadata.labels.as_mut().unwrap().remove(RACK);
+        nodes.create(&PostParams::default(), &node).await?;
+        cleanup.add(None, ApiResource::erase::<Node>(&()), name);
+    }
+    let class_name = format!("late-{id}");
+    let mut class = class_from_example("large-training", &class_name);
+    class.spec.selector.models = vec![model.clone()];
+    class.spec.topology = None;
+    let (ns, team) = class_with_budget(client, cleanup, &id, &class, 4).await?;
+    let root = format!("root-{id}");
+    let queue = format!("{team}-{class_name}");
+    cleanup.add(None, kueue("Cohort"), &root);
+    cleanup.add(None, kueue("Cohort"), &format!("{root}-{team}"));
+    cleanup.add(None, kueue("ClusterQueue"), &queue);
+    cleanup.add(Some(&ns), kueue("LocalQueue"), &class_name);
+    *controller = Some(Controller::start(
+        &format!("late-{id}"),
+        free_port(),
+        &format!(
+            "rootCohort: {root}\ndebounceMs: 50\nmaxDelayMs: 300\nwatchResourceSlices: false\nleaderElection:\n  enabled: false\nplanner:\n  topologyAwareScheduling: true\n"
+        ),
+    ));
+
+    let classes: Api<AcceleratorClass> = Api::all(client.clone());
+    let flavors: Api<DynamicObject> = Api::all_with(client.clone(), &kueue("ResourceFlavor"));
+    let deadline = std::time::Instant::now() + WAIT;
+    let flavor = loop {
+        let c = classes.get(&class_name).await?;
+        if let Some(f) = c.status.as_ref().and_then(|s| s.flavors.first())
+            && flavors.get_opt(&f.name).await?.is_some()
+        {
+            break f.name.clone();
+        }
+        ensure!(
+            std::time::Instant::now() < deadline,
+            "no flavor: {:?}",
+            c.status
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    cleanup.add(None, kueue("ResourceFlavor"), &flavor);
+    let first = support::wait_until(&flavors, &flavor, "a topology", WAIT, |f| {
+        f["spec"]["topologyName"].is_string()
+    })
+    .await?["spec"]["topologyName"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    cleanup.add_last(None, kueue("Topology"), &first);
+    ensure!(first.starts_with("kaccel-zone-host-"), "{first}");
+
+    // The premise, from the API server itself: the change is refused.
+    let refused = flavors
+        .patch(
+            &flavor,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"topologyName": "kaccel-other"}})),
+        )
+        .await;
+    ensure!(
+        matches!(&refused, Err(kube::Error::Api(s)) if s.code == 422 && s.message.contains("immutable")),
+        "Kueue let topologyName change: {refused:?}"
+    );
+
+    // Racks appear on every node: kaccel now plans zone > rack > hostname.
+    for name in &names {
+        nodes
+            .patch(
+                name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(
+                    json!({"metadata": {"labels": {RACK: format!("rack-{id}")}}}),
+                ),
+            )
+            .await?;
+    }
+    let note = support::event_note(
+        client,
+        "default",
+        Some("ResourceFlavor"),
+        &flavor,
+        "ChangeRefused",
+        WAIT,
+    )
+    .await?;
+    ensure!(
+        note.contains("topologyName") && note.contains(&first),
+        "the Event names the field and the Topology kept: {note}"
+    );
+    let topologies: Api<DynamicObject> = Api::all_with(client.clone(), &kueue("Topology"));
+    for t in topologies.list(&Default::default()).await?.items {
+        let name = t.metadata.name.clone().unwrap_or_default();
+        if name.starts_with("kaccel-zone-rack-host-") {
+            cleanup.add_last(None, kueue("Topology"), &name);
+        }
+    }
+    let kept = support::get_json(&flavors, &flavor).await?;
+    ensure!(kept["spec"]["topologyName"] == first.as_str(), "{kept}");
+
+    // Everything else is still written: a larger guarantee reaches the queue.
+    Api::<kaccel::api::CreditBudget>::all(client.clone())
+        .patch(
+            &team,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(
+                json!({"spec": {"classes": [{"name": class_name, "guaranteedDevices": 6}]}}),
+            ),
+        )
+        .await?;
+    let queues: Api<DynamicObject> = Api::all_with(client.clone(), &kueue("ClusterQueue"));
+    support::wait_until(&queues, &queue, "6 GPUs of quota", WAIT, |q| {
+        q["spec"]["resourceGroups"][0]["flavors"][0]["resources"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|r| r["name"] == "nvidia.com/gpu" && r["nominalQuota"] == "6")
+    })
+    .await?;
+    Ok(())
+}
