@@ -268,19 +268,26 @@ pub async fn posts_of(store: &str, uid: &str, wait: Duration) -> Result<Vec<Valu
 /// Finishes a Workload as a job integration would (there is none here): the
 /// `Finished` condition, stamped now; returns that time in Unix seconds.
 pub async fn finish(api: &Api<DynamicObject>, name: &str) -> Result<i64> {
+    Ok(finish_returning(api, name).await?.0)
+}
+
+/// [`finish`], also returning the Workload as the write left it (what Kueue had
+/// written before the Finished landed is in it).
+pub async fn finish_returning(api: &Api<DynamicObject>, name: &str) -> Result<(i64, Value)> {
     let now = jiff::Timestamp::now();
     let ts = jiff::Timestamp::from_second(now.as_second())?;
     let patch = json!([{ "op": "add", "path": "/status/conditions/-", "value": {
         "type": "Finished", "status": "True", "reason": "Succeeded", "message": "done",
         "lastTransitionTime": ts.to_string() } }]);
-    api.patch_status(
-        name,
-        &PatchParams::default(),
-        &Patch::Json::<()>(serde_json::from_value(patch)?),
-    )
-    .await
-    .with_context(|| format!("finishing Workload {name}"))?;
-    Ok(ts.as_second())
+    let written = api
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Json::<()>(serde_json::from_value(patch)?),
+        )
+        .await
+        .with_context(|| format!("finishing Workload {name}"))?;
+    Ok((ts.as_second(), serde_json::to_value(&written)?))
 }
 
 /// Adds the top-up `name` of `credits` to a budget.
