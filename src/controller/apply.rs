@@ -143,8 +143,13 @@ impl Reconciler {
                 self.metrics.write(target.kind.as_str(), verb);
                 tracing::info!(%target, verb, "applied");
                 if target.kind == Kind::ResourceFlavor && *create {
-                    self.event_for_flavor(target, "FlavorCreated", "created the ResourceFlavor")
-                        .await;
+                    self.event_for_object(
+                        target,
+                        EventType::Normal,
+                        "FlavorCreated",
+                        "created the ResourceFlavor",
+                    )
+                    .await;
                 }
                 if target.kind == Kind::ClusterQueue
                     && let Some(old) = live.get(target)
@@ -180,13 +185,7 @@ impl Reconciler {
             }
             Action::Refused { target, reason } => {
                 tracing::warn!(%target, reason, "not written: Kueue refuses the change");
-                let reference = k8s_openapi::api::core::v1::ObjectReference {
-                    api_version: Some(crate::k8s::resources::kueue_api_version()),
-                    kind: Some(target.kind.as_str().into()),
-                    name: Some(target.name.clone()),
-                    ..Default::default()
-                };
-                self.publish(&reference, EventType::Warning, "ChangeRefused", reason)
+                self.event_for_object(target, EventType::Warning, "ChangeRefused", reason)
                     .await;
             }
             Action::Delete { target } => {
@@ -199,8 +198,9 @@ impl Reconciler {
                 self.metrics.write(target.kind.as_str(), "delete");
                 tracing::info!(%target, "deleted (no longer planned)");
                 if target.kind == Kind::ResourceFlavor {
-                    self.event_for_flavor(
+                    self.event_for_object(
                         target,
+                        EventType::Normal,
                         "FlavorRemoved",
                         "removed the ResourceFlavor: no class uses it any more",
                     )

@@ -9,15 +9,22 @@ use super::metrics::{Metrics, ReasonLabel};
 use super::reconcile::Reconciler;
 
 impl Reconciler {
-    pub(super) async fn event_for_flavor(&self, target: &ObjectRef, reason: &str, note: &str) {
+    /// An Event on a cluster-scoped Kueue object kaccel writes (a flavor, a
+    /// Topology).
+    pub(super) async fn event_for_object(
+        &self,
+        target: &ObjectRef,
+        type_: EventType,
+        reason: &str,
+        note: &str,
+    ) {
         let reference = ObjectReference {
             api_version: Some(crate::k8s::resources::kueue_api_version()),
             kind: Some(target.kind.as_str().into()),
             name: Some(target.name.clone()),
             ..Default::default()
         };
-        self.publish(&reference, EventType::Normal, reason, note)
-            .await;
+        self.publish(&reference, type_, reason, note).await;
     }
 
     pub(super) async fn event_for_queue(
