@@ -17,7 +17,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::api::{
-    AcceleratorClass, CLASS_RESOURCE, DesiredCondition, FlavorTopology, TopologyLevel,
+    AcceleratorClass, CLASS_RESOURCE, DesiredCondition, FlavorTopology, ResolvedFlavor,
+    TopologyLevel,
 };
 use crate::health::HealthSnapshot;
 use crate::inventory::topology::{LEVEL_LABELS, level_mask, level_of, mask_levels};
@@ -396,28 +397,15 @@ fn class_condition(
             ),
         ));
     }
-    let labelled: Vec<(&str, &str, u64)> = report
+    // The flavors whose nodes carry the level (the topology stage set its label).
+    let (labelled, missing): (Vec<&ResolvedFlavor>, Vec<&ResolvedFlavor>) = report
         .flavors
         .iter()
-        .filter_map(|f| {
-            let t = f.topology.as_ref()?;
-            Some((
-                f.name.as_str(),
-                t.level_label.as_deref()?,
-                t.largest_block.unwrap_or(0),
-            ))
-        })
-        .collect();
+        .partition(|f| f.topology.as_ref().is_some_and(|t| t.level_label.is_some()));
     let level_labels: Vec<&str> = LEVEL_LABELS
         .iter()
         .filter(|(_, l)| *l == level)
         .map(|(label, _)| *label)
-        .collect();
-    let missing: Vec<&str> = report
-        .flavors
-        .iter()
-        .filter(|f| !labelled.iter().any(|(name, _, _)| *name == f.name))
-        .map(|f| f.name.as_str())
         .collect();
     if labelled.is_empty() {
         return Some(DesiredCondition::new(
@@ -430,23 +418,24 @@ fn class_condition(
             ),
         ));
     }
-    let labels: BTreeSet<&str> = labelled.iter().map(|(_, label, _)| *label).collect();
-    let resources: BTreeSet<&str> = report
-        .flavors
+    let labels: BTreeSet<&str> = labelled
         .iter()
-        .filter(|f| labelled.iter().any(|(name, _, _)| *name == f.name))
-        .map(|f| f.resource_name.as_str())
+        .filter_map(|f| f.topology.as_ref()?.level_label.as_deref())
         .collect();
-    let (largest_flavor, _, largest) = labelled
+    let resources: BTreeSet<&str> = labelled.iter().map(|f| f.resource_name.as_str()).collect();
+    let (largest_flavor, largest) = labelled
         .iter()
-        .max_by_key(|(name, _, largest)| (*largest, std::cmp::Reverse(*name)))
-        .copied()
+        .map(|f| {
+            let largest = f.topology.as_ref().and_then(|t| t.largest_block);
+            (f.name.as_str(), largest.unwrap_or(0))
+        })
+        .max_by_key(|&(name, largest)| (largest, std::cmp::Reverse(name)))
         .expect("not empty");
     let ask = format!(
         "Workloads ask for one {level} with kueue.x-k8s.io/podset-required-topology: {}, and for {} rather than {} (Kueue places them by node allocatable); the fullest holds {largest} healthy devices (flavor {largest_flavor})",
         labels.into_iter().collect::<Vec<_>>().join(" or "),
         resources.into_iter().collect::<Vec<_>>().join(" or "),
-        crate::api::CLASS_RESOURCE
+        CLASS_RESOURCE
     );
     if missing.is_empty() {
         Some(DesiredCondition::new(
@@ -462,7 +451,11 @@ fn class_condition(
             "LevelMissing",
             format!(
                 "the nodes of flavors {} do not all carry a {level} label ({}), so Kueue places no Workload that requires one there; {ask}",
-                missing.join(", "),
+                missing
+                    .iter()
+                    .map(|f| f.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
                 level_labels.join(", ")
             ),
         ))
