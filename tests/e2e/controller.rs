@@ -204,6 +204,8 @@ pub async fn class_with_budget(
 /// under the root Cohort `root-<id>` the test's controller is started with.
 pub struct Planned {
     pub ns: String,
+    /// The CreditBudget (`team-<id>`).
+    pub budget: String,
     pub root: String,
     pub cluster_queue: String,
 }
@@ -227,6 +229,7 @@ pub async fn class_with_queues(
     cleanup.add(Some(&ns), kueue("LocalQueue"), &class_name);
     Ok(Planned {
         ns,
+        budget: team,
         root,
         cluster_queue,
     })

@@ -12,7 +12,7 @@ use kube::api::{Api, DynamicObject, PostParams};
 use kube::core::ApiResource;
 use serde_json::{Value, json};
 
-use crate::controller::{Controller, class_from_example, class_with_budget, free_port};
+use crate::controller::{Controller, Planned, class_from_example, class_with_queues, free_port};
 use crate::health::{Answer, FakeExporter, dcgm_of, dcgm_source, node_state, uncordon_all};
 use crate::support::{self, Cleanup, kueue};
 
@@ -147,12 +147,12 @@ async fn rack_placement(
         "the example class asks for one rack"
     );
     class.spec.selector.models = vec![model.clone()];
-    let (ns, team) = class_with_budget(client, cleanup, &id, &class, 12).await?;
-    let root = format!("root-{id}");
-    cleanup.add(None, kueue("Cohort"), &root);
-    cleanup.add(None, kueue("Cohort"), &format!("{root}-{team}"));
-    cleanup.add(None, kueue("ClusterQueue"), &format!("{team}-{class_name}"));
-    cleanup.add(Some(&ns), kueue("LocalQueue"), &class_name);
+    let Planned {
+        ns,
+        root,
+        cluster_queue,
+        ..
+    } = class_with_queues(client, cleanup, &id, &class, 12).await?;
 
     let mut exporters = Vec::new();
     let mut sources = String::new();
@@ -291,7 +291,7 @@ async fn rack_placement(
         "an eight-GPU rack Workload was admitted with no rack holding eight healthy GPUs: {waiting}"
     );
     let queues: Api<DynamicObject> = Api::all_with(client.clone(), &kueue("ClusterQueue"));
-    let cq = support::get_json(&queues, &format!("{team}-{class_name}")).await?;
+    let cq = support::get_json(&queues, &cluster_queue).await?;
     let gpu_quota: u64 = cq["spec"]["resourceGroups"]
         .as_array()
         .into_iter()
@@ -393,13 +393,12 @@ async fn late_racks(
     let mut class = class_from_example("large-training", &class_name);
     class.spec.selector.models = vec![model.clone()];
     class.spec.topology = None;
-    let (ns, team) = class_with_budget(client, cleanup, &id, &class, 4).await?;
-    let root = format!("root-{id}");
-    let queue = format!("{team}-{class_name}");
-    cleanup.add(None, kueue("Cohort"), &root);
-    cleanup.add(None, kueue("Cohort"), &format!("{root}-{team}"));
-    cleanup.add(None, kueue("ClusterQueue"), &queue);
-    cleanup.add(Some(&ns), kueue("LocalQueue"), &class_name);
+    let Planned {
+        budget,
+        root,
+        cluster_queue,
+        ..
+    } = class_with_queues(client, cleanup, &id, &class, 4).await?;
     *controller = Some(Controller::start(
         &format!("late-{id}"),
         free_port(),
@@ -487,7 +486,7 @@ async fn late_racks(
     // Everything else is still written: a larger guarantee reaches the queue.
     Api::<kaccel::api::CreditBudget>::all(client.clone())
         .patch(
-            &team,
+            &budget,
             &kube::api::PatchParams::default(),
             &kube::api::Patch::Merge(
                 json!({"spec": {"classes": [{"name": class_name, "guaranteedDevices": 6}]}}),
@@ -495,7 +494,7 @@ async fn late_racks(
         )
         .await?;
     let queues: Api<DynamicObject> = Api::all_with(client.clone(), &kueue("ClusterQueue"));
-    support::wait_until(&queues, &queue, "6 GPUs of quota", WAIT, |q| {
+    support::wait_until(&queues, &cluster_queue, "6 GPUs of quota", WAIT, |q| {
         q["spec"]["resourceGroups"][0]["flavors"][0]["resources"]
             .as_array()
             .into_iter()
