@@ -337,6 +337,7 @@ impl Reconciler {
         // Rebuilt each time: a class or flavor gone leaves no stale series.
         self.metrics.class_largest_block.clear();
         for (class, report) in &planned.classes {
+            let d = report.devices;
             for flavor in &report.flavors {
                 if let Some(largest) = flavor.topology.as_ref().and_then(|t| t.largest_block) {
                     self.metrics
@@ -348,9 +349,6 @@ impl Reconciler {
                         .set(i64::try_from(largest).unwrap_or(i64::MAX));
                 }
             }
-        }
-        for (class, report) in &planned.classes {
-            let d = report.devices;
             for (health, n) in [
                 ("healthy", d.healthy),
                 ("warning", d.warning),
