@@ -685,8 +685,13 @@ async fn fill(env: &mut Env, t: &Teams) -> Result<BTreeMap<String, u64>> {
                 Some(600),
             ))
             .await?;
-            let o = support::wait_until(&wls, &w, "admitted or waiting", WAIT, |o| {
-                admitted(o) || condition(o, "QuotaReserved").is_some_and(|c| c["status"] == "False")
+            // Waiting for quota, not for its queues: Kueue says `Inadmissible`
+            // while the LocalQueue or ClusterQueue is missing or inactive in its
+            // cache (just after kaccel created them), which is no full cohort.
+            let o = support::wait_until(&wls, &w, "admitted or waiting for quota", WAIT, |o| {
+                admitted(o)
+                    || condition(o, "QuotaReserved")
+                        .is_some_and(|c| c["status"] == "False" && c["reason"] != "Inadmissible")
             })
             .await?;
             if !admitted(&o) {
