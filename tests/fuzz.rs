@@ -239,6 +239,7 @@ prop_compose! {
                 created_at: times.2,
                 rate,
                 devices,
+                cluster: String::new(),
             },
         }
     }

@@ -178,7 +178,7 @@ async fn version_1_is_upgraded_in_place() {
     store.append(&entries[..entries.len() - 1]).await.unwrap();
     drop(store);
     // Back to version 1: migration 2 only adds indexes, migration 3 the rate,
-    // migration 4 the devices.
+    // migration 4 the devices, migration 6 the cluster.
     let c = raw(&url).await;
     c.batch_execute(
         "DROP INDEX entries_workload_key; DROP INDEX entries_budget_kind; DROP INDEX entries_reserves;
@@ -188,7 +188,8 @@ async fn version_1_is_upgraded_in_place() {
          ALTER TABLE entries ADD CONSTRAINT entries_idempotency_key_key UNIQUE (idempotency_key);
          ALTER TABLE entries DROP COLUMN rate;
          ALTER TABLE entries DROP COLUMN devices;
-         DELETE FROM schema_migrations WHERE version IN (2, 3, 4, 5)",
+         ALTER TABLE entries DROP COLUMN cluster;
+         DELETE FROM schema_migrations WHERE version IN (2, 3, 4, 5, 6)",
     )
     .await
     .unwrap();
@@ -217,7 +218,7 @@ async fn version_1_is_upgraded_in_place() {
     }
     let versions: Vec<i64> =
         column(&c, "SELECT version FROM schema_migrations ORDER BY version").await;
-    assert_eq!(versions, vec![1, 2, 3, 4, 5]);
+    assert_eq!(versions, vec![1, 2, 3, 4, 5, 6]);
     let stored = store.entries_for_workload("u1").await.unwrap();
     let stored: Vec<_> = stored.into_iter().map(|s| s.entry).collect();
     // Rows written before version 3 read their rate as 0.

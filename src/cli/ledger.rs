@@ -311,6 +311,7 @@ pub fn synthetic_entries(run: &str, count: usize) -> impl Iterator<Item = Entry>
             created_at: start,
             rate: rate.0,
             devices: vec![],
+            cluster: String::new(),
         }
     };
     let grants: Vec<Entry> = (0..10)

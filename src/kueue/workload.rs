@@ -169,6 +169,10 @@ pub struct WorkloadStatus {
     pub admission_checks: Vec<AdmissionCheckState>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scheduling_stats: Option<SchedulingStats>,
+    /// The MultiKueue worker cluster that admitted it (set by the manager's
+    /// Kueue once dispatched; immutable from then on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_name: Option<String>,
 }
 
 /// A Workload condition without its message (Kueue's can run to a paragraph,
@@ -335,6 +339,12 @@ impl Workload {
     /// `spec.active`, which Kueue defaults to true.
     pub fn active(&self) -> bool {
         self.spec.active.unwrap_or(true)
+    }
+
+    /// The MultiKueue worker it was dispatched to (`status.clusterName`); empty
+    /// when it runs here or is not dispatched yet.
+    pub fn cluster_name(&self) -> &str {
+        self.status.cluster_name.as_deref().unwrap_or_default()
     }
 
     /// The ClusterQueue the Workload is admitted to (`status.admission`), if any.

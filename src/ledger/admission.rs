@@ -519,6 +519,9 @@ pub struct WorkloadView {
     pub admitted_at: i64,
     /// The decision time, recorded as `created_at`.
     pub now: i64,
+    /// The MultiKueue worker it runs in (`status.clusterName`; empty: here, or
+    /// not dispatched yet).
+    pub cluster: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -580,6 +583,7 @@ impl Reservation {
             term_seconds: self.horizon_seconds,
             lines: self.lines.clone(),
             devices: vec![],
+            cluster: workload.cluster.clone(),
         }
     }
 }

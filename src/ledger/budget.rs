@@ -184,6 +184,7 @@ pub fn budget_entries(
         created_at: now,
         rate: 0,
         devices: vec![],
+        cluster: String::new(),
     };
     // Top-ups already credited in the period starting at `start`.
     let top_ups_in = |start: i64| -> i128 {

@@ -49,6 +49,9 @@ pub struct Charge {
     pub lines: Vec<ReservationLine>,
     /// The devices (UUIDs) its pods hold now, where known: written on its entries.
     pub devices: Vec<String>,
+    /// The MultiKueue worker it runs in, once dispatched (empty: this cluster,
+    /// or not dispatched yet): written on its entries.
+    pub cluster: String,
 }
 
 /// Reason of the Correction that refunds usage posted past the end Kueue recorded.
@@ -179,6 +182,7 @@ impl Charge {
             created_at,
             rate: line.rate.rate.0,
             devices: self.devices.clone(),
+            cluster: self.cluster.clone(),
         }
     }
 

@@ -23,6 +23,7 @@ macro_rules! ledger_conformance_suite {
             open_reservations_fold_terms_per_line,
             posted_between_is_half_open_per_budget,
             devices_are_kept_and_not_part_of_identity,
+            worker_cluster_is_kept_and_not_part_of_identity,
         );
     };
 }
@@ -61,6 +62,7 @@ pub fn lifecycle(budget: &str, team: &str, uid: &str, units: u64, hours: i64) ->
         created_at: t0,
         rate: 4_000_000,
         devices: vec![],
+        cluster: String::new(),
     };
     let mut out = vec![grant_like(&base, 1_000_000_000)];
     out.extend(admission(&base, Rate(4_000_000), hours));
@@ -217,6 +219,47 @@ pub async fn append_is_idempotent<S: LedgerStore>(s: &S) {
     let e = lifecycle("b2", "vision", "u2", 1, 1);
     let out = s.append(&[e[0].clone(), e[0].clone()]).await.unwrap();
     assert_eq!((out.inserted, out.duplicates), (1, 1));
+}
+
+/// The MultiKueue worker an admission ran in comes back as written on the
+/// entries after the dispatch (the first Reserve precedes it); a replay that
+/// names the worker where the first write did not is the same entry; a name
+/// that is no DNS label is refused.
+pub async fn worker_cluster_is_kept_and_not_part_of_identity<S: LedgerStore>(s: &S) {
+    let mut entries = lifecycle("b1", "vision", "u1", 2, 3);
+    let first_reserve = entries
+        .iter()
+        .position(|e| e.kind == EntryKind::Reserve)
+        .expect("a reserve");
+    for e in entries.iter_mut().skip(first_reserve + 1) {
+        if e.workload_uid == "u1" {
+            e.cluster = "worker-eu-1".into();
+        }
+    }
+    s.append(&entries).await.unwrap();
+    let stored = s.entries_for_workload("u1").await.unwrap();
+    assert_eq!(
+        stored.len(),
+        entries.iter().filter(|e| e.workload_uid == "u1").count()
+    );
+    for (s, written) in stored
+        .iter()
+        .zip(entries.iter().filter(|e| e.workload_uid == "u1"))
+    {
+        assert_eq!(s.entry.cluster, written.cluster, "{}", s.entry.key);
+    }
+    assert!(stored.iter().any(|e| e.entry.cluster == "worker-eu-1"));
+    assert!(stored.iter().any(|e| e.entry.cluster.is_empty()));
+    let mut replay = entries.clone();
+    for e in &mut replay {
+        e.cluster = "worker-eu-1".into();
+    }
+    let again = s.append(&replay).await.unwrap();
+    assert_eq!((again.inserted, again.duplicates), (0, entries.len()));
+    let mut bad = lifecycle("b2", "vision", "u2", 1, 1);
+    bad[1].cluster = "Worker_1".into();
+    let err = s.append(&bad).await.unwrap_err().to_string();
+    assert!(err.contains("DNS label"), "{err}");
 }
 
 /// The devices an entry's admission held come back as written; a replay that saw

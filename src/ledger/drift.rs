@@ -215,6 +215,7 @@ mod tests {
                     created_at: 0,
                     rate: 1,
                     devices: vec![],
+                    cluster: String::new(),
                 },
             },
             reserved: 10,

@@ -115,6 +115,12 @@ pub struct Entry {
     /// devices is the same entry.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub devices: Vec<String>,
+    /// The MultiKueue worker cluster the admission ran in (schema version 6;
+    /// Kueue's `status.clusterName`), empty for kaccel's own cluster or before
+    /// Kueue dispatched it (a first Reserve is written before: Kueue dispatches
+    /// only once the credit check is Ready). Informational like `devices`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub cluster: String,
 }
 
 /// One line of an admission: the (flavor, resource) of a workload admission that
@@ -136,6 +142,7 @@ impl Entry {
         let mut a = self.clone();
         a.created_at = other.created_at;
         a.devices.clone_from(&other.devices);
+        a.cluster.clone_from(&other.cluster);
         &a == other
     }
 
@@ -207,6 +214,12 @@ impl Entry {
         {
             return Err(format!(
                 "device id {bad:?} must be non-empty, without commas, semicolons or spaces"
+            ));
+        }
+        if !self.cluster.is_empty() && !crate::k8s::names::valid_dns_label(&self.cluster) {
+            return Err(format!(
+                "cluster {:?} must be a worker's name (a DNS label) or empty",
+                self.cluster
             ));
         }
         // Ledgers written before schema version 3 keyed one joined entry per
@@ -476,6 +489,7 @@ mod tests {
             reason: String::new(),
             created_at: 0,
             devices: vec![],
+            cluster: String::new(),
         }
     }
 

@@ -133,6 +133,7 @@ impl ReservationRecord {
             term_seconds: self.horizon_seconds,
             lines: self.lines(),
             devices: vec![],
+            cluster: String::new(),
         }
     }
 

@@ -56,6 +56,8 @@ impl LedgerRuntime {
                 None => self.store().entries_for_workload(&uid).await?,
             };
             let mut charge = rec.charge(&namespace, &name, &uid);
+            // The worker MultiKueue dispatched it to, named on every entry from here on.
+            charge.cluster = v.cluster_name().to_string();
             charge.devices = self
                 .devices
                 .lock()
@@ -301,6 +303,7 @@ impl LedgerRuntime {
             admission,
             admitted_at,
             now,
+            cluster: v.cluster_name().to_string(),
         };
         let stage = |name: &'static str, since: std::time::Instant| {
             self.metrics

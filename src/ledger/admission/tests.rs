@@ -139,6 +139,7 @@ fn view() -> WorkloadView {
         admission: 4,
         admitted_at: 1_735_689_600,
         now: 1_735_689_601,
+        cluster: String::new(),
     }
 }
 

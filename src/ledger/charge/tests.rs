@@ -36,6 +36,7 @@ fn charge(term: u64, lines: Vec<ReservationLine>) -> Charge {
         term_seconds: term,
         lines,
         devices: vec![],
+        cluster: String::new(),
     }
 }
 

@@ -44,7 +44,7 @@ pub(super) fn record<S: AsRef<str>>(out: &mut impl Write, fields: &[S]) -> io::R
     out.write_all(b"\r\n")
 }
 
-pub const CSV_HEADER: [&str; 26] = [
+pub const CSV_HEADER: [&str; 27] = [
     "id",
     "key",
     "kind",
@@ -71,6 +71,7 @@ pub const CSV_HEADER: [&str; 26] = [
     "spentDelta",
     "remainingDelta",
     "devices",
+    "cluster",
 ];
 
 impl<W: Write> Exporter<W> {
@@ -113,6 +114,8 @@ impl<W: Write> Exporter<W> {
                 Cow::Owned(format_micros(delta.remaining())),
                 // The devices its pods held, space-separated (empty: unknown).
                 Cow::Owned(e.devices.join(" ")),
+                // The MultiKueue worker it ran in (empty: this cluster).
+                Cow::Borrowed(e.cluster.as_str()),
             ],
         )?;
         self.rows += 1;

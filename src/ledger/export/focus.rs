@@ -95,7 +95,7 @@ fn compute_month_of(secs: i64) -> (i64, i64) {
 
 /// The FOCUS columns in the order written: FOCUS 1.2 columns alphabetically, then
 /// kaccel's `x_` columns.
-pub const FOCUS_HEADER: [&str; 48] = [
+pub const FOCUS_HEADER: [&str; 49] = [
     "BilledCost",
     "BillingAccountId",
     "BillingAccountName",
@@ -144,6 +144,7 @@ pub const FOCUS_HEADER: [&str; 48] = [
     "x_Flavor",
     "x_EvictionReason",
     "x_Devices",
+    "x_Cluster",
 ];
 
 /// Appends `v` as a JSON string (quoted, escaped per RFC 8259).
@@ -304,7 +305,7 @@ impl<W: Write> Exporter<W> {
             Some(Cow::Owned(v))
         }
         let sku_price = format!("{}/{}/{}", e.rate_card, e.class, e.flavor);
-        let columns: [(&str, Option<Cow<str>>); 48] = [
+        let columns: [(&str, Option<Cow<str>>); 49] = [
             ("BilledCost", some(&billed_text)),
             ("BillingAccountId", some(account)),
             ("BillingAccountName", some(account)),
@@ -385,6 +386,9 @@ impl<W: Write> Exporter<W> {
                 "x_Devices",
                 (!e.devices.is_empty()).then(|| e.devices.join(" ").into()),
             ),
+            // The MultiKueue worker cluster it ran in (FOCUS has no cluster
+            // column; NULL for this cluster).
+            ("x_Cluster", non_empty(&e.cluster)),
         ];
         debug_assert!(
             columns

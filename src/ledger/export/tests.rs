@@ -38,6 +38,7 @@ fn post() -> StoredEntry {
             created_at: 1_767_229_200,
             rate: 4_000_000,
             devices: vec![],
+            cluster: String::new(),
         },
     };
     post.entry.key = post.entry.derived_key().unwrap();
@@ -131,6 +132,7 @@ fn charged_run(budget: &str, team: &str, uid: &str) -> Vec<Entry> {
             line("mig-1g", "nvidia.com/mig-1g.10gb", 7, 250_001),
         ],
         devices: vec![],
+        cluster: String::new(),
     };
     let rich = Balances {
         granted: 1 << 80,
@@ -248,8 +250,32 @@ fn csv_quotes_and_formats() {
     assert!(line.contains("\"train, \"\"big\"\"\""), "{line}");
     assert!(line.contains("2026-01-01T00:00:00Z"));
     assert!(line.contains(",32,"));
-    // 8 device-hours at 4 credits: spent +32, reserved -32; no devices known.
-    assert!(line.ends_with(",8,4,0,-32,32,0,"), "{line}");
+    // 8 device-hours at 4 credits: spent +32, reserved -32; no devices known,
+    // this cluster.
+    assert!(line.ends_with(",8,4,0,-32,32,0,,"), "{line}");
+}
+
+#[test]
+fn every_format_names_the_worker_cluster_an_entry_ran_in() {
+    let mut dispatched = post();
+    dispatched.entry.cluster = "worker-eu-1".into();
+    let pricing = || Pricing::new("EUR", "1").unwrap();
+    let csv = export_all(Format::Csv, pricing(), std::slice::from_ref(&dispatched));
+    assert_eq!(table(&csv)[0]["cluster"].as_deref(), Some("worker-eu-1"));
+    let focus = export_all(Format::Focus, pricing(), std::slice::from_ref(&dispatched));
+    assert_eq!(
+        table(&focus)[0]["x_Cluster"].as_deref(),
+        Some("worker-eu-1")
+    );
+    let json = export_all(Format::Json, pricing(), &[dispatched]);
+    let v: serde_json::Value = serde_json::from_str(json.lines().next().unwrap()).unwrap();
+    assert_eq!(v["cluster"], "worker-eu-1");
+    // This cluster: an empty CSV cell, a NULL FOCUS cell, no JSON key.
+    let here = export_all(Format::Focus, pricing(), &[post()]);
+    assert_eq!(table(&here)[0]["x_Cluster"], None);
+    let json = export_all(Format::Json, pricing(), &[post()]);
+    let v: serde_json::Value = serde_json::from_str(json.lines().next().unwrap()).unwrap();
+    assert!(v.get("cluster").is_none());
 }
 
 #[test]

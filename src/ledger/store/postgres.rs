@@ -54,12 +54,12 @@ impl AppendStatements {
         // at 10M rows on 2 cores.
         let insert_sql = format!(
             "INSERT INTO entries (workload_seq, {COLUMNS})
-             SELECT c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13, c14, c15, c16, c17, c18, c19, c20, c21
+             SELECT c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13, c14, c15, c16, c17, c18, c19, c20, c21, c22
              FROM unnest($1::BIGINT[], $2::TEXT[], $3::TEXT[], $4::TEXT[], $5::TEXT[], $6::TEXT[], $7::TEXT[],
                          $8::TEXT[], $9::BIGINT[], $10::TEXT[], $11::TEXT[], $12::TEXT[], $13::BIGINT[],
                          $14::BIGINT[], $15::BIGINT[], $16::BIGINT[], $17::TEXT[], $18::TEXT[], $19::BIGINT[],
-                         $20::BIGINT[], $21::TEXT[])
-                  WITH ORDINALITY AS t(c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13, c14, c15, c16, c17, c18, c19, c20, c21, n)
+                         $20::BIGINT[], $21::TEXT[], $22::TEXT[])
+                  WITH ORDINALITY AS t(c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13, c14, c15, c16, c17, c18, c19, c20, c21, c22, n)
              ORDER BY n
              ON CONFLICT {CONFLICT_TARGET} DO NOTHING RETURNING id, workload_seq, idempotency_key"
         );
@@ -244,6 +244,7 @@ impl LedgerStore for PostgresStore {
         let created = number(|e| e.created_at);
         let rates = number(|e| e.rate as i64);
         let devices: Vec<String> = entries.iter().map(|e| e.devices.join(",")).collect();
+        let clusters = column(|e| &e.cluster);
         let rows = tx
             .query(
                 &statements.insert,
@@ -269,6 +270,7 @@ impl LedgerStore for PostgresStore {
                     &created,
                     &rates,
                     &devices,
+                    &clusters,
                 ],
             )
             .await?;
@@ -418,20 +420,20 @@ impl LedgerStore for PostgresStore {
         let mut out = Vec::with_capacity(rows.len());
         for r in &rows {
             let reserve = Self::read_row(r)?;
-            if let Some(id) = r.try_get::<_, Option<i64>>(23)? {
+            if let Some(id) = r.try_get::<_, Option<i64>>(24)? {
                 return Err(corrupt_aggregated(
                     id,
                     "credits",
                     &format!("a post of reservation {}", reserve.entry.key),
                 ));
             }
-            let posted: String = r.try_get(21)?;
+            let posted: String = r.try_get(22)?;
             let posted: i128 = posted.parse().map_err(|_| StoreError::CorruptRow {
                 id: reserve.id,
                 column: "credits",
                 detail: format!("sum {posted:?} of the posts is not an integer"),
             })?;
-            let posted_until: i64 = r.try_get(22)?;
+            let posted_until: i64 = r.try_get(23)?;
             out.push(OpenReservation::from_row(reserve, posted, posted_until));
         }
         Ok(merge_open_lines(out))

@@ -74,6 +74,7 @@ pub(super) struct RawRow {
     created_at: i64,
     rate: i64,
     devices: String,
+    cluster: String,
 }
 
 impl RawRow {
@@ -108,6 +109,7 @@ impl RawRow {
             created_at: int(18, "created_at")?,
             rate: int(19, "rate")?,
             devices: text(20, "devices")?,
+            cluster: text(21, "cluster")?,
         })
     }
 
@@ -165,6 +167,7 @@ impl RawRow {
                     .filter(|d| !d.is_empty())
                     .map(str::to_string)
                     .collect(),
+                cluster: self.cluster,
             },
         })
     }

@@ -4,7 +4,7 @@
 use crate::ledger::entry::Entry;
 
 /// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 /// The table that records which migrations ran (the same in both backends).
 pub(super) const CREATE_MIGRATIONS_TABLE: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)";
@@ -23,7 +23,10 @@ pub(super) fn pending_migrations(
     Ok((found + 1)..=SCHEMA_VERSION)
 }
 
-pub(super) const COLUMNS: &str = "idempotency_key, kind, budget, team, workload_namespace, workload_name, workload_uid, admission, class, flavor, resource, device_units, interval_start, interval_end, credits, rate_card, reason, created_at, rate, devices";
+pub(super) const COLUMNS: &str = "idempotency_key, kind, budget, team, workload_namespace, workload_name, workload_uid, admission, class, flavor, resource, device_units, interval_start, interval_end, credits, rate_card, reason, created_at, rate, devices, cluster";
+
+/// [`COLUMNS`] as schema version 5 had them (migration 5 copies these).
+const COLUMNS_V5: &str = "idempotency_key, kind, budget, team, workload_namespace, workload_name, workload_uid, admission, class, flavor, resource, device_units, interval_start, interval_end, credits, rate_card, reason, created_at, rate, devices";
 
 pub(super) fn migration_1(id_column: &str) -> String {
     format!(
@@ -62,6 +65,9 @@ const MIGRATION_3: &str = "ALTER TABLE entries ADD COLUMN rate BIGINT NOT NULL D
 
 /// The devices an entry's admission held, comma-separated ('' when unknown).
 const MIGRATION_4: &str = "ALTER TABLE entries ADD COLUMN devices TEXT NOT NULL DEFAULT '';";
+
+/// The MultiKueue worker cluster of an entry's admission ('' for this cluster).
+const MIGRATION_6: &str = "ALTER TABLE entries ADD COLUMN cluster TEXT NOT NULL DEFAULT '';";
 
 /// `entries` as migration 5 leaves it, for SQLite's rebuild (it cannot drop a
 /// column's UNIQUE in place).
@@ -201,7 +207,7 @@ fn migration_5(dialect: Dialect) -> String {
             "CREATE TABLE workload_ids (seq INTEGER PRIMARY KEY, uid TEXT NOT NULL UNIQUE);
              {number_workloads}
              {SQLITE_V5_TABLE}
-             INSERT INTO entries_v5 (id, workload_seq, {COLUMNS})
+             INSERT INTO entries_v5 (id, workload_seq, {COLUMNS_V5})
                  SELECT e.id, w.seq, {} FROM entries e JOIN workload_ids w ON w.uid = e.workload_uid ORDER BY e.id;
              UPDATE sqlite_sequence SET seq = (SELECT MAX(seq) FROM sqlite_sequence WHERE name IN ('entries', 'entries_v5'))
                  WHERE name = 'entries_v5';
@@ -215,7 +221,7 @@ fn migration_5(dialect: Dialect) -> String {
              CREATE INDEX entries_reserves ON entries (id) WHERE kind = 'Reserve';
              {WORKLOAD_KEY_INDEX}
              {totals}",
-            columns_of("e")
+            qualified(COLUMNS_V5, "e")
         ),
     }
 }
@@ -237,13 +243,18 @@ pub(super) fn migration(version: i64, dialect: Dialect) -> String {
         3 => MIGRATION_3.to_string(),
         4 => MIGRATION_4.to_string(),
         5 => migration_5(dialect),
+        6 => MIGRATION_6.to_string(),
         _ => unreachable!("no migration {version} (SCHEMA_VERSION is {SCHEMA_VERSION})"),
     }
 }
 
 /// [`COLUMNS`] qualified with a table alias (`r.idempotency_key, r.kind, …`).
 fn columns_of(alias: &str) -> String {
-    COLUMNS
+    qualified(COLUMNS, alias)
+}
+
+fn qualified(columns: &str, alias: &str) -> String {
+    columns
         .split(", ")
         .map(|c| format!("{alias}.{c}"))
         .collect::<Vec<_>>()
@@ -252,9 +263,9 @@ fn columns_of(alias: &str) -> String {
 
 /// The query of [`LedgerStore::open_reservations`], shared by both backends:
 /// one row per Reserve entry (a line's term) whose line has no Void; columns
-/// 0..=20 are the Reserve's `id` and [`COLUMNS`] (read by `read_row`), 21 the
-/// line's posted sum (`sum`, as the backend wants it), 22 its latest post end,
-/// 23 and 24 (`check`) the first post id with a corrupt `credits`, resp.
+/// 0..=21 are the Reserve's `id` and [`COLUMNS`] (read by `read_row`), 22 the
+/// line's posted sum (`sum`, as the backend wants it), 23 its latest post end,
+/// 24 and 25 (`check`) the first post id with a corrupt `credits`, resp.
 /// `interval_end`, or NULL. Posts and the void are found through the
 /// (workload_seq, idempotency_key) index, Reserves through their partial index;
 /// [`merge_open_lines`] folds a line's terms into one [`OpenReservation`].

@@ -255,7 +255,7 @@ impl LedgerStore for SqliteStore {
             let mut out = AppendOutcome::default();
             {
                 let mut insert = tx.prepare_cached(&format!(
-                    "INSERT INTO entries (workload_seq, {COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21) ON CONFLICT {CONFLICT_TARGET} DO NOTHING"
+                    "INSERT INTO entries (workload_seq, {COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22) ON CONFLICT {CONFLICT_TARGET} DO NOTHING"
                 ))?;
                 let mut existing = tx.prepare_cached(&format!(
                     "SELECT id, {COLUMNS} FROM entries WHERE workload_seq = ?1 AND idempotency_key = ?2"
@@ -285,6 +285,7 @@ impl LedgerStore for SqliteStore {
                         e.created_at,
                         e.rate as i64,
                         e.devices.join(","),
+                        e.cluster,
                     ])?;
                     if n == 1 {
                         out.inserted += 1;
@@ -426,14 +427,14 @@ impl LedgerStore for SqliteStore {
             while let Some(r) = rows.next()? {
                 let reserve = Self::read_row(r)?;
                 let within = || format!("a post of reservation {}", reserve.entry.key);
-                if let Some(id) = r.get::<_, Option<i64>>(23)? {
+                if let Some(id) = r.get::<_, Option<i64>>(25)? {
                     return Err(corrupt_aggregated(id, "credits", &within()));
                 }
                 if let Some(id) = r.get::<_, Option<i64>>(24)? {
                     return Err(corrupt_aggregated(id, "interval_end", &within()));
                 }
-                let posted: Option<i64> = r.get(21)?;
-                let posted_until: i64 = r.get(22)?;
+                let posted: Option<i64> = r.get(22)?;
+                let posted_until: i64 = r.get(23)?;
                 out.push(OpenReservation::from_row(
                     reserve,
                     i128::from(posted.unwrap_or(0)),
@@ -499,7 +500,7 @@ mod tests {
             conn.execute(
                 &format!(
                     "INSERT INTO entries ({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
-                    COLUMNS.trim_end_matches(", rate, devices")
+                    COLUMNS.trim_end_matches(", rate, devices, cluster")
                 ),
                 rusqlite::params![
                     e.key, e.kind.as_str(), e.budget, e.team, e.namespace, e.workload,
@@ -529,7 +530,8 @@ mod tests {
         for e in entries {
             conn.execute(
                 &format!(
-                    "INSERT INTO entries ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)"
+                    "INSERT INTO entries ({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)",
+                    COLUMNS.trim_end_matches(", cluster")
                 ),
                 rusqlite::params![
                     e.key, e.kind.as_str(), e.budget, e.team, e.namespace, e.workload,
@@ -574,7 +576,7 @@ mod tests {
         let err = store
             .with_conn(|conn| {
                 conn.execute(
-                    "INSERT INTO entries SELECT NULL, idempotency_key, kind, budget, team, workload_namespace, workload_name, workload_uid, admission, class, flavor, resource, device_units, interval_start, interval_end, credits, rate_card, reason, created_at, rate, devices, workload_seq FROM entries WHERE id = 2",
+                    "INSERT INTO entries SELECT NULL, idempotency_key, kind, budget, team, workload_namespace, workload_name, workload_uid, admission, class, flavor, resource, device_units, interval_start, interval_end, credits, rate_card, reason, created_at, rate, devices, workload_seq, cluster FROM entries WHERE id = 2",
                     [],
                 )?;
                 Ok(())
@@ -666,7 +668,7 @@ mod tests {
 
         // Reopening applies nothing twice.
         let store = SqliteStore::open(&path).await.unwrap();
-        assert_eq!(store.schema_version().await.unwrap(), 5);
+        assert_eq!(store.schema_version().await.unwrap(), 6);
         let versions: Vec<i64> = store
             .with_conn(|conn| {
                 let mut stmt =
@@ -678,7 +680,7 @@ mod tests {
             })
             .await
             .unwrap();
-        assert_eq!(versions, [1, 2, 3, 4, 5]);
+        assert_eq!(versions, [1, 2, 3, 4, 5, 6]);
     }
 
     /// The admission queries use the indexes (migrations 2 and 5) rather than

@@ -94,6 +94,7 @@ fn note_for(w: &Workload) -> String {
             credits: Credits::ZERO,
         }],
         devices: vec![],
+        cluster: String::new(),
     };
     ready_note(&record, &charge, w)
 }

@@ -28,6 +28,7 @@ fn orphan(key: &str) -> OpenReservation {
                 created_at: 0,
                 rate: 0,
                 devices: vec![],
+                cluster: String::new(),
             },
         },
         reserved: 10,
