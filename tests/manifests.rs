@@ -188,6 +188,20 @@ fn cluster_role_is_exactly_what_the_controller_calls() {
                 &[],
                 &["patch"]
             ),
+            // MultiKueue: the workers' MultiKueueClusters (SSA, and deletion of
+            // those no longer configured) and the MultiKueueConfig listing them.
+            rule(
+                &["kueue.x-k8s.io"],
+                &["multikueueclusters"],
+                &[],
+                &["list", "create", "patch", "delete"]
+            ),
+            rule(
+                &["kueue.x-k8s.io"],
+                &["multikueueconfigs"],
+                &[],
+                &["create", "patch"]
+            ),
             // Events, in the namespace of the object they are about: "default"
             // for cluster-scoped objects, each team's for its Workloads.
             rule(&["events.k8s.io"], &["events"], &[], &["create", "patch"]),
@@ -267,6 +281,20 @@ fn namespaced_roles_cover_the_lease_the_webhook_certificate_and_kueue_config_onl
             &["get", "list", "watch"]
         )]
     );
+    // MultiKueue: the workers' kubeconfig Secrets, in Kueue's namespace, read only.
+    let worker_kubeconfigs = doc(
+        "manifests/role.yaml",
+        "Role",
+        "kaccel-read-worker-kubeconfigs",
+    );
+    assert_eq!(
+        worker_kubeconfigs["metadata"]["namespace"],
+        config.multi_kueue.kueue_namespace.as_str()
+    );
+    assert_eq!(
+        rules(&worker_kubeconfigs),
+        vec![rule(&[""], &["secrets"], &[], &["get"])]
+    );
 }
 
 #[test]
@@ -306,6 +334,7 @@ fn bindings_give_the_roles_to_the_controller_service_account() {
         ("ClusterRole", "kaccel-controller"),
         ("Role", "kaccel-leader-election"),
         ("Role", "kaccel-read-kueue-config"),
+        ("Role", "kaccel-read-worker-kubeconfigs"),
         ("Role", "kaccel-webhook-certificate"),
     ]
     .iter()

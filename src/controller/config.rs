@@ -57,6 +57,58 @@ pub struct Config {
     pub ledger: Ledger,
     pub kueue: KueueSettings,
     pub webhook: Webhook,
+    #[serde(default)]
+    pub multi_kueue: MultiKueue,
+}
+
+/// Kueue MultiKueue: this cluster is the manager, and admitted work runs in the
+/// worker clusters listed here. kaccel reads each worker's Nodes (never writes
+/// there), plans quota over their union, writes Kueue's MultiKueueCluster per
+/// worker, one MultiKueueConfig and the MultiKueue AdmissionCheck on every
+/// ClusterQueue, and charges in this cluster's ledger with the worker named on
+/// each entry. A config section, not a custom resource: a worker is reached
+/// with credentials in Kueue's namespace (the Secret Kueue's MultiKueue reads
+/// too), a cluster-admin decision made once per installation, not per team.
+/// Adding a worker takes a restart (a rollout).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct MultiKueue {
+    /// The worker clusters (empty: no MultiKueue; kaccel plans this cluster's Nodes).
+    pub workers: Vec<Worker>,
+    /// Kueue's namespace, where each worker's kubeconfig Secret is (Kueue reads
+    /// it there; so does kaccel).
+    pub kueue_namespace: String,
+    /// The MultiKueue AdmissionCheck every ClusterQueue references, and the
+    /// MultiKueueConfig it names (empty: `<instance>-multikueue`).
+    pub admission_check_name: String,
+}
+
+/// One MultiKueue worker cluster.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Worker {
+    /// The MultiKueueCluster's name, and the cluster named in ledger entries
+    /// (a DNS label).
+    pub name: String,
+    /// The Secret in `kueueNamespace` whose key `kubeconfig` reaches the worker
+    /// (credentials embedded: Kueue refuses file paths and exec plugins).
+    pub kubeconfig_secret: String,
+}
+
+impl Default for MultiKueue {
+    fn default() -> Self {
+        MultiKueue {
+            workers: Vec::new(),
+            kueue_namespace: "kueue-system".into(),
+            admission_check_name: String::new(),
+        }
+    }
+}
+
+impl MultiKueue {
+    pub fn enabled(&self) -> bool {
+        !self.workers.is_empty()
+    }
 }
 
 /// The pod webhook: rewrites `kaccel.io/accelerator` into the vendor resource of
@@ -392,6 +444,7 @@ impl Default for Config {
             ledger: Ledger::default(),
             kueue: KueueSettings::default(),
             webhook: Webhook::default(),
+            multi_kueue: MultiKueue::default(),
         }
         .with_instance_names()
     }
@@ -485,6 +538,10 @@ impl Config {
             instance::credits_controller_name(&name),
         );
         self.ledger.finalizer = instance::credits_finalizer(&name);
+        fill(
+            &mut self.multi_kueue.admission_check_name,
+            format!("{name}-multikueue"),
+        );
         self
     }
 
@@ -500,6 +557,10 @@ impl Config {
                 .ledger
                 .enabled
                 .then(|| self.ledger.admission_check_name.clone()),
+            multikueue_check: self
+                .multi_kueue
+                .enabled()
+                .then(|| self.multi_kueue.admission_check_name.clone()),
             ..PlanOptions::default()
         }
     }

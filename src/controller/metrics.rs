@@ -36,6 +36,11 @@ pub struct ClassFlavorLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WorkerLabels {
+    pub cluster: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BlockedQueueLabels {
     pub cluster_queue: String,
     pub resource: String,
@@ -127,6 +132,10 @@ pub struct Metrics {
     /// Per class with a topology level and flavor: the healthy devices of its
     /// fullest block (what one Workload can get at most).
     pub class_largest_block: Family<ClassFlavorLabels, Gauge>,
+    /// Per MultiKueue worker: 1 while kaccel reads its Nodes, 0 while not.
+    pub worker_cluster_reachable: Family<WorkerLabels, Gauge>,
+    /// Per MultiKueue worker: the Nodes kaccel last read there.
+    pub worker_cluster_nodes: Family<WorkerLabels, Gauge>,
     /// 1 per (ClusterQueue kaccel does not own, resource) that Kueue's
     /// transformation into `kaccel.io/accelerator` keeps from admitting.
     pub foreign_queues_blocked: Family<BlockedQueueLabels, Gauge>,
@@ -171,6 +180,8 @@ impl Metrics {
             managed_objects: Family::default(),
             class_devices: Family::default(),
             class_largest_block: Family::default(),
+            worker_cluster_reachable: Family::default(),
+            worker_cluster_nodes: Family::default(),
             foreign_queues_blocked: Family::default(),
             webhook_answers: Family::default(),
             webhook_latency: Histogram::new(exponential_buckets(0.0001, 2.0, 16)),
@@ -287,6 +298,16 @@ impl Metrics {
             "kaccel_class_largest_block",
             "Healthy devices in the fullest block at an AcceleratorClass's spec.topology.level, per flavor: the most one Workload that requires that level can get",
             m.class_largest_block.clone(),
+        );
+        registry.register(
+            "kaccel_worker_cluster_reachable",
+            "1 while kaccel reads the Nodes of a MultiKueue worker cluster, 0 while it cannot (its devices count as Unknown)",
+            m.worker_cluster_reachable.clone(),
+        );
+        registry.register(
+            "kaccel_worker_cluster_nodes",
+            "Nodes kaccel last read in a MultiKueue worker cluster",
+            m.worker_cluster_nodes.clone(),
         );
         registry.register(
             "kaccel_leader",

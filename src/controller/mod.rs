@@ -21,6 +21,7 @@ mod holders;
 mod http;
 mod kueue_check;
 mod metrics;
+mod multikueue;
 mod name_conflicts;
 mod node_actions;
 mod pod_webhook;

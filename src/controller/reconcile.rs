@@ -66,6 +66,9 @@ pub(super) struct Reconciler {
     pub(super) own_writes: super::watches::OwnWrites,
     /// The Node index's parse count at the last reconcile (for the metric).
     pub(super) node_reads_seen: std::sync::atomic::AtomicU64,
+    /// MultiKueue workers' Node watches (none configured: this cluster's Nodes
+    /// are planned).
+    pub(super) workers: super::multikueue::Workers,
 }
 
 /// The ledger's tasks and what they share with the planner loop.
@@ -90,6 +93,10 @@ impl Reconciler {
             }
         }
         self.health_warming.store(false, Ordering::Relaxed);
+        if self.workers.first_read_pending() {
+            tracing::debug!("waiting for the first read of every MultiKueue worker's Nodes");
+            return Ok(());
+        }
         // Observe: the classes and budgets this installation serves
         // (`kaccel.io/instance`); another installation's are not even read.
         let Served {
@@ -101,13 +108,21 @@ impl Reconciler {
             caches.classes.state().iter().map(|c| c.as_ref()),
             caches.budgets.state().iter().map(|b| b.as_ref()),
         );
-        let slices = caches
-            .slices
-            .as_ref()
-            .map(|s| s.state())
-            .unwrap_or_default();
+        // With MultiKueue workers, only their Nodes are planned: every admission
+        // is dispatched to a worker, none runs here.
+        let unreachable_workers = self.workers.unreachable();
+        let slices = match &caches.slices {
+            Some(s) if !self.workers.enabled() => s.state(),
+            _ => Vec::new(),
+        };
         // The Node watch parsed each Node as it changed: nothing to read here.
-        let nodes = caches.nodes.snapshot();
+        let nodes = if self.workers.enabled() {
+            self.workers
+                .export_metrics(&self.metrics, &unreachable_workers);
+            Arc::new(self.workers.inventory(&unreachable_workers))
+        } else {
+            caches.nodes.snapshot()
+        };
         let reads = caches.nodes.reads();
         let before = self.node_reads_seen.swap(reads, Ordering::Relaxed);
         self.metrics
@@ -138,6 +153,7 @@ impl Reconciler {
             .collect();
         options.kueue_configuration = self.observe_kueue_configuration(caches);
         options.classes_elsewhere = classes_elsewhere;
+        options.unreachable_workers = unreachable_workers;
         options.foreign_cluster_queues = caches
             .all_cluster_queues
             .state()

@@ -92,6 +92,7 @@ pub async fn run(config: Config) -> Result<(), Error> {
             shared,
         }
     });
+    let workers = super::multikueue::watch_workers(&client, &config.multi_kueue, wake_tx.clone());
     health_poller::spawn_pollers(
         &client,
         &config.health,
@@ -161,6 +162,7 @@ pub async fn run(config: Config) -> Result<(), Error> {
         health_warming: AtomicBool::new(false),
         held_rules,
         ledger,
+        workers,
     };
 
     let result = if config.leader_election.enabled {
@@ -484,6 +486,16 @@ async fn reconcile_loop(
     }
     ready.store(true, Ordering::Relaxed);
     tracing::info!("caches synced");
+    // Kueue's MultiKueue objects, written once per leadership.
+    let _multikueue_task = reconciler.config.multi_kueue.enabled().then(|| {
+        let config = &reconciler.config;
+        AbortOnDrop(tokio::spawn(super::multikueue::write_objects(
+            reconciler.client.clone(),
+            config.multi_kueue.clone(),
+            config.instance.clone(),
+            config.field_manager.clone(),
+        )))
+    });
     // The ledger's tasks run while this loop does (the leader's), and stop with it.
     let _ledger_task = reconciler.ledger.as_ref().map(|l| {
         let cluster_queues = caches.kueue[&Kind::ClusterQueue].clone();

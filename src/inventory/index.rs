@@ -34,9 +34,38 @@ pub struct NodeIndex {
     relist: Option<BTreeMap<String, Arc<NodeInventory>>>,
     synced: bool,
     reads: u64,
+    /// The MultiKueue worker cluster these Nodes are in (None: kaccel's own
+    /// cluster): each is keyed `<cluster>/<node>`, so two clusters' node names
+    /// never meet in one inventory.
+    cluster: Option<String>,
 }
 
 impl NodeIndex {
+    /// The index of a worker cluster's Nodes (see [`NodeIndex::cluster`]).
+    pub fn for_worker(cluster: &str) -> Self {
+        NodeIndex {
+            cluster: Some(cluster.to_string()),
+            ..Default::default()
+        }
+    }
+
+    fn read(&self, node: &Node) -> NodeInventory {
+        let mut read = read_for_planning(node);
+        if let Some(cluster) = &self.cluster {
+            read.name = format!("{cluster}/{}", read.name);
+            read.cluster = Some(cluster.clone());
+        }
+        read
+    }
+
+    /// The key a Node of this index is kept under.
+    pub fn key_of(&self, name: &str) -> String {
+        match &self.cluster {
+            Some(cluster) => format!("{cluster}/{name}"),
+            None => name.to_string(),
+        }
+    }
+
     /// The inventory as of the last event (no slices merged).
     pub fn snapshot(&self) -> Arc<Inventory> {
         self.current.clone()
@@ -59,7 +88,7 @@ impl NodeIndex {
 
     /// A Node of the re-list under way (treated as an update without one).
     pub fn relisted(&mut self, node: &Node) {
-        let read = read_for_planning(node);
+        let read = self.read(node);
         self.reads += 1;
         match self.relist.as_mut() {
             Some(relist) => {
@@ -83,7 +112,7 @@ impl NodeIndex {
 
     /// A Node added or updated; true when what the inventory reads of it changed.
     pub fn upsert(&mut self, node: &Node) -> bool {
-        let read = read_for_planning(node);
+        let read = self.read(node);
         self.reads += 1;
         if self.current.nodes.get(&read.name).map(|n| &**n) == Some(&read) {
             return false;
@@ -96,14 +125,40 @@ impl NodeIndex {
         true
     }
 
-    /// A Node deleted; true when it was in the inventory.
+    /// A Node deleted (by its own name); true when it was in the inventory.
     pub fn remove(&mut self, name: &str) -> bool {
-        if !self.current.nodes.contains_key(name) {
+        let key = self.key_of(name);
+        if !self.current.nodes.contains_key(&key) {
             return false;
         }
-        Arc::make_mut(&mut self.current).nodes.remove(name);
+        Arc::make_mut(&mut self.current).nodes.remove(&key);
         true
     }
+}
+
+/// The MultiKueue worker clusters' Nodes as one inventory (keys are already
+/// `<cluster>/<node>`). A worker kaccel cannot read now keeps its last-read
+/// Nodes with their Ready condition unknown: their devices are Unknown
+/// (capacity, not failures), as when a kubelet stops reporting.
+pub fn worker_union<'a>(
+    workers: impl IntoIterator<Item = (&'a str, Arc<Inventory>)>,
+    unreachable: &BTreeMap<String, String>,
+) -> Inventory {
+    let mut nodes = BTreeMap::new();
+    for (cluster, inventory) in workers {
+        let lost = unreachable.contains_key(cluster);
+        for (key, node) in &inventory.nodes {
+            let node = if lost && node.ready.is_some() {
+                let mut unknown = (**node).clone();
+                unknown.ready = None;
+                Arc::new(unknown)
+            } else {
+                node.clone()
+            };
+            nodes.insert(key.clone(), node);
+        }
+    }
+    Inventory { nodes }
 }
 
 #[cfg(test)]

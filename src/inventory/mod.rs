@@ -238,7 +238,12 @@ pub struct Topology {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeInventory {
+    /// The Node's name; `<cluster>/<name>` for a MultiKueue worker's Node.
     pub name: String,
+    /// The MultiKueue worker cluster the Node is in; None for kaccel's own
+    /// cluster (the only one kaccel changes Nodes in).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
     pub labels: BTreeMap<String, String>,
     /// kaccel's own annotations on the node (`kaccel.io/...`): what it did to it.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -640,6 +645,7 @@ pub fn read_node(node: &Node) -> NodeInventory {
         .collect();
     NodeInventory {
         name,
+        cluster: None,
         annotations,
         topology,
         unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),

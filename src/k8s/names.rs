@@ -152,6 +152,11 @@ pub fn valid_dns_subdomain(s: &str) -> bool {
         })
 }
 
+/// A DNS label (RFC 1123): a namespace's or a MultiKueue worker's name.
+pub fn valid_dns_label(s: &str) -> bool {
+    s.len() <= 63 && !s.contains('.') && valid_dns_subdomain(s)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -49,6 +49,7 @@ mod quota;
 mod status;
 pub mod topology;
 mod validate;
+pub mod workers;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -91,6 +92,16 @@ pub struct PlanOptions {
     /// AdmissionCheck every ClusterQueue references; only set when the credit
     /// ledger runs (a check nobody answers would block all admission).
     pub admission_check: Option<String>,
+    /// Kueue's MultiKueue AdmissionCheck, when kaccel plans for worker clusters
+    /// (config `multiKueue.workers`): every ClusterQueue references it on all
+    /// its flavors (Kueue refuses one per flavor), so admitted work is
+    /// dispatched to a worker. Listed after the credit check, which Kueue wants
+    /// Ready before it dispatches.
+    pub multikueue_check: Option<String>,
+    /// MultiKueue worker clusters kaccel cannot read now -> why: their devices
+    /// are Unknown (capacity, not failures) and each class with devices there
+    /// says so (see [`workers`]).
+    pub unreachable_workers: BTreeMap<String, String>,
     /// Devices whose health is Unknown still count as capacity (a broken exporter
     /// must not drain the cluster; invariant 6).
     pub unknown_counts_as_capacity: bool,
@@ -121,6 +132,8 @@ impl Default for PlanOptions {
             instance: crate::k8s::instance::DEFAULT_INSTANCE.into(),
             root_cohort: "kaccel".into(),
             admission_check: None,
+            multikueue_check: None,
+            unreachable_workers: BTreeMap::new(),
             unknown_counts_as_capacity: true,
             demote_warning_percent: 10,
             held_budgets: BTreeMap::new(),
@@ -399,6 +412,12 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
         &class_reports,
         &class_by_name,
         &mut budgets.reports,
+    );
+    workers::classes(
+        &mut class_reports,
+        &flavor_reports,
+        &input.inventory.nodes,
+        options,
     );
     status::invalid_budgets(&mut budgets.reports);
 

@@ -135,7 +135,9 @@ pub fn node_actions(
     let mut stays_out: BTreeSet<&str> = BTreeSet::new();
 
     for node in inventory.nodes.values() {
-        if node.groups.is_empty() {
+        // A MultiKueue worker's Nodes are read, never changed: its own
+        // platform team (and health loop) acts on them.
+        if node.groups.is_empty() || node.cluster.is_some() {
             continue;
         }
         // Its own marks only (another installation's are not its to undo).

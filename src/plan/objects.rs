@@ -515,14 +515,23 @@ fn build_cluster_queue(
             }),
             stop_policy: Some(held.map(|p| p.as_str()).unwrap_or("None").to_string()),
             fair_sharing: None,
-            admission_checks_strategy: options.admission_check.as_ref().map(|c| {
-                AdmissionChecksStrategy {
-                    admission_checks: vec![AdmissionCheckStrategyRule { name: c.clone() }],
-                }
-            }),
+            admission_checks_strategy: admission_checks(options),
         },
         status: None,
     }
+}
+
+/// The credit check, then MultiKueue's (both on every flavor), when set.
+fn admission_checks(options: &PlanOptions) -> Option<AdmissionChecksStrategy> {
+    let admission_checks: Vec<AdmissionCheckStrategyRule> = [
+        options.admission_check.as_ref(),
+        options.multikueue_check.as_ref(),
+    ]
+    .into_iter()
+    .flatten()
+    .map(|name| AdmissionCheckStrategyRule { name: name.clone() })
+    .collect();
+    (!admission_checks.is_empty()).then_some(AdmissionChecksStrategy { admission_checks })
 }
 
 #[cfg(test)]

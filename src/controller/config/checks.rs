@@ -200,6 +200,52 @@ impl Config {
         if self.planner.demote_warning_percent > 100 {
             return Err(invalid("planner.demoteWarningPercent", "must be 0..100"));
         }
+        let multi_kueue = &self.multi_kueue;
+        let mut workers = std::collections::BTreeSet::new();
+        for worker in &multi_kueue.workers {
+            if !crate::k8s::names::valid_dns_label(&worker.name) {
+                return Err(invalid(
+                    "multiKueue.workers[].name",
+                    &format!(
+                        "{:?} must be a DNS label (lower-case letters, digits and '-'), e.g. worker-eu-1",
+                        worker.name
+                    ),
+                ));
+            }
+            if !workers.insert(worker.name.as_str()) {
+                return Err(invalid(
+                    "multiKueue.workers[].name",
+                    &format!("names must be unique; {:?} is listed twice", worker.name),
+                ));
+            }
+            if !crate::k8s::names::valid_dns_subdomain(&worker.kubeconfig_secret) {
+                return Err(invalid(
+                    "multiKueue.workers[].kubeconfigSecret",
+                    &format!(
+                        "worker {:?}: must name a Secret in multiKueue.kueueNamespace (a DNS subdomain), e.g. {}-kubeconfig",
+                        worker.name, worker.name
+                    ),
+                ));
+            }
+        }
+        if multi_kueue.workers.len() > 20 {
+            return Err(invalid(
+                "multiKueue.workers",
+                "Kueue's MultiKueueConfig takes at most 20 clusters",
+            ));
+        }
+        if !crate::k8s::names::valid_dns_label(&multi_kueue.kueue_namespace) {
+            return Err(invalid(
+                "multiKueue.kueueNamespace",
+                "must be a namespace name, e.g. kueue-system",
+            ));
+        }
+        if !crate::k8s::names::valid_dns_subdomain(&multi_kueue.admission_check_name) {
+            return Err(invalid(
+                "multiKueue.admissionCheckName",
+                "must be a DNS subdomain, e.g. kaccel-multikueue",
+            ));
+        }
         let ledger = &self.ledger;
         if !crate::k8s::names::valid_dns_subdomain(&ledger.admission_check_name) {
             return Err(invalid(

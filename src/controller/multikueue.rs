@@ -1,0 +1,482 @@
+//! Kueue MultiKueue, from the manager cluster: Kueue's MultiKueue objects for the
+//! configured workers (`multiKueue.workers`), and a read-only watch of each
+//! worker's Nodes through the kubeconfig Secret Kueue uses.
+//!
+//! A worker that cannot be read keeps its last-read Nodes, with their devices
+//! Unknown (see [`crate::inventory::index::worker_union`]): capacity, so a
+//! network partition alone cuts no quota (invariant 6).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Secret};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+
+use super::config::{MultiKueue, Worker};
+use super::metrics::Metrics;
+use super::watches::WatchBackoff;
+use crate::inventory::Inventory;
+use crate::inventory::index::NodeIndex;
+use crate::k8s::labels::MANAGED_BY_LABEL;
+
+/// Kueue's controller name for MultiKueue AdmissionChecks.
+pub const MULTIKUEUE_CONTROLLER: &str = "kueue.x-k8s.io/multikueue";
+
+/// The key of the kubeconfig in a worker's Secret (Kueue's
+/// `MultiKueueConfigSecretKey`).
+pub const KUBECONFIG_KEY: &str = "kubeconfig";
+
+/// How long a worker whose Secret is missing or unusable waits before kaccel
+/// reads the Secret again.
+const SECRET_RETRY: Duration = Duration::from_secs(5);
+
+/// How often a worker's API server is asked for its version, and how long it
+/// may take to answer before the worker counts as unreachable.
+const PROBE_INTERVAL: Duration = Duration::from_secs(5);
+const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Kueue's objects for the configured workers, in the order they are written: a
+/// MultiKueueCluster per worker, the MultiKueueConfig listing them, and the
+/// AdmissionCheck naming that config.
+pub fn objects(config: &MultiKueue, instance: &str) -> Vec<(&'static str, Value)> {
+    let api_version = crate::k8s::resources::kueue_api_version();
+    let labels = json!({ MANAGED_BY_LABEL: instance });
+    let mut out: Vec<(&'static str, Value)> = config
+        .workers
+        .iter()
+        .map(|w| {
+            (
+                "MultiKueueCluster",
+                json!({
+                    "apiVersion": api_version,
+                    "kind": "MultiKueueCluster",
+                    "metadata": {"name": w.name, "labels": labels},
+                    "spec": {"clusterSource": {"kubeConfig": {
+                        "location": w.kubeconfig_secret,
+                        "locationType": "Secret",
+                    }}},
+                }),
+            )
+        })
+        .collect();
+    let name = &config.admission_check_name;
+    out.push((
+        "MultiKueueConfig",
+        json!({
+            "apiVersion": api_version,
+            "kind": "MultiKueueConfig",
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"clusters": config.workers.iter().map(|w| w.name.as_str()).collect::<Vec<_>>()},
+        }),
+    ));
+    out.push((
+        "AdmissionCheck",
+        json!({
+            "apiVersion": api_version,
+            "kind": "AdmissionCheck",
+            "metadata": {"name": name, "labels": labels},
+            "spec": {
+                "controllerName": MULTIKUEUE_CONTROLLER,
+                "parameters": {"apiGroup": crate::k8s::resources::KUEUE_GROUP, "kind": "MultiKueueConfig", "name": name},
+            },
+        }),
+    ));
+    out
+}
+
+/// Writes [`objects`] (server-side apply), then deletes the MultiKueueClusters
+/// this installation wrote for workers no longer configured. Retried until it
+/// succeeds: without them Kueue dispatches nothing.
+pub(super) async fn write_objects(
+    client: Client,
+    config: MultiKueue,
+    instance: String,
+    field_manager: String,
+) {
+    let mut backoff = WatchBackoff::default();
+    loop {
+        match try_write_objects(&client, &config, &instance, &field_manager).await {
+            Ok(()) => return,
+            Err(e) => {
+                let wait = backoff
+                    .next()
+                    .unwrap_or(Duration::from_secs(5))
+                    .max(Duration::from_secs(1));
+                tracing::warn!(error = %e, retry_in = ?wait, "cannot write Kueue's MultiKueue objects");
+                tokio::time::sleep(wait).await;
+            }
+        }
+    }
+}
+
+async fn try_write_objects(
+    client: &Client,
+    config: &MultiKueue,
+    instance: &str,
+    field_manager: &str,
+) -> Result<(), kube::Error> {
+    let params = PatchParams::apply(field_manager).force();
+    for (kind, object) in objects(config, instance) {
+        let api: Api<DynamicObject> =
+            Api::all_with(client.clone(), &crate::k8s::resources::kueue(kind));
+        let name = object["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        api.patch(&name, &params, &Patch::Apply(&object)).await?;
+    }
+    let clusters: Api<DynamicObject> = Api::all_with(
+        client.clone(),
+        &crate::k8s::resources::kueue("MultiKueueCluster"),
+    );
+    let ours = clusters
+        .list(&ListParams::default().labels(&crate::k8s::instance::managed_selector(instance)))
+        .await?;
+    for gone in ours
+        .items
+        .iter()
+        .filter(|c| !config.workers.iter().any(|w| w.name == c.name_any()))
+    {
+        tracing::info!(cluster = %gone.name_any(), "deleting the MultiKueueCluster of a worker no longer configured");
+        clusters
+            .delete(&gone.name_any(), &DeleteParams::default())
+            .await?;
+    }
+    Ok(())
+}
+
+/// Whether kaccel reads a worker now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Reach {
+    /// Not read yet since start.
+    Connecting,
+    Reachable,
+    /// The last attempt failed: why.
+    Unreachable(String),
+}
+
+/// One worker's Nodes and whether they are current.
+#[derive(Clone)]
+struct WorkerCache {
+    name: String,
+    index: Arc<Mutex<NodeIndex>>,
+    reach: Arc<Mutex<Reach>>,
+}
+
+/// Every worker's Node watch, as the reconcile reads them.
+#[derive(Clone, Default)]
+pub(super) struct Workers {
+    workers: Vec<WorkerCache>,
+}
+
+impl Workers {
+    /// Whether MultiKueue workers are configured (then only their Nodes are planned).
+    pub(super) fn enabled(&self) -> bool {
+        !self.workers.is_empty()
+    }
+
+    /// The workers kaccel cannot read now, and why (one whose Nodes were not
+    /// all read yet since start is "not read yet").
+    pub(super) fn unreachable(&self) -> BTreeMap<String, String> {
+        self.workers
+            .iter()
+            .filter_map(|w| {
+                let synced = w.index.lock().expect("worker index lock").is_synced();
+                match &*w.reach.lock().expect("reach lock") {
+                    Reach::Reachable if synced => None,
+                    Reach::Reachable | Reach::Connecting => {
+                        Some((w.name.clone(), "not read yet since kaccel started".into()))
+                    }
+                    Reach::Unreachable(why) => Some((w.name.clone(), why.clone())),
+                }
+            })
+            .collect()
+    }
+
+    /// Some worker's first read is under way (not failed): planning now would
+    /// plan without its Nodes and cut its quota for a moment. Each first read
+    /// ends in a full list or an error, and either wakes the planner.
+    pub(super) fn first_read_pending(&self) -> bool {
+        self.workers.iter().any(|w| {
+            !w.index.lock().expect("worker index lock").is_synced()
+                && !matches!(*w.reach.lock().expect("reach lock"), Reach::Unreachable(_))
+        })
+    }
+
+    /// The workers' Nodes as one inventory (see [`worker_union`](crate::inventory::index::worker_union)).
+    pub(super) fn inventory(&self, unreachable: &BTreeMap<String, String>) -> Inventory {
+        let parts: Vec<(&str, Arc<Inventory>)> = self
+            .workers
+            .iter()
+            .map(|w| {
+                (
+                    w.name.as_str(),
+                    w.index.lock().expect("worker index lock").snapshot(),
+                )
+            })
+            .collect();
+        crate::inventory::index::worker_union(parts, unreachable)
+    }
+
+    /// Sets the per-worker gauges.
+    pub(super) fn export_metrics(&self, metrics: &Metrics, unreachable: &BTreeMap<String, String>) {
+        for w in &self.workers {
+            let labels = super::metrics::WorkerLabels {
+                cluster: w.name.clone(),
+            };
+            metrics
+                .worker_cluster_reachable
+                .get_or_create(&labels)
+                .set(i64::from(!unreachable.contains_key(&w.name)));
+            let nodes = w
+                .index
+                .lock()
+                .expect("worker index lock")
+                .snapshot()
+                .nodes
+                .len();
+            metrics
+                .worker_cluster_nodes
+                .get_or_create(&labels)
+                .set(i64::try_from(nodes).unwrap_or(i64::MAX));
+        }
+    }
+}
+
+/// Starts a Node watch per configured worker; each wakes the planner through
+/// `wake` when what the inventory reads changed or the worker's reachability did.
+pub(super) fn watch_workers(
+    client: &Client,
+    config: &MultiKueue,
+    wake: tokio::sync::mpsc::UnboundedSender<()>,
+) -> Workers {
+    let workers: Vec<WorkerCache> = config
+        .workers
+        .iter()
+        .map(|w| WorkerCache {
+            name: w.name.clone(),
+            index: Arc::new(Mutex::new(NodeIndex::for_worker(&w.name))),
+            reach: Arc::new(Mutex::new(Reach::Connecting)),
+        })
+        .collect();
+    for (worker, cache) in config.workers.iter().zip(&workers) {
+        tokio::spawn(watch_worker(
+            client.clone(),
+            config.kueue_namespace.clone(),
+            worker.clone(),
+            cache.clone(),
+            wake.clone(),
+        ));
+    }
+    Workers { workers }
+}
+
+impl WorkerCache {
+    /// Records the reachability; true when it changed.
+    fn set_reach(&self, reach: Reach) -> bool {
+        let mut current = self.reach.lock().expect("reach lock");
+        if *current == reach {
+            return false;
+        }
+        match &reach {
+            Reach::Unreachable(why) => {
+                tracing::warn!(worker = %self.name, error = %why, "MultiKueue worker unreachable: its devices count as Unknown")
+            }
+            Reach::Reachable => tracing::info!(worker = %self.name, "MultiKueue worker reachable"),
+            Reach::Connecting => {}
+        }
+        *current = reach;
+        true
+    }
+}
+
+/// A client for the worker from its Secret's kubeconfig.
+async fn worker_client(
+    client: &Client,
+    namespace: &str,
+    worker: &Worker,
+) -> Result<Client, String> {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let secret = secrets
+        .get_opt(&worker.kubeconfig_secret)
+        .await
+        .map_err(|e| {
+            format!(
+                "cannot read Secret {namespace}/{}: {e}",
+                worker.kubeconfig_secret
+            )
+        })?
+        .ok_or_else(|| {
+            format!(
+                "Secret {namespace}/{} does not exist",
+                worker.kubeconfig_secret
+            )
+        })?;
+    let bytes = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(KUBECONFIG_KEY))
+        .ok_or_else(|| {
+            format!(
+                "Secret {namespace}/{} has no key {KUBECONFIG_KEY:?}",
+                worker.kubeconfig_secret
+            )
+        })?;
+    let text = std::str::from_utf8(&bytes.0).map_err(|_| {
+        format!(
+            "Secret {namespace}/{} key {KUBECONFIG_KEY}: not UTF-8",
+            worker.kubeconfig_secret
+        )
+    })?;
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(text).map_err(|e| {
+        format!(
+            "Secret {namespace}/{} key {KUBECONFIG_KEY}: not a kubeconfig: {e}",
+            worker.kubeconfig_secret
+        )
+    })?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .map_err(|e| format!("kubeconfig of worker {}: {e}", worker.name))?;
+    Client::try_from(config).map_err(|e| format!("client for worker {}: {e}", worker.name))
+}
+
+/// Reads the worker's Nodes for as long as kaccel runs: a failed watch marks the
+/// worker unreachable (its Nodes are kept), the next event reachable again.
+async fn watch_worker(
+    client: Client,
+    namespace: String,
+    worker: Worker,
+    cache: WorkerCache,
+    wake: tokio::sync::mpsc::UnboundedSender<()>,
+) {
+    loop {
+        let worker_client = match worker_client(&client, &namespace, &worker).await {
+            Ok(c) => c,
+            Err(why) => {
+                if cache.set_reach(Reach::Unreachable(why)) {
+                    let _ = wake.send(());
+                }
+                tokio::time::sleep(SECRET_RETRY).await;
+                continue;
+            }
+        };
+        let mut events = watcher(Api::<Node>::all(worker_client.clone()), Default::default())
+            .backoff(WatchBackoff::default())
+            .boxed();
+        // A watch over a connection that went silent (a partition, a frozen
+        // API server) sees no error for minutes: a probe notices within
+        // PROBE_INTERVAL + PROBE_TIMEOUT.
+        let mut probe = tokio::time::interval(PROBE_INTERVAL);
+        probe.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let changed = tokio::select! {
+                event = events.next() => match event {
+                    Some(Ok(e)) => {
+                        let reach_changed = cache.set_reach(Reach::Reachable);
+                        let mut index = cache.index.lock().expect("worker index lock");
+                        let nodes_changed = match e {
+                            watcher::Event::Init => {
+                                index.begin_relist();
+                                false
+                            }
+                            watcher::Event::InitApply(node) => {
+                                index.relisted(&node);
+                                false
+                            }
+                            watcher::Event::InitDone => {
+                                index.end_relist();
+                                true
+                            }
+                            watcher::Event::Apply(node) => index.upsert(&node),
+                            watcher::Event::Delete(node) => index.remove(&node.name_any()),
+                        };
+                        reach_changed || nodes_changed
+                    }
+                    // The server answered (an expired resource version after
+                    // a compaction or a restart): the watcher re-lists.
+                    Some(Err(watcher::Error::WatchError(_))) => false,
+                    Some(Err(e)) => cache.set_reach(Reach::Unreachable(e.to_string())),
+                    None => break,
+                },
+                _ = probe.tick() => {
+                    match tokio::time::timeout(PROBE_TIMEOUT, worker_client.apiserver_version()).await {
+                        // The watch re-lists within a second of the
+                        // server's return; until then the Nodes last read stand.
+                        Ok(Ok(_)) => cache.set_reach(Reach::Reachable),
+                        Ok(Err(e)) => cache.set_reach(Reach::Unreachable(e.to_string())),
+                        Err(_) => cache.set_reach(Reach::Unreachable(format!(
+                            "no answer within {} s",
+                            PROBE_TIMEOUT.as_secs()
+                        ))),
+                    }
+                }
+            };
+            if changed && wake.send(()).is_err() {
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> MultiKueue {
+        MultiKueue {
+            workers: vec![
+                Worker {
+                    name: "worker-a".into(),
+                    kubeconfig_secret: "worker-a-kubeconfig".into(),
+                },
+                Worker {
+                    name: "worker-b".into(),
+                    kubeconfig_secret: "b-secret".into(),
+                },
+            ],
+            kueue_namespace: "kueue-system".into(),
+            admission_check_name: "kaccel-multikueue".into(),
+        }
+    }
+
+    #[test]
+    fn one_cluster_per_worker_one_config_listing_them_one_check_naming_it() {
+        let objects = objects(&config(), "kaccel");
+        let kinds: Vec<&str> = objects.iter().map(|(k, _)| *k).collect();
+        assert_eq!(
+            kinds,
+            [
+                "MultiKueueCluster",
+                "MultiKueueCluster",
+                "MultiKueueConfig",
+                "AdmissionCheck"
+            ]
+        );
+        // Kueue v1beta2: the kubeconfig source is under spec.clusterSource, a
+        // Secret in Kueue's namespace.
+        assert_eq!(
+            objects[1].1["spec"]["clusterSource"]["kubeConfig"],
+            json!({"location": "b-secret", "locationType": "Secret"})
+        );
+        assert_eq!(objects[1].1["metadata"]["name"], "worker-b");
+        assert_eq!(
+            objects[2].1["spec"]["clusters"],
+            json!(["worker-a", "worker-b"])
+        );
+        let check = &objects[3].1;
+        assert_eq!(check["spec"]["controllerName"], MULTIKUEUE_CONTROLLER);
+        assert_eq!(
+            check["spec"]["parameters"],
+            json!({"apiGroup": "kueue.x-k8s.io", "kind": "MultiKueueConfig", "name": "kaccel-multikueue"})
+        );
+        for (_, o) in &objects {
+            assert_eq!(o["metadata"]["labels"][MANAGED_BY_LABEL], "kaccel");
+            assert_eq!(o["apiVersion"], "kueue.x-k8s.io/v1beta2");
+        }
+    }
+}
