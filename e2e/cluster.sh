@@ -16,6 +16,9 @@
 #   e2e/cluster.sh restart etcd|kube-apiserver|kueue
 #                           SIGKILL one component, start it again, wait until it
 #                           serves; prints the seconds it was down
+#   e2e/cluster.sh kill NAME   SIGKILL one component and leave it down
+#   e2e/cluster.sh start NAME  start a killed component again (its recorded
+#                           command line) and wait until it serves
 #
 # Environment:
 #   KACCEL_E2E_CACHE   build cache            (default ~/.cache/kaccel-e2e)
@@ -562,15 +565,30 @@ EOF
 # data dir, Kueue's config), then wait until it serves again. The e2e fault tests
 # call this while kaccel runs; it prints the seconds the component was down.
 cmd_restart() {
-  local name=${1:?usage: restart etcd|kube-apiserver|kueue} pid t0
-  [[ -f "$RUN/$name.cmd" ]] || die "no command line recorded for $name in $RUN (started by an older cluster.sh?)"
-  BIN="$(cat "$RUN/bin-dir")"
+  local name=${1:?usage: restart etcd|kube-apiserver|kueue} t0
   t0=$(date +%s.%N)
+  cmd_kill "$name"
+  cmd_start "$name"
+  echo "$(date +%s.%N) $t0" | awk '{printf "%.3f\n", $1 - $2}'
+}
+
+# `kill NAME`: SIGKILL one component and leave it down (a worker cluster lost
+# for a while); `start NAME` brings it back with its recorded command line.
+cmd_kill() {
+  local name=${1:?usage: kill etcd|kube-apiserver|kueue} pid
+  [[ -f "$RUN/$name.cmd" ]] || die "no command line recorded for $name in $RUN (started by an older cluster.sh?)"
   if pid="$(pid_of "$name")"; then
     kill -KILL "$pid" 2>/dev/null || true
     while [[ -d "/proc/$pid" ]]; do sleep 0.05; done
   fi
-  local cmd
+  rm -f "$RUN/$name.pid"
+}
+
+cmd_start() {
+  local name=${1:?usage: start etcd|kube-apiserver|kueue} cmd
+  [[ -f "$RUN/$name.cmd" ]] || die "no command line recorded for $name in $RUN (started by an older cluster.sh?)"
+  BIN="$(cat "$RUN/bin-dir")"
+  pid_of "$name" >/dev/null && die "$name already runs"
   cmd="$(cat "$RUN/$name.cmd")"
   eval "start $name $cmd"
   case "$name" in
@@ -578,9 +596,8 @@ cmd_restart() {
     bash -c "curl -fsS --max-time 2 http://127.0.0.1:${ETCD_PORT}/health | grep -q '\"health\":\"true\"'" ;;
   kube-apiserver) wait_for "kube-apiserver serves again" kube-apiserver curl_api /readyz ;;
   kueue) wait_for "kueue serves again" kueue curl -fsS --max-time 2 "http://127.0.0.1:${HEALTH_PORT}/readyz" ;;
-  *) die "restart: $name is not one of etcd, kube-apiserver, kueue" ;;
+  *) die "start: $name is not one of etcd, kube-apiserver, kueue" ;;
   esac
-  echo "$(date +%s.%N) $t0" | awk '{printf "%.3f\n", $1 - $2}'
 }
 
 # `identity`: the same for a cluster this script did not start (KUBECONFIG).
@@ -604,8 +621,10 @@ status) cmd_status ;;
 env) cmd_env ;;
 identity) cmd_identity ;;
 restart) cmd_restart "${2:-}" ;;
+kill) cmd_kill "${2:-}" ;;
+start) cmd_start "${2:-}" ;;
 *)
-  echo "usage: $0 up|down|status|env|identity|restart NAME" >&2
+  echo "usage: $0 up|down|status|env|identity|restart NAME|kill NAME|start NAME" >&2
   exit 2
   ;;
 esac

@@ -84,6 +84,7 @@ else
       done
     fi
     step "tearing down (logs kept in $KACCEL_E2E_RUN)"
+    "$E2E_DIR/worker.sh" down || true
     "$E2E_DIR/cluster.sh" down || true
     exit $rc
   }
@@ -91,6 +92,10 @@ else
   step "start the local control plane in $KACCEL_E2E_RUN"
   "$E2E_DIR/cluster.sh" up
   eval "$("$E2E_DIR/cluster.sh" env)"
+  # The MultiKueue worker (tests/e2e/multikueue.rs): a second control plane.
+  eval "$("$E2E_DIR/worker.sh" env)"
+  step "start the MultiKueue worker control plane in $KACCEL_E2E_WORKER_RUN"
+  "$E2E_DIR/worker.sh" up
 fi
 
 step "cargo test --features e2e --test e2e"
@@ -102,6 +107,7 @@ if [[ -z "${KACCEL_E2E_KUBECONFIG:-}" ]]; then
   # shellcheck source-path=SCRIPTDIR source=versions.env
   oldest="$(source "$E2E_DIR/versions.env" && echo "${KUEUE_SUPPORTED_VERSIONS##* }")"
   step "the smoke and ledger flows on Kueue $oldest (e2e/kueue-versions.sh --fast)"
+  "$E2E_DIR/worker.sh" down
   "$E2E_DIR/cluster.sh" down
   "$E2E_DIR/kueue-versions.sh" --fast "$oldest"
 fi

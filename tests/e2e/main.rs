@@ -22,6 +22,7 @@ mod ledger;
 mod ledger_bench;
 mod ledger_crash;
 mod memory_churn;
+mod multikueue;
 mod plan;
 mod smoke;
 mod support;

@@ -1,0 +1,435 @@
+//! MultiKueue with two real control planes: kaccel runs in the manager, reads
+//! the worker's Nodes through the kubeconfig Secret Kueue uses, plans quota over
+//! them, and the manager's Kueue dispatches a Job to the worker's Kueue. The
+//! ledger charges once, in the manager, naming the worker; a worker whose API
+//! server is down keeps its quota with its devices Unknown and is named.
+//!
+//! The worker is the second control plane `e2e/test.sh` starts (`e2e/worker.sh
+//! up`; KACCEL_E2E_WORKER_KUBECONFIG and KACCEL_E2E_WORKER_RUN).
+
+use std::time::Duration;
+
+use anyhow::{Context, Result, ensure};
+use k8s_openapi::api::core::v1::{Node, Secret};
+use kube::Client;
+use kube::api::{Api, DynamicObject, PostParams};
+use kube::core::ApiResource;
+use serde_json::{Value, json};
+
+use crate::controller::{cq_flavors, wait_for, wait_obj};
+use crate::ledger::{self, with_env};
+use crate::support::{self, Cleanup, kueue};
+
+const WAIT: Duration = Duration::from_secs(90);
+
+/// The worker's admin kubeconfig and run folder, from `e2e/worker.sh env`.
+fn worker_env() -> (String, String) {
+    let kubeconfig = std::env::var("KACCEL_E2E_WORKER_KUBECONFIG").expect(
+        "KACCEL_E2E_WORKER_KUBECONFIG: start the worker control plane first: \
+         e2e/worker.sh up && eval \"$(e2e/worker.sh env)\" (e2e/test.sh does both)",
+    );
+    let run = std::env::var("KACCEL_E2E_WORKER_RUN").expect("KACCEL_E2E_WORKER_RUN");
+    (kubeconfig, run)
+}
+
+async fn worker_client(kubeconfig: &str) -> Result<Client> {
+    let text = std::fs::read_to_string(kubeconfig).with_context(|| kubeconfig.to_string())?;
+    let config = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::from_yaml(&text)?,
+        &Default::default(),
+    )
+    .await?;
+    Ok(Client::try_from(config)?)
+}
+
+/// `e2e/worker.sh kill|start kube-apiserver`: the worker's API server down, or back.
+fn worker_apiserver(action: &str, run: &str) -> Result<()> {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/e2e/worker.sh");
+    let out = std::process::Command::new("bash")
+        .args([script, action, "kube-apiserver"])
+        .env("KACCEL_E2E_WORKER_RUN", run)
+        .output()?;
+    ensure!(
+        out.status.success(),
+        "e2e/worker.sh {action} kube-apiserver: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(())
+}
+
+/// A 4-GPU H100 node as GPU feature discovery labels it, model unique to the run.
+fn h100_node(name: &str, model: &str) -> Node {
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    support::ready_node(
+        name,
+        json!({"kubernetes.io/hostname": name, "nvidia.com/gpu.present": "true",
+               "nvidia.com/gpu.product": model, "nvidia.com/gpu.memory": "81559",
+               "nvidia.com/gpu.count": "4", "nvidia.com/gpu.family": "hopper"}),
+        json!({"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": "4"}),
+        &now,
+    )
+}
+
+/// What the worker's platform team sets up (kaccel writes nothing there): the
+/// namespace, a flavor for its H100 nodes, a ClusterQueue without MultiKueue,
+/// and a LocalQueue named as the manager's (MultiKueue copies the Workload's
+/// queueName verbatim).
+async fn worker_queues(
+    worker: &Client,
+    cleanup: &mut Cleanup,
+    id: &str,
+    ns: &str,
+    queue: &str,
+    model: &str,
+) -> Result<String> {
+    support::namespace(worker, ns).await?;
+    cleanup.add_namespace(ns);
+    let flavor = format!("{id}-h100");
+    let cq = format!("{id}-worker");
+    let apply = |ar: ApiResource, ns: Option<&str>, obj: Value| {
+        let api: Api<DynamicObject> = match ns {
+            Some(ns) => Api::namespaced_with(worker.clone(), ns, &ar),
+            None => Api::all_with(worker.clone(), &ar),
+        };
+        async move { support::create(&api, obj).await }
+    };
+    apply(
+        kueue("ResourceFlavor"),
+        None,
+        json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
+               "metadata": {"name": flavor},
+               "spec": {"nodeLabels": {"nvidia.com/gpu.product": model}}}),
+    )
+    .await?;
+    cleanup.add(None, kueue("ResourceFlavor"), &flavor);
+    // The harness's Kueue counts nvidia.com/gpu as kaccel.io/accelerator too.
+    apply(
+        kueue("ClusterQueue"),
+        None,
+        json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
+               "metadata": {"name": cq},
+               "spec": {"namespaceSelector": {}, "resourceGroups": [{
+                   "coveredResources": ["cpu", "memory", "nvidia.com/gpu", "kaccel.io/accelerator"],
+                   "flavors": [{"name": flavor, "resources": [
+                       {"name": "cpu", "nominalQuota": "128"},
+                       {"name": "memory", "nominalQuota": "1Ti"},
+                       {"name": "nvidia.com/gpu", "nominalQuota": "8"},
+                       {"name": "kaccel.io/accelerator", "nominalQuota": "8"}]}]}]}}),
+    )
+    .await?;
+    cleanup.add(None, kueue("ClusterQueue"), &cq);
+    apply(
+        kueue("LocalQueue"),
+        Some(ns),
+        json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+               "metadata": {"name": queue, "namespace": ns},
+               "spec": {"clusterQueue": cq}}),
+    )
+    .await?;
+    cleanup.add(Some(ns), kueue("LocalQueue"), queue);
+    Ok(flavor)
+}
+
+fn class_condition<'a>(class: &'a Value, type_: &str) -> Option<&'a Value> {
+    support::condition(class, type_)
+}
+
+fn nominal_gpus(cq: &Value) -> Option<i64> {
+    cq["spec"]["resourceGroups"]
+        .as_array()?
+        .iter()
+        .flat_map(|g| g["flavors"].as_array().into_iter().flatten())
+        .flat_map(|f| f["resources"].as_array().into_iter().flatten())
+        .find(|r| r["name"] == "nvidia.com/gpu")
+        .and_then(|r| {
+            r["nominalQuota"]
+                .as_str()
+                .or(r["nominalQuota"].as_i64().map(|_| ""))
+        })
+        .map(|q| q.parse().unwrap_or(-1))
+}
+
+#[tokio::test]
+async fn a_job_in_the_manager_runs_in_the_worker_is_charged_once_there_and_survives_the_worker_going_down()
+ {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("ledger.db").display());
+    with_env!("mk", |env| dispatch_and_lose_the_worker(&mut env, &store)
+        .await);
+}
+
+async fn dispatch_and_lose_the_worker(env: &mut ledger::Env, store: &str) -> Result<()> {
+    let (kubeconfig, run) = worker_env();
+    let worker = worker_client(&kubeconfig).await?;
+    let mut worker_cleanup = Cleanup::default();
+    let result = dispatch(env, store, &worker, &mut worker_cleanup, &kubeconfig, &run).await;
+    if result.is_err() {
+        // Whatever happened, the worker's API server serves the next test.
+        let _ = worker_apiserver("start", &run);
+    }
+    worker_cleanup.run(&worker).await;
+    result
+}
+
+async fn dispatch(
+    env: &mut ledger::Env,
+    store: &str,
+    worker: &Client,
+    worker_cleanup: &mut Cleanup,
+    kubeconfig: &str,
+    run: &str,
+) -> Result<()> {
+    let id = env.id.clone();
+    let client = env.client.clone();
+    let cluster = format!("w-{id}");
+    let model = format!("NVIDIA-H100-80GB-HBM3-{}", id.to_uppercase());
+    let (class, budget, ns) = (format!("h100-{id}"), format!("b-{id}"), format!("ns-{id}"));
+    let check = format!("{id}-mk");
+
+    // The worker: two 4-GPU nodes and its own queues.
+    let nodes: Api<Node> = Api::all(worker.clone());
+    for n in ["gpu-1", "gpu-2"] {
+        let name = format!("{id}-{n}");
+        nodes
+            .create(&PostParams::default(), &h100_node(&name, &model))
+            .await?;
+        worker_cleanup.add(None, ApiResource::erase::<Node>(&()), &name);
+    }
+    let worker_flavor = worker_queues(worker, worker_cleanup, &id, &ns, &class, &model).await?;
+
+    // The manager: the worker's kubeconfig where Kueue (and kaccel) read it.
+    let secret_name = format!("{id}-kubeconfig");
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), "kueue-system");
+    let secret: Secret = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": secret_name, "namespace": "kueue-system"},
+        "stringData": {"kubeconfig": std::fs::read_to_string(kubeconfig)?},
+    }))?;
+    secrets.create(&PostParams::default(), &secret).await?;
+    env.cleanup.add(
+        Some("kueue-system"),
+        ApiResource::erase::<Secret>(&()),
+        &secret_name,
+    );
+    env.cleanup.add(None, kueue("MultiKueueCluster"), &cluster);
+    env.cleanup.add(None, kueue("MultiKueueConfig"), &check);
+    env.cleanup.add(None, kueue("AdmissionCheck"), &check);
+
+    env.create_class(ledger::h100_class(&class)).await?;
+    env.budget(&budget, "vision", &ns, &class, "100000").await?;
+    env.start_with(store, |config| {
+        format!(
+            "{config}multiKueue:\n  workers:\n  - name: {cluster}\n    kubeconfigSecret: {secret_name}\n  admissionCheckName: {check}\n"
+        )
+    });
+
+    // kaccel wrote Kueue's MultiKueue objects, and Kueue connected to the worker.
+    let mk_clusters: Api<DynamicObject> =
+        Api::all_with(client.clone(), &kueue("MultiKueueCluster"));
+    wait_obj(
+        &mk_clusters,
+        &cluster,
+        "Active (Kueue reaches the worker)",
+        |c| support::is_true(c, "Active"),
+    )
+    .await?;
+    // The manager's quota is the worker's 8 GPUs (the manager has no such node),
+    // behind the credit check, then MultiKueue.
+    let cq_name = format!("{budget}-{class}");
+    let cq = wait_obj(
+        &env.cqs,
+        &cq_name,
+        "8 GPUs of the worker, MultiKueue, Active",
+        |cq| nominal_gpus(cq) == Some(8) && support::is_true(cq, "Active"),
+    )
+    .await?;
+    let checks: Vec<&str> = cq["spec"]["admissionChecksStrategy"]["admissionChecks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    ensure!(checks == ["kaccel-credits", check.as_str()], "{checks:?}");
+    let manager_flavor = cq_flavors(&cq).first().cloned().context("a flavor")?;
+    let classes: Api<DynamicObject> = Api::all_with(client.clone(), &ledger::class_ar());
+    wait_obj(
+        &classes,
+        &class,
+        "WorkerUnreachable=False, 8 healthy",
+        |c| {
+            class_condition(c, "WorkerUnreachable").is_some_and(|w| w["status"] == "False")
+                && c["status"]["devices"]["healthy"] == 8
+        },
+    )
+    .await?;
+
+    // A Job submitted in the manager: Kueue's webhook hands it to MultiKueue.
+    let jobs: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &support::job_ar());
+    let job = format!("train-{id}");
+    support::create(
+        &jobs,
+        support::gpu_job(&ns, &job, &class, "nvidia.com/gpu", 2),
+    )
+    .await?;
+    let created = jobs.get(&job).await?;
+    ensure!(
+        created.data["spec"]["managedBy"] == "kueue.x-k8s.io/multikueue",
+        "Kueue's Job webhook sets managedBy for a queue with MultiKueue: {}",
+        created.data["spec"]
+    );
+    let workloads = env.workloads(&ns);
+    let wl = wait_for(
+        "the manager's Workload dispatched to the worker",
+        WAIT,
+        || async {
+            let list = workloads.list(&Default::default()).await?;
+            Ok(list.items.into_iter().find_map(|w| {
+                let v = serde_json::to_value(&w).ok()?;
+                (v["status"]["clusterName"] == cluster.as_str() && support::is_true(&v, "Admitted"))
+                    .then_some(v)
+            }))
+        },
+    )
+    .await?;
+    let wl_name = wl["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let uid = wl["metadata"]["uid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    env.track_workload(&ns, &wl_name);
+    ensure!(
+        wl["status"]["admission"]["podSetAssignments"][0]["flavors"]["nvidia.com/gpu"]
+            == manager_flavor.as_str(),
+        "the manager's quota is on kaccel's flavor: {}",
+        wl["status"]["admission"]
+    );
+    // The worker's Kueue admitted its copy on the worker's flavor.
+    let remote: Api<DynamicObject> = Api::namespaced_with(worker.clone(), &ns, &kueue("Workload"));
+    let copy = wait_obj(&remote, &wl_name, "admitted in the worker", |w| {
+        support::is_true(w, "Admitted")
+    })
+    .await?;
+    ensure!(
+        copy["status"]["admission"]["podSetAssignments"][0]["flavors"]["nvidia.com/gpu"]
+            == worker_flavor.as_str(),
+        "{}",
+        copy["status"]["admission"]
+    );
+
+    // Charged once, in the manager: one Reserve line for the admission.
+    let entries = ledger::export(store, Some(&budget))?;
+    let reserves: Vec<&Value> = entries
+        .iter()
+        .filter(|e| e["workloadUid"] == uid.as_str() && e["kind"] == "Reserve")
+        .collect();
+    ensure!(reserves.len() == 1, "one Reserve: {reserves:?}");
+    ensure!(reserves[0]["deviceUnits"] == 2 && reserves[0]["flavor"] == manager_flavor.as_str());
+    let (in_sync, report) = ledger::verify_cluster(store, true).await?;
+    ensure!(in_sync, "ledger verify --cluster: {report}");
+
+    // The worker's API server goes down: its devices turn Unknown, the quota
+    // stays, the class names the cluster, the metric says 0.
+    worker_apiserver("kill", run)?;
+    let lost = wait_obj(
+        &classes,
+        &class,
+        "WorkerUnreachable=True naming the worker",
+        |c| {
+            class_condition(c, "WorkerUnreachable").is_some_and(|w| {
+                w["status"] == "True"
+                    && w["message"].as_str().unwrap_or_default().contains(&cluster)
+            })
+        },
+    )
+    .await?;
+    ensure!(
+        lost["status"]["devices"]["unknown"] == 8 && lost["status"]["devices"]["healthy"] == 0,
+        "{}",
+        lost["status"]["devices"]
+    );
+    let cq = env.cqs.get(&cq_name).await?;
+    ensure!(
+        nominal_gpus(&serde_json::to_value(&cq)?) == Some(8),
+        "no quota cut for a partition alone"
+    );
+    let port = env.controller().port;
+    let metrics = crate::controller::http_metrics(port).context("metrics")?;
+    ensure!(
+        metrics.contains(&format!(
+            "kaccel_worker_cluster_reachable{{cluster=\"{cluster}\"}} 0"
+        )),
+        "{}",
+        metrics
+            .lines()
+            .filter(|l| l.contains("worker_cluster"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    // Still admitted in the manager while the worker is away.
+    let still = support::get_json(&workloads, &wl_name).await?;
+    ensure!(support::is_true(&still, "Admitted"), "{}", still["status"]);
+
+    // Back: converges with nothing lost or doubled.
+    worker_apiserver("start", run)?;
+    wait_obj(
+        &classes,
+        &class,
+        "WorkerUnreachable=False, 8 healthy again",
+        |c| {
+            class_condition(c, "WorkerUnreachable").is_some_and(|w| w["status"] == "False")
+                && c["status"]["devices"]["healthy"] == 8
+        },
+    )
+    .await?;
+    wait_obj(&mk_clusters, &cluster, "Active again", |c| {
+        support::is_true(c, "Active")
+    })
+    .await?;
+
+    // Finished in the worker: the manager's Workload finishes and is settled once,
+    // naming the worker.
+    ledger::finish(&remote, &wl_name).await?;
+    wait_obj(&workloads, &wl_name, "Finished in the manager", |w| {
+        support::is_true(w, "Finished")
+    })
+    .await?;
+    let posts = ledger::posts_of(store, &uid, WAIT).await?;
+    ensure!(
+        posts.iter().all(|p| p["cluster"] == cluster.as_str()),
+        "every Post names the worker: {posts:?}"
+    );
+    let entries = ledger::export(store, Some(&budget))?;
+    let of_workload: Vec<&Value> = entries
+        .iter()
+        .filter(|e| e["workloadUid"] == uid.as_str())
+        .collect();
+    let reserves = of_workload
+        .iter()
+        .filter(|e| e["kind"] == "Reserve")
+        .count();
+    ensure!(
+        reserves == 1,
+        "still one Reserve after the outage: {of_workload:?}"
+    );
+    let focus = ledger::export_table(store, "focus", &[])?;
+    let rows: Vec<_> = focus
+        .iter()
+        .filter(|r| r.get("ResourceId").cloned().flatten().as_deref() == Some(uid.as_str()))
+        .collect();
+    ensure!(!rows.is_empty(), "FOCUS rows of the Workload");
+    ensure!(
+        rows.iter()
+            .all(|r| r.get("x_Cluster").cloned().flatten().as_deref() == Some(cluster.as_str())),
+        "every FOCUS row names the worker: {rows:?}"
+    );
+    let (in_sync, report) = ledger::verify_cluster(store, true).await?;
+    ensure!(
+        in_sync,
+        "ledger verify --cluster after the settlement: {report}"
+    );
+    support::delete_job(&jobs, &job).await?;
+    Ok(())
+}
