@@ -84,6 +84,12 @@ pub enum LedgerCommand {
         /// `<instance>-credits`).
         #[arg(long)]
         admission_check: Option<String>,
+        /// With --cluster: Kueue's namespace, where each MultiKueue worker's
+        /// kubeconfig Secret is (multiKueue.kueueNamespace). Every
+        /// MultiKueueCluster the installation wrote is compared too: the
+        /// Workloads charged as dispatched there against that worker's Kueue.
+        #[arg(long, default_value = "kueue-system")]
+        kueue_namespace: String,
     },
     /// Measure append throughput (the rate of each tenth of the run),
     /// single-entry append latency, CSV and FOCUS exports of the whole store
@@ -153,6 +159,7 @@ async fn run_async(args: &LedgerArgs) -> Result<(), String> {
             cluster,
             instance,
             admission_check,
+            kueue_namespace,
         } => {
             let store = Store::open(store).await.map_err(|e| e.to_string())?;
             let mut report = verify(&store).await.map_err(|e| e.to_string())?;
@@ -160,7 +167,8 @@ async fn run_async(args: &LedgerArgs) -> Result<(), String> {
                 let check = admission_check
                     .clone()
                     .unwrap_or_else(|| crate::k8s::instance::admission_check_name(instance));
-                let findings = reconcile_with_cluster(&store, instance, &check).await?;
+                let findings =
+                    reconcile_with_cluster(&store, instance, &check, kueue_namespace).await?;
                 report.problems.extend(
                     findings
                         .into_iter()
@@ -213,6 +221,7 @@ async fn reconcile_with_cluster<S: LedgerStore>(
     store: &S,
     instance: &str,
     check: &str,
+    kueue_namespace: &str,
 ) -> Result<Vec<crate::ledger::drift::Finding>, String> {
     use kube::api::{Api, DynamicObject, ListParams};
     let client = kube::Client::try_default()
@@ -234,7 +243,8 @@ async fn reconcile_with_cluster<S: LedgerStore>(
         }
     };
     let managed = ListParams::default().labels(&crate::k8s::instance::managed_selector(instance));
-    let queues = list("ClusterQueue", managed).await?;
+    let queues = list("ClusterQueue", managed.clone()).await?;
+    let workers = list("MultiKueueCluster", managed).await?;
     // Typed: only the fields the comparison reads are kept of each Workload.
     let workloads = Api::<crate::kueue::workload::Workload>::all(client.clone())
         .list(&ListParams::default())
@@ -242,13 +252,51 @@ async fn reconcile_with_cluster<S: LedgerStore>(
         .map_err(|e| format!("listing Workloads: {e}"))?
         .items;
     let open = store.open_reservations().await.map_err(|e| e.to_string())?;
-    Ok(crate::ledger::drift::compare(
+    let mut findings = crate::ledger::drift::compare(
         &open,
         &workloads,
         &queues,
         &crate::ledger::drift::queue_budgets(&queues),
         check,
-    ))
+    );
+    // Each MultiKueue worker's own Kueue: what it admits of the manager's work.
+    for worker in &workers {
+        let name = worker["metadata"]["name"].as_str().unwrap_or_default();
+        let source = &worker["spec"]["clusterSource"]["kubeConfig"];
+        let unreadable = |why: String| crate::ledger::drift::Finding {
+            budget: String::new(),
+            message: format!("worker {name}: cannot compare with its Kueue: {why}"),
+            orphan: None,
+        };
+        if source["locationType"].as_str().unwrap_or("Secret") != "Secret" {
+            findings.push(unreadable(
+                "its kubeconfig is a file on Kueue's disk, not a Secret".into(),
+            ));
+            continue;
+        }
+        let secret = source["location"].as_str().unwrap_or_default();
+        let remote =
+            match crate::k8s::remote::client_from_secret(&client, kueue_namespace, secret).await {
+                Ok(c) => c,
+                Err(why) => {
+                    findings.push(unreadable(why));
+                    continue;
+                }
+            };
+        match Api::<crate::kueue::workload::Workload>::all(remote)
+            .list(&ListParams::default().labels(crate::ledger::drift::MULTIKUEUE_ORIGIN_LABEL))
+            .await
+        {
+            Ok(copies) => findings.extend(crate::ledger::drift::compare_worker(
+                name,
+                &open,
+                &workloads,
+                &copies.items,
+            )),
+            Err(e) => findings.push(unreadable(format!("listing its Workloads: {e}"))),
+        }
+    }
+    Ok(findings)
 }
 
 /// Streams the matching entries into `out` in `format`; returns the rows written.

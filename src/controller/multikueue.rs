@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, Secret};
+use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
@@ -26,10 +26,6 @@ use crate::k8s::labels::MANAGED_BY_LABEL;
 
 /// Kueue's controller name for MultiKueue AdmissionChecks.
 pub const MULTIKUEUE_CONTROLLER: &str = "kueue.x-k8s.io/multikueue";
-
-/// The key of the kubeconfig in a worker's Secret (Kueue's
-/// `MultiKueueConfigSecretKey`).
-pub const KUBECONFIG_KEY: &str = "kubeconfig";
 
 /// How long a worker whose Secret is missing or unusable waits before kaccel
 /// reads the Secret again.
@@ -295,56 +291,6 @@ impl WorkerCache {
     }
 }
 
-/// A client for the worker from its Secret's kubeconfig.
-async fn worker_client(
-    client: &Client,
-    namespace: &str,
-    worker: &Worker,
-) -> Result<Client, String> {
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
-    let secret = secrets
-        .get_opt(&worker.kubeconfig_secret)
-        .await
-        .map_err(|e| {
-            format!(
-                "cannot read Secret {namespace}/{}: {e}",
-                worker.kubeconfig_secret
-            )
-        })?
-        .ok_or_else(|| {
-            format!(
-                "Secret {namespace}/{} does not exist",
-                worker.kubeconfig_secret
-            )
-        })?;
-    let bytes = secret
-        .data
-        .as_ref()
-        .and_then(|d| d.get(KUBECONFIG_KEY))
-        .ok_or_else(|| {
-            format!(
-                "Secret {namespace}/{} has no key {KUBECONFIG_KEY:?}",
-                worker.kubeconfig_secret
-            )
-        })?;
-    let text = std::str::from_utf8(&bytes.0).map_err(|_| {
-        format!(
-            "Secret {namespace}/{} key {KUBECONFIG_KEY}: not UTF-8",
-            worker.kubeconfig_secret
-        )
-    })?;
-    let kubeconfig = kube::config::Kubeconfig::from_yaml(text).map_err(|e| {
-        format!(
-            "Secret {namespace}/{} key {KUBECONFIG_KEY}: not a kubeconfig: {e}",
-            worker.kubeconfig_secret
-        )
-    })?;
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .map_err(|e| format!("kubeconfig of worker {}: {e}", worker.name))?;
-    Client::try_from(config).map_err(|e| format!("client for worker {}: {e}", worker.name))
-}
-
 /// Reads the worker's Nodes for as long as kaccel runs: a failed watch marks the
 /// worker unreachable (its Nodes are kept), the next event reachable again.
 async fn watch_worker(
@@ -355,7 +301,13 @@ async fn watch_worker(
     wake: tokio::sync::mpsc::UnboundedSender<()>,
 ) {
     loop {
-        let worker_client = match worker_client(&client, &namespace, &worker).await {
+        let worker_client = match crate::k8s::remote::client_from_secret(
+            &client,
+            &namespace,
+            &worker.kubeconfig_secret,
+        )
+        .await
+        {
             Ok(c) => c,
             Err(why) => {
                 if cache.set_reach(Reach::Unreachable(why)) {

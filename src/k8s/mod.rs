@@ -10,5 +10,6 @@ pub mod instance;
 pub mod labels;
 pub mod names;
 pub mod quantity;
+pub mod remote;
 pub mod resources;
 pub mod time;

@@ -162,6 +162,98 @@ pub fn compare<W: Borrow<Workload>>(
     findings
 }
 
+/// The label Kueue's MultiKueue puts on the copies it creates in a worker.
+pub const MULTIKUEUE_ORIGIN_LABEL: &str = "kueue.x-k8s.io/multikueue-origin";
+
+/// Compares the ledger with a MultiKueue worker's own Kueue: each manager
+/// Workload dispatched to `worker` (`status.clusterName`) with open
+/// reservations must be admitted there (MultiKueue's copy: same namespace and
+/// name, the origin label) holding the same devices, and the worker holds no
+/// dispatched Workload the ledger does not charge. `manager` are the manager's
+/// Workloads, `remote` the worker's.
+pub fn compare_worker<M: Borrow<Workload>, R: Borrow<Workload>>(
+    worker: &str,
+    open: &[OpenReservation],
+    manager: &[M],
+    remote: &[R],
+) -> Vec<Finding> {
+    let key = |w: &Workload| {
+        format!(
+            "{}/{}",
+            w.metadata.namespace.as_deref().unwrap_or_default(),
+            w.metadata.name.as_deref().unwrap_or_default()
+        )
+    };
+    let dispatched: BTreeMap<&str, &Workload> = manager
+        .iter()
+        .map(Borrow::borrow)
+        .filter(|w: &&Workload| w.cluster_name() == worker && counted_by_kueue(w))
+        .filter_map(|w| Some((w.metadata.uid.as_deref()?, w)))
+        .collect();
+    // namespace/name -> (budget, devices the ledger holds open).
+    let mut charged: BTreeMap<String, (String, u64)> = BTreeMap::new();
+    for r in open {
+        let e = &r.reserve.entry;
+        if let Some(w) = dispatched.get(e.workload_uid.as_str()) {
+            let entry = charged
+                .entry(key(w))
+                .or_insert_with(|| (e.budget.clone(), 0));
+            entry.1 += e.device_units;
+        }
+    }
+    let admitted: BTreeMap<String, u64> = remote
+        .iter()
+        .map(Borrow::borrow)
+        .filter(|w: &&Workload| {
+            w.metadata
+                .labels
+                .as_ref()
+                .is_some_and(|l| l.contains_key(MULTIKUEUE_ORIGIN_LABEL))
+                && counted_by_kueue(w)
+        })
+        .map(|w| {
+            let units = usage_from_workload(w)
+                .unwrap_or_default()
+                .iter()
+                .map(|u| u.device_units)
+                .sum();
+            (key(w), units)
+        })
+        .collect();
+    let mut findings = Vec::new();
+    for (name, (budget, units)) in &charged {
+        match admitted.get(name) {
+            Some(held) if held == units => {}
+            Some(held) => findings.push(Finding {
+                budget: budget.clone(),
+                message: format!(
+                    "worker {worker}: Workload {name} holds {held} device(s) there, the ledger has open reservations for {units}"
+                ),
+                orphan: None,
+            }),
+            None => findings.push(Finding {
+                budget: budget.clone(),
+                message: format!(
+                    "worker {worker}: Workload {name} is charged as running there ({units} device(s)) but the worker's Kueue does not admit it"
+                ),
+                orphan: None,
+            }),
+        }
+    }
+    for (name, held) in &admitted {
+        if !charged.contains_key(name) {
+            findings.push(Finding {
+                budget: String::new(),
+                message: format!(
+                    "worker {worker}: Kueue there admits Workload {name} ({held} device(s)) that the ledger charges no open reservation for as dispatched there"
+                ),
+                orphan: None,
+            });
+        }
+    }
+    findings
+}
+
 /// The ClusterQueue -> budget map of kaccel's ClusterQueues (their labels).
 pub fn queue_budgets(cluster_queues: &[Value]) -> BTreeMap<String, String> {
     cluster_queues
@@ -282,6 +374,70 @@ mod tests {
             .into_iter()
             .map(|f| f.message)
             .collect()
+    }
+
+    /// The manager's Workload `uid` dispatched to `worker`, and the worker's
+    /// copy (MultiKueue's origin label, no credit check there) holding `units`
+    /// on the worker's own flavor.
+    fn dispatched(uid: &str, units: u64, worker: &str) -> (Workload, Workload) {
+        let mut manager = workload(uid, units, "Ready", true);
+        manager["status"]["clusterName"] = json!(worker);
+        let mut copy = workload(uid, units, "Ready", false);
+        copy["metadata"]["uid"] = json!(format!("remote-{uid}"));
+        copy["metadata"]["labels"] = json!({MULTIKUEUE_ORIGIN_LABEL: "multikueue"});
+        copy["status"]["admissionChecks"] = json!([]);
+        copy["status"]["admission"]["podSetAssignments"][0]["flavors"] =
+            json!({"nvidia.com/gpu": "worker-h100"});
+        (typed(&manager), typed(&copy))
+    }
+
+    #[test]
+    fn a_worker_agrees_when_it_admits_what_the_ledger_charges_as_dispatched_there() {
+        let (m1, r1) = dispatched("u1", 2, "worker-a");
+        let (m2, r2) = dispatched("u2", 4, "worker-b");
+        let open = [reserve("u1", 2), reserve("u2", 4)];
+        let manager = [m1.clone(), m2.clone()];
+        assert!(compare_worker("worker-a", &open, &manager, &[r1.clone()]).is_empty());
+        assert!(compare_worker("worker-b", &open, &manager, &[r2.clone()]).is_empty());
+        // Lost there: charged as running in worker-a, but it admits nothing.
+        let lost = compare_worker("worker-a", &open, &manager, &[] as &[Workload]);
+        assert_eq!(lost.len(), 1);
+        assert!(
+            lost[0]
+                .message
+                .contains("ns/w-u1 is charged as running there (2 device(s))"),
+            "{}",
+            lost[0].message
+        );
+        assert_eq!(lost[0].budget, "vision");
+        // A different count there.
+        let (_, r1_more) = dispatched("u1", 3, "worker-a");
+        let more = compare_worker("worker-a", &open, &manager, &[r1_more]);
+        assert!(
+            more[0]
+                .message
+                .contains("holds 3 device(s) there, the ledger has open reservations for 2"),
+            "{}",
+            more[0].message
+        );
+        // Admitted there with nothing charged: the copy of a Workload the ledger
+        // closed, or one dispatched to another worker.
+        let uncharged = compare_worker("worker-a", &[reserve("u2", 4)], &manager, &[r1.clone()]);
+        assert_eq!(uncharged.len(), 1);
+        assert!(
+            uncharged[0]
+                .message
+                .contains("admits Workload ns/w-u1 (2 device(s))"),
+            "{}",
+            uncharged[0].message
+        );
+        // Workloads without the origin label are the worker's own, not the ledger's.
+        let mut local = r1;
+        local.metadata.labels = None;
+        assert_eq!(
+            compare_worker("worker-a", &open, &manager, &[local]).len(),
+            1
+        );
     }
 
     #[test]

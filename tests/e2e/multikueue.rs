@@ -327,6 +327,8 @@ async fn dispatch(
         .collect();
     ensure!(reserves.len() == 1, "one Reserve: {reserves:?}");
     ensure!(reserves[0]["deviceUnits"] == 2 && reserves[0]["flavor"] == manager_flavor.as_str());
+    // Both clusters' Kueue agree with the ledger: the manager's quota and the
+    // worker's admitted copy.
     let (in_sync, report) = ledger::verify_cluster(store, true).await?;
     ensure!(in_sync, "ledger verify --cluster: {report}");
 
@@ -367,6 +369,12 @@ async fn dispatch(
             .filter(|l| l.contains("worker_cluster"))
             .collect::<Vec<_>>()
             .join("\n")
+    );
+    // The ledger cannot be checked against a worker it cannot read: verify says so.
+    let (in_sync, report) = ledger::verify_cluster(store, false).await?;
+    ensure!(
+        !in_sync && report.contains(&format!("worker {cluster}: cannot compare")),
+        "{report}"
     );
     // Still admitted in the manager while the worker is away.
     let still = support::get_json(&workloads, &wl_name).await?;
