@@ -3,7 +3,8 @@
 //! budgets over 500, 1,000, 2,500 and 5,000 nodes to show how time grows; and a
 //! DRA-only fleet of 5,000 nodes / 40,000 devices published in ResourceSlices, which
 //! the planner also turns into one DeviceClass per flavor; and the 5,000-node fleet
-//! with Topology Aware Scheduling on.
+//! with Topology Aware Scheduling on; and 4 MultiKueue workers of 2,500 nodes
+//! pooled, against one cluster of 10,000 (target: within 2x).
 
 use std::hint::black_box;
 
@@ -72,6 +73,55 @@ fn bench_plan(c: &mut Criterion) {
                 options: &tas,
             });
             black_box(plan.topologies.len())
+        })
+    });
+    // MultiKueue: 4 worker clusters of 2,500 nodes against one cluster of
+    // 10,000 (the same classes and budgets). A re-plan pools the workers' Node
+    // indexes (kept current by their watches) and plans the union.
+    let single = Inventory::from_nodes(&generate_fleet(10_000, 42));
+    group.bench_function("nodes 10000", |b| {
+        b.iter(|| {
+            let plan = plan(&PlanInput {
+                classes: &classes,
+                budgets: &budgets,
+                inventory: &single,
+                health: &health,
+                options: &options,
+            });
+            black_box(plan.cluster_queues.len())
+        })
+    });
+    let workers: Vec<(String, std::sync::Arc<Inventory>)> = (0..4u64)
+        .map(|w| {
+            let name = format!("worker-{w}");
+            let mut index = kaccel::inventory::index::NodeIndex::for_worker(&name);
+            index.begin_relist();
+            for node in generate_fleet(2_500, 42 + w) {
+                index.relisted(&node);
+            }
+            index.end_relist();
+            (name, index.snapshot())
+        })
+        .collect();
+    let multikueue = PlanOptions {
+        multikueue_check: Some("kaccel-multikueue".into()),
+        ..PlanOptions::default()
+    };
+    let reachable = std::collections::BTreeMap::new();
+    group.bench_function("multikueue 4 x 2500 nodes", |b| {
+        b.iter(|| {
+            let inventory = kaccel::inventory::index::worker_union(
+                workers.iter().map(|(n, i)| (n.as_str(), i.clone())),
+                &reachable,
+            );
+            let plan = plan(&PlanInput {
+                classes: &classes,
+                budgets: &budgets,
+                inventory: &inventory,
+                health: &health,
+                options: &multikueue,
+            });
+            black_box(plan.cluster_queues.len())
         })
     });
     group.finish();

@@ -413,12 +413,7 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
         &class_by_name,
         &mut budgets.reports,
     );
-    workers::classes(
-        &mut class_reports,
-        &flavor_reports,
-        &input.inventory.nodes,
-        options,
-    );
+    workers::classes(&mut class_reports, &flavor_reports, options);
     status::invalid_budgets(&mut budgets.reports);
 
     Plan {

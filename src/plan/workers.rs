@@ -7,7 +7,6 @@
 use std::collections::BTreeMap;
 
 use crate::api::DesiredCondition;
-use crate::inventory::NodeInventory;
 
 use super::{ClassReport, FlavorReport, PlanOptions};
 
@@ -20,29 +19,35 @@ pub const WORKER_CONDITION: &str = "WorkerUnreachable";
 pub(super) fn classes(
     class_reports: &mut BTreeMap<String, ClassReport>,
     flavor_reports: &BTreeMap<String, FlavorReport>,
-    nodes: &BTreeMap<String, std::sync::Arc<NodeInventory>>,
     options: &PlanOptions,
 ) {
     if options.multikueue_check.is_none() {
         return;
     }
+    // Worker -> nodes, per flavor, counted once per flavor (classes share
+    // flavors; a worker's Nodes are keyed `<cluster>/<node>`, see
+    // `NodeIndex::for_worker`, so the name says the cluster).
+    let per_flavor: BTreeMap<&str, BTreeMap<&str, usize>> = flavor_reports
+        .iter()
+        .map(|(name, flavor)| {
+            let mut by_worker: BTreeMap<&str, usize> = BTreeMap::new();
+            for node in &flavor.nodes {
+                if let Some((cluster, _)) = node.split_once('/') {
+                    *by_worker.entry(cluster).or_default() += 1;
+                }
+            }
+            (name.as_str(), by_worker)
+        })
+        .collect();
     for report in class_reports.values_mut() {
         if !report.valid {
             continue;
         }
-        // Worker -> this class's nodes there (a node in two flavors counts once).
-        let mut nodes_by_worker: BTreeMap<&str, std::collections::BTreeSet<&str>> = BTreeMap::new();
+        // Worker -> this class's nodes there (summed over its flavors).
+        let mut nodes_by_worker: BTreeMap<&str, usize> = BTreeMap::new();
         for flavor in &report.flavors {
-            let Some(flavor) = flavor_reports.get(&flavor.name) else {
-                continue;
-            };
-            for name in &flavor.nodes {
-                if let Some(cluster) = nodes.get(name).and_then(|n| n.cluster.as_deref()) {
-                    nodes_by_worker
-                        .entry(cluster)
-                        .or_default()
-                        .insert(name.as_str());
-                }
+            for (cluster, nodes) in per_flavor.get(flavor.name.as_str()).into_iter().flatten() {
+                *nodes_by_worker.entry(cluster).or_default() += nodes;
             }
         }
         if nodes_by_worker.is_empty() {
@@ -52,7 +57,7 @@ pub(super) fn classes(
             .iter()
             .filter_map(|(worker, nodes)| {
                 let why = options.unreachable_workers.get(*worker)?;
-                Some(format!("{worker} ({} nodes; {why})", nodes.len()))
+                Some(format!("{worker} ({nodes} nodes; {why})"))
             })
             .collect();
         let condition = if unreachable.is_empty() {
