@@ -397,8 +397,8 @@ mod tests {
         let (m2, r2) = dispatched("u2", 4, "worker-b");
         let open = [reserve("u1", 2), reserve("u2", 4)];
         let manager = [m1.clone(), m2.clone()];
-        assert!(compare_worker("worker-a", &open, &manager, &[r1.clone()]).is_empty());
-        assert!(compare_worker("worker-b", &open, &manager, &[r2.clone()]).is_empty());
+        assert!(compare_worker("worker-a", &open, &manager, std::slice::from_ref(&r1)).is_empty());
+        assert!(compare_worker("worker-b", &open, &manager, std::slice::from_ref(&r2)).is_empty());
         // Lost there: charged as running in worker-a, but it admits nothing.
         let lost = compare_worker("worker-a", &open, &manager, &[] as &[Workload]);
         assert_eq!(lost.len(), 1);
@@ -422,7 +422,12 @@ mod tests {
         );
         // Admitted there with nothing charged: the copy of a Workload the ledger
         // closed, or one dispatched to another worker.
-        let uncharged = compare_worker("worker-a", &[reserve("u2", 4)], &manager, &[r1.clone()]);
+        let uncharged = compare_worker(
+            "worker-a",
+            &[reserve("u2", 4)],
+            &manager,
+            std::slice::from_ref(&r1),
+        );
         assert_eq!(uncharged.len(), 1);
         assert!(
             uncharged[0]
