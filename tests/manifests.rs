@@ -281,20 +281,36 @@ fn namespaced_roles_cover_the_lease_the_webhook_certificate_and_kueue_config_onl
             &["get", "list", "watch"]
         )]
     );
-    // MultiKueue: the workers' kubeconfig Secrets, in Kueue's namespace, read only.
-    let worker_kubeconfigs = doc(
-        "manifests/role.yaml",
-        "Role",
-        "kaccel-read-worker-kubeconfigs",
-    );
+}
+
+/// MultiKueue's optional Role (manifests/multikueue/): `get` on the named
+/// kubeconfig Secrets in Kueue's namespace, nothing else, bound to kaccel.
+#[test]
+fn the_multikueue_role_reads_only_the_named_worker_kubeconfigs() {
+    let config = config();
+    let file = "manifests/multikueue/worker-kubeconfigs.yaml";
+    let role = doc(file, "Role", "kaccel-read-worker-kubeconfigs");
     assert_eq!(
-        worker_kubeconfigs["metadata"]["namespace"],
+        role["metadata"]["namespace"],
         config.multi_kueue.kueue_namespace.as_str()
     );
     assert_eq!(
-        rules(&worker_kubeconfigs),
-        vec![rule(&[""], &["secrets"], &[], &["get"])]
+        rules(&role),
+        vec![rule(
+            &[""],
+            &["secrets"],
+            &["worker-eu-1-kubeconfig"],
+            &["get"]
+        )]
     );
+    let binding = doc(file, "RoleBinding", "kaccel-read-worker-kubeconfigs");
+    assert_eq!(
+        binding["metadata"]["namespace"],
+        role["metadata"]["namespace"]
+    );
+    assert_eq!(binding["roleRef"]["name"], "kaccel-read-worker-kubeconfigs");
+    assert_eq!(binding["subjects"][0]["name"], "kaccel");
+    assert_eq!(binding["subjects"][0]["namespace"], "kaccel-system");
 }
 
 #[test]
@@ -334,7 +350,6 @@ fn bindings_give_the_roles_to_the_controller_service_account() {
         ("ClusterRole", "kaccel-controller"),
         ("Role", "kaccel-leader-election"),
         ("Role", "kaccel-read-kueue-config"),
-        ("Role", "kaccel-read-worker-kubeconfigs"),
         ("Role", "kaccel-webhook-certificate"),
     ]
     .iter()

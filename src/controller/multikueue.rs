@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::resource::v1::ResourceSlice;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
@@ -156,12 +157,60 @@ enum Reach {
     Unreachable(String),
 }
 
-/// One worker's Nodes and whether they are current.
+/// One worker's Nodes, ResourceSlices, and whether they are current.
 #[derive(Clone)]
 struct WorkerCache {
     name: String,
     index: Arc<Mutex<NodeIndex>>,
+    /// Its ResourceSlices by name, each naming its node `<cluster>/<node>` as
+    /// the index keys it ([`worker_slice`]); empty where DRA is not served.
+    slices: Arc<Mutex<SliceCache>>,
     reach: Arc<Mutex<Reach>>,
+}
+
+/// A worker's ResourceSlices as their watch delivers them.
+#[derive(Default)]
+struct SliceCache {
+    current: BTreeMap<String, Arc<ResourceSlice>>,
+    /// Slices of a re-list under way (they replace `current` when it ends).
+    relist: Option<BTreeMap<String, Arc<ResourceSlice>>>,
+}
+
+impl SliceCache {
+    /// Applies one watch event; true when the slices changed.
+    fn apply(&mut self, event: watcher::Event<ResourceSlice>) -> bool {
+        match event {
+            watcher::Event::Init => {
+                self.relist = Some(BTreeMap::new());
+                false
+            }
+            watcher::Event::InitApply(slice) => {
+                let target = self.relist.as_mut().unwrap_or(&mut self.current);
+                target.insert(slice.name_any(), Arc::new(slice));
+                false
+            }
+            watcher::Event::InitDone => {
+                if let Some(relisted) = self.relist.take() {
+                    self.current = relisted;
+                }
+                true
+            }
+            watcher::Event::Apply(slice) => {
+                let slice = Arc::new(slice);
+                self.current.insert(slice.name_any(), slice.clone()) != Some(slice)
+            }
+            watcher::Event::Delete(slice) => self.current.remove(&slice.name_any()).is_some(),
+        }
+    }
+}
+
+/// A worker's ResourceSlice as the pooled inventory reads it: its node named
+/// `<cluster>/<node>` (the worker's key for that Node), no managed fields.
+pub(crate) fn worker_slice(cluster: &str, slice: &mut ResourceSlice) {
+    slice.metadata.managed_fields = None;
+    if let Some(node) = slice.spec.node_name.as_mut() {
+        *node = format!("{cluster}/{node}");
+    }
 }
 
 /// Every worker's Node watch, as the reconcile reads them.
@@ -204,16 +253,21 @@ impl Workers {
         })
     }
 
-    /// The workers' Nodes as one inventory (see [`worker_union`](crate::inventory::index::worker_union)).
+    /// The workers' Nodes, with the devices their ResourceSlices publish, as one
+    /// inventory (see [`worker_union`](crate::inventory::index::worker_union)).
     pub(super) fn inventory(&self, unreachable: &BTreeMap<String, String>) -> Inventory {
         let parts: Vec<(&str, Arc<Inventory>)> = self
             .workers
             .iter()
             .map(|w| {
-                (
-                    w.name.as_str(),
-                    w.index.lock().expect("worker index lock").snapshot(),
-                )
+                let nodes = w.index.lock().expect("worker index lock").snapshot();
+                let slices = w.slices.lock().expect("worker slices lock");
+                let inventory = if slices.current.is_empty() {
+                    nodes
+                } else {
+                    Arc::new(nodes.with_slices(slices.current.values().map(|s| &**s)))
+                };
+                (w.name.as_str(), inventory)
             })
             .collect();
         crate::inventory::index::worker_union(parts, unreachable)
@@ -257,6 +311,7 @@ pub(super) fn watch_workers(
         .map(|w| WorkerCache {
             name: w.name.clone(),
             index: Arc::new(Mutex::new(NodeIndex::for_worker(&w.name))),
+            slices: Default::default(),
             reach: Arc::new(Mutex::new(Reach::Connecting)),
         })
         .collect();
@@ -320,6 +375,21 @@ async fn watch_worker(
         let mut events = watcher(Api::<Node>::all(worker_client.clone()), Default::default())
             .backoff(WatchBackoff::default())
             .boxed();
+        // Its DRA devices, where it serves resource.k8s.io/v1 ResourceSlices.
+        let slice_api = Api::<ResourceSlice>::all(worker_client.clone());
+        let mut slice_events = match slice_api.list(&ListParams::default().limit(1)).await {
+            Ok(_) => {
+                let cluster = worker.name.clone();
+                watcher(slice_api, Default::default())
+                    .backoff(WatchBackoff::default())
+                    .modify(move |s| worker_slice(&cluster, s))
+                    .boxed()
+            }
+            Err(e) => {
+                tracing::info!(worker = %worker.name, error = %e, "the worker serves no ResourceSlices; its DRA devices are not read");
+                futures::stream::pending().boxed()
+            }
+        };
         // A watch over a connection that went silent (a partition, a frozen
         // API server) sees no error for minutes: a probe notices within
         // PROBE_INTERVAL + PROBE_TIMEOUT.
@@ -354,6 +424,11 @@ async fn watch_worker(
                     Some(Err(watcher::Error::WatchError(_))) => false,
                     Some(Err(e)) => cache.set_reach(Reach::Unreachable(e.to_string())),
                     None => break,
+                },
+                event = slice_events.next() => match event {
+                    Some(Ok(e)) => cache.slices.lock().expect("worker slices lock").apply(e),
+                    Some(Err(watcher::Error::WatchError(_))) | None => false,
+                    Some(Err(e)) => cache.set_reach(Reach::Unreachable(e.to_string())),
                 },
                 _ = probe.tick() => {
                     match tokio::time::timeout(PROBE_TIMEOUT, worker_client.apiserver_version()).await {
@@ -394,6 +469,70 @@ mod tests {
             kueue_namespace: "kueue-system".into(),
             admission_check_name: "kaccel-multikueue".into(),
         }
+    }
+
+    /// A DRA node as NVIDIA's DRA driver leaves it (model label, no device
+    /// resource) and its ResourceSlice of 8 GPUs (`deviceinfo.go` attributes).
+    fn dra_node_and_slice(node: &str) -> (Node, ResourceSlice) {
+        let node_object = serde_json::from_value(json!({
+            "metadata": {"name": node, "labels": {
+                "kubernetes.io/hostname": node,
+                "kaccel.io/accelerator.model": "NVIDIA-H100-80GB-HBM3"}},
+            "status": {"capacity": {"cpu": "64", "memory": "512Gi"},
+                       "allocatable": {"cpu": "64", "memory": "512Gi"},
+                       "conditions": [{"type": "Ready", "status": "True"}]},
+        }))
+        .unwrap();
+        let devices: Vec<Value> = (0..8)
+            .map(|i| {
+                json!({"name": format!("gpu-{i}"), "attributes": {
+                    "type": {"string": "gpu"},
+                    "uuid": {"string": format!("GPU-{node}-{i:04}")},
+                    "productName": {"string": "NVIDIA H100 80GB HBM3"},
+                    "driverVersion": {"version": "550.54.15"},
+                }, "capacity": {"memory": {"value": "81559Mi"}}})
+            })
+            .collect();
+        let slice = serde_json::from_value(json!({
+            "metadata": {"name": format!("{node}-gpu.nvidia.com")},
+            "spec": {"driver": "gpu.nvidia.com", "nodeName": node,
+                     "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                     "devices": devices},
+        }))
+        .unwrap();
+        (node_object, slice)
+    }
+
+    #[test]
+    fn a_workers_resource_slices_publish_devices_on_its_own_nodes() {
+        let (node, mut slice) = dra_node_and_slice("gpu-1");
+        let mut index = NodeIndex::for_worker("worker-a");
+        index.begin_relist();
+        index.relisted(&node);
+        index.end_relist();
+        worker_slice("worker-a", &mut slice);
+        assert_eq!(slice.spec.node_name.as_deref(), Some("worker-a/gpu-1"));
+        let mut slices = SliceCache::default();
+        assert!(!slices.apply(watcher::Event::Init));
+        assert!(!slices.apply(watcher::Event::InitApply(slice.clone())));
+        assert!(slices.current.is_empty(), "a re-list lands whole");
+        assert!(slices.apply(watcher::Event::InitDone));
+        assert!(
+            !slices.apply(watcher::Event::Apply(slice.clone())),
+            "unchanged"
+        );
+        let pooled = index
+            .snapshot()
+            .with_slices(slices.current.values().map(|s| &**s));
+        let gpus: u32 = pooled.nodes["worker-a/gpu-1"]
+            .groups
+            .iter()
+            .filter(|g| g.is_dra_only())
+            .map(|g| g.capacity)
+            .sum();
+        assert_eq!(gpus, 8, "{:?}", pooled.nodes["worker-a/gpu-1"].groups);
+        assert!(slices.apply(watcher::Event::Delete(slice)));
+        assert!(slices.current.is_empty());
     }
 
     #[test]

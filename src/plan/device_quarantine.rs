@@ -138,7 +138,8 @@ pub fn decide(
     // (taking out a new device?, flavor, rule, node, resource)
     let mut candidates: Vec<(bool, String, DeviceTaintRule, String, String)> = Vec::new();
     let mut held_out: BTreeMap<String, u32> = BTreeMap::new();
-    for node in inventory.nodes.values() {
+    // A MultiKueue worker's devices are its own cluster's to taint, not this one's.
+    for node in inventory.nodes.values().filter(|n| n.cluster.is_none()) {
         for group in node.groups.iter().filter(|g| g.is_dra_only()) {
             let Some(flavor) = flavor_of(flavors, node, group) else {
                 continue;

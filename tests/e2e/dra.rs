@@ -40,7 +40,7 @@ fn dra_node(name: &str, model: &str) -> Node {
 
 /// A DRA-only Node labelled with `model` and the ResourceSlice its driver
 /// publishes for it; both are deleted by `cleanup`.
-async fn publish(
+pub(crate) async fn publish(
     client: &Client,
     cleanup: &mut Cleanup,
     node: &str,
@@ -61,7 +61,7 @@ async fn publish(
 
 /// The DeviceClass and ResourceFlavor kaccel writes for `flavor`, deleted by
 /// `cleanup` should the test end before kaccel removes them.
-fn clean_flavor(cleanup: &mut Cleanup, flavor: &str) {
+pub(crate) fn clean_flavor(cleanup: &mut Cleanup, flavor: &str) {
     cleanup.add(
         None,
         ApiResource::erase::<k8s_openapi::api::resource::v1::DeviceClass>(&()),
@@ -85,7 +85,7 @@ fn dra_slice(node: &str, driver: &str, devices: Vec<Value>) -> Value {
 
 /// Eight GPUs as NVIDIA's DRA driver publishes them (`deviceinfo.go`), with the
 /// UUIDs `tests/e2e/health.rs`'s fake dcgm-exporter reports for the node.
-fn nvidia_slice(node: &str, product: &str) -> Value {
+pub(crate) fn nvidia_slice(node: &str, product: &str) -> Value {
     let devices: Vec<Value> = (0..8)
         .map(|i| {
             json!({

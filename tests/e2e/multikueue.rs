@@ -2,7 +2,8 @@
 //! the worker's Nodes through the kubeconfig Secret Kueue uses, plans quota over
 //! them, and the manager's Kueue dispatches a Job to the worker's Kueue. The
 //! ledger charges once, in the manager, naming the worker; a worker whose API
-//! server is down keeps its quota with its devices Unknown and is named.
+//! server is down keeps its quota with its devices Unknown and is named; its
+//! ResourceSlices add its DRA devices.
 //!
 //! The worker is the second control plane `e2e/test.sh` starts (`e2e/worker.sh
 //! up`; KACCEL_E2E_WORKER_KUBECONFIG and KACCEL_E2E_WORKER_RUN).
@@ -222,6 +223,31 @@ async fn dispatch(
         ApiResource::erase::<Secret>(&()),
         &secret_name,
     );
+    // kaccel may read that Secret, by name, as manifests/multikueue/ grants it.
+    let role_ar = ApiResource::erase::<k8s_openapi::api::rbac::v1::Role>(&());
+    let binding_ar = ApiResource::erase::<k8s_openapi::api::rbac::v1::RoleBinding>(&());
+    let grant = format!("kaccel-read-{secret_name}");
+    let rbac = |ar: &ApiResource| -> Api<DynamicObject> {
+        Api::namespaced_with(client.clone(), "kueue-system", ar)
+    };
+    support::create(
+        &rbac(&role_ar),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+               "metadata": {"name": grant, "namespace": "kueue-system"},
+               "rules": [{"apiGroups": [""], "resources": ["secrets"],
+                          "resourceNames": [secret_name], "verbs": ["get"]}]}),
+    )
+    .await?;
+    env.cleanup.add(Some("kueue-system"), role_ar, &grant);
+    support::create(
+        &rbac(&binding_ar),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+               "metadata": {"name": grant, "namespace": "kueue-system"},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": grant},
+               "subjects": [{"kind": "ServiceAccount", "name": "kaccel", "namespace": "kaccel-system"}]}),
+    )
+    .await?;
+    env.cleanup.add(Some("kueue-system"), binding_ar, &grant);
     env.cleanup.add(None, kueue("MultiKueueCluster"), &cluster);
     env.cleanup.add(None, kueue("MultiKueueConfig"), &check);
     env.cleanup.add(None, kueue("AdmissionCheck"), &check);
@@ -450,5 +476,34 @@ async fn dispatch(
         "ledger verify --cluster after the settlement: {report}"
     );
     support::delete_job(&jobs, &job).await?;
+
+    // A DRA node of the worker (its ResourceSlice as NVIDIA's driver publishes
+    // it) adds its 8 GPUs to the class, as a flavor of its own.
+    let dra_model = format!("NVIDIA-H100-DRA-{}", id.to_uppercase());
+    crate::dra::publish(
+        worker,
+        worker_cleanup,
+        &format!("{id}-dra-1"),
+        &dra_model,
+        crate::dra::nvidia_slice(&format!("{id}-dra-1"), "NVIDIA H100 80GB HBM3"),
+    )
+    .await?;
+    let with_dra = wait_obj(&classes, &class, "16 healthy, a second flavor", |c| {
+        c["status"]["devices"]["healthy"] == 16
+            && c["status"]["flavors"]
+                .as_array()
+                .is_some_and(|f| f.len() == 2)
+    })
+    .await?;
+    for flavor in with_dra["status"]["flavors"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        let name = flavor["name"].as_str().unwrap_or_default();
+        if name != manager_flavor {
+            crate::dra::clean_flavor(&mut env.cleanup, name);
+        }
+    }
     Ok(())
 }
