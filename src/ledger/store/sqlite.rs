@@ -427,10 +427,10 @@ impl LedgerStore for SqliteStore {
             while let Some(r) = rows.next()? {
                 let reserve = Self::read_row(r)?;
                 let within = || format!("a post of reservation {}", reserve.entry.key);
-                if let Some(id) = r.get::<_, Option<i64>>(25)? {
+                if let Some(id) = r.get::<_, Option<i64>>(24)? {
                     return Err(corrupt_aggregated(id, "credits", &within()));
                 }
-                if let Some(id) = r.get::<_, Option<i64>>(24)? {
+                if let Some(id) = r.get::<_, Option<i64>>(25)? {
                     return Err(corrupt_aggregated(id, "interval_end", &within()));
                 }
                 let posted: Option<i64> = r.get(22)?;
