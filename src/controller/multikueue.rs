@@ -298,7 +298,7 @@ impl Workers {
     }
 }
 
-/// Starts a Node watch per configured worker; each wakes the planner through
+/// Starts a Node (and ResourceSlice) watch per configured worker; each wakes the planner through
 /// `wake` when what the inventory reads changed or the worker's reachability did.
 pub(super) fn watch_workers(
     client: &Client,
@@ -346,8 +346,9 @@ impl WorkerCache {
     }
 }
 
-/// Reads the worker's Nodes for as long as kaccel runs: a failed watch marks the
-/// worker unreachable (its Nodes are kept), the next event reachable again.
+/// Reads the worker's Nodes and ResourceSlices for as long as kaccel runs: a
+/// failed watch or probe marks the worker unreachable (what was read is kept),
+/// the next event or answered probe reachable again.
 async fn watch_worker(
     client: Client,
     namespace: String,
@@ -385,9 +386,18 @@ async fn watch_worker(
                     .modify(move |s| worker_slice(&cluster, s))
                     .boxed()
             }
-            Err(e) => {
-                tracing::info!(worker = %worker.name, error = %e, "the worker serves no ResourceSlices; its DRA devices are not read");
+            // The server answered: not served (no DRA there) or not allowed.
+            Err(kube::Error::Api(status)) => {
+                tracing::info!(worker = %worker.name, error = %status.message, code = status.code, "the worker's ResourceSlices are not read; its DRA devices are not counted");
                 futures::stream::pending().boxed()
+            }
+            // It did not answer: try the whole connection again.
+            Err(e) => {
+                if cache.set_reach(Reach::Unreachable(e.to_string())) {
+                    let _ = wake.send(());
+                }
+                tokio::time::sleep(SECRET_RETRY).await;
+                continue;
             }
         };
         // A watch over a connection that went silent (a partition, a frozen

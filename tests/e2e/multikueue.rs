@@ -156,6 +156,67 @@ fn nominal_gpus(cq: &Value) -> Option<i64> {
         .map(|q| q.parse().unwrap_or(-1))
 }
 
+/// The manager's side of a worker: its kubeconfig in a Secret where Kueue (and
+/// kaccel) read it, a Role granting kaccel `get` on that Secret by name (as
+/// manifests/multikueue/ does), and the MultiKueue objects kaccel will write
+/// registered for cleanup. Returns the Secret's name.
+async fn manager_side(
+    env: &mut ledger::Env,
+    kubeconfig: &str,
+    cluster: &str,
+    check: &str,
+) -> Result<String> {
+    let client = env.client.clone();
+    let secret_name = format!("{}-kubeconfig", env.id);
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), "kueue-system");
+    let secret: Secret = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": secret_name, "namespace": "kueue-system"},
+        "stringData": {"kubeconfig": std::fs::read_to_string(kubeconfig)?},
+    }))?;
+    secrets.create(&PostParams::default(), &secret).await?;
+    env.cleanup.add(
+        Some("kueue-system"),
+        ApiResource::erase::<Secret>(&()),
+        &secret_name,
+    );
+    let role_ar = ApiResource::erase::<k8s_openapi::api::rbac::v1::Role>(&());
+    let binding_ar = ApiResource::erase::<k8s_openapi::api::rbac::v1::RoleBinding>(&());
+    let grant = format!("kaccel-read-{secret_name}");
+    let rbac = |ar: &ApiResource| -> Api<DynamicObject> {
+        Api::namespaced_with(client.clone(), "kueue-system", ar)
+    };
+    support::create(
+        &rbac(&role_ar),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+               "metadata": {"name": grant, "namespace": "kueue-system"},
+               "rules": [{"apiGroups": [""], "resources": ["secrets"],
+                          "resourceNames": [secret_name], "verbs": ["get"]}]}),
+    )
+    .await?;
+    env.cleanup.add(Some("kueue-system"), role_ar, &grant);
+    support::create(
+        &rbac(&binding_ar),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+               "metadata": {"name": grant, "namespace": "kueue-system"},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": grant},
+               "subjects": [{"kind": "ServiceAccount", "name": "kaccel", "namespace": "kaccel-system"}]}),
+    )
+    .await?;
+    env.cleanup.add(Some("kueue-system"), binding_ar, &grant);
+    env.cleanup.add(None, kueue("MultiKueueCluster"), cluster);
+    env.cleanup.add(None, kueue("MultiKueueConfig"), check);
+    env.cleanup.add(None, kueue("AdmissionCheck"), check);
+    Ok(secret_name)
+}
+
+/// kaccel's config with the ledger on `store` and `cluster` as its one worker.
+fn with_worker(config: String, cluster: &str, secret: &str, check: &str) -> String {
+    format!(
+        "{config}multiKueue:\n  workers:\n  - name: {cluster}\n    kubeconfigSecret: {secret}\n  admissionCheckName: {check}\n"
+    )
+}
+
 #[tokio::test]
 async fn a_job_in_the_manager_runs_in_the_worker_is_charged_once_there_and_survives_the_worker_going_down()
  {
@@ -209,55 +270,12 @@ async fn dispatch(
     }
     let worker_flavor = worker_queues(worker, worker_cleanup, &id, &ns, &class, &model).await?;
 
-    // The manager: the worker's kubeconfig where Kueue (and kaccel) read it.
-    let secret_name = format!("{id}-kubeconfig");
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), "kueue-system");
-    let secret: Secret = serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": secret_name, "namespace": "kueue-system"},
-        "stringData": {"kubeconfig": std::fs::read_to_string(kubeconfig)?},
-    }))?;
-    secrets.create(&PostParams::default(), &secret).await?;
-    env.cleanup.add(
-        Some("kueue-system"),
-        ApiResource::erase::<Secret>(&()),
-        &secret_name,
-    );
-    // kaccel may read that Secret, by name, as manifests/multikueue/ grants it.
-    let role_ar = ApiResource::erase::<k8s_openapi::api::rbac::v1::Role>(&());
-    let binding_ar = ApiResource::erase::<k8s_openapi::api::rbac::v1::RoleBinding>(&());
-    let grant = format!("kaccel-read-{secret_name}");
-    let rbac = |ar: &ApiResource| -> Api<DynamicObject> {
-        Api::namespaced_with(client.clone(), "kueue-system", ar)
-    };
-    support::create(
-        &rbac(&role_ar),
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-               "metadata": {"name": grant, "namespace": "kueue-system"},
-               "rules": [{"apiGroups": [""], "resources": ["secrets"],
-                          "resourceNames": [secret_name], "verbs": ["get"]}]}),
-    )
-    .await?;
-    env.cleanup.add(Some("kueue-system"), role_ar, &grant);
-    support::create(
-        &rbac(&binding_ar),
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-               "metadata": {"name": grant, "namespace": "kueue-system"},
-               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": grant},
-               "subjects": [{"kind": "ServiceAccount", "name": "kaccel", "namespace": "kaccel-system"}]}),
-    )
-    .await?;
-    env.cleanup.add(Some("kueue-system"), binding_ar, &grant);
-    env.cleanup.add(None, kueue("MultiKueueCluster"), &cluster);
-    env.cleanup.add(None, kueue("MultiKueueConfig"), &check);
-    env.cleanup.add(None, kueue("AdmissionCheck"), &check);
+    let secret_name = manager_side(env, kubeconfig, &cluster, &check).await?;
 
     env.create_class(ledger::h100_class(&class)).await?;
     env.budget(&budget, "vision", &ns, &class, "100000").await?;
     env.start_with(store, |config| {
-        format!(
-            "{config}multiKueue:\n  workers:\n  - name: {cluster}\n    kubeconfigSecret: {secret_name}\n  admissionCheckName: {check}\n"
-        )
+        with_worker(config, &cluster, &secret_name, &check)
     });
 
     // kaccel wrote Kueue's MultiKueue objects, and Kueue connected to the worker.
@@ -505,5 +523,110 @@ async fn dispatch(
             crate::dra::clean_flavor(&mut env.cleanup, name);
         }
     }
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_worker_down_when_kaccel_starts_is_read_once_it_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("ledger.db").display());
+    with_env!("mkd", |env| worker_down_at_start(&mut env, &store).await);
+}
+
+async fn worker_down_at_start(env: &mut ledger::Env, store: &str) -> Result<()> {
+    let Some((kubeconfig, run)) = worker_env() else {
+        eprintln!("SKIPPED: no MultiKueue worker beside KACCEL_E2E_KUBECONFIG");
+        return Ok(());
+    };
+    let worker = worker_client(&kubeconfig).await?;
+    let mut worker_cleanup = Cleanup::default();
+    let result = late_worker(env, store, &worker, &mut worker_cleanup, &kubeconfig, &run).await;
+    if result.is_err() {
+        let _ = worker_apiserver("start", &run);
+    }
+    worker_cleanup.run(&worker).await;
+    result
+}
+
+/// The worker's API server is down when kaccel starts: the class names it and
+/// counts none of its devices (nothing was read to keep); once it answers, its
+/// Nodes and ResourceSlices are read and the quota appears.
+async fn late_worker(
+    env: &mut ledger::Env,
+    store: &str,
+    worker: &Client,
+    worker_cleanup: &mut Cleanup,
+    kubeconfig: &str,
+    run: &str,
+) -> Result<()> {
+    let id = env.id.clone();
+    let cluster = format!("w-{id}");
+    let check = format!("{id}-mk");
+    let (class, budget, ns) = (format!("h100-{id}"), format!("b-{id}"), format!("ns-{id}"));
+    let model = format!("NVIDIA-H100-80GB-HBM3-{}", id.to_uppercase());
+    let name = format!("{id}-gpu-1");
+    Api::<Node>::all(worker.clone())
+        .create(&PostParams::default(), &h100_node(&name, &model))
+        .await?;
+    worker_cleanup.add(None, ApiResource::erase::<Node>(&()), &name);
+    let dra = format!("{id}-dra-1");
+    crate::dra::publish(
+        worker,
+        worker_cleanup,
+        &dra,
+        &format!("NVIDIA-H100-DRA-{}", id.to_uppercase()),
+        crate::dra::nvidia_slice(&dra, "NVIDIA H100 80GB HBM3"),
+    )
+    .await?;
+    let secret_name = manager_side(env, kubeconfig, &cluster, &check).await?;
+    env.create_class(ledger::h100_class(&class)).await?;
+    env.budget(&budget, "vision", &ns, &class, "100000").await?;
+
+    worker_apiserver("kill", run)?;
+    env.start_with(store, |config| {
+        with_worker(config, &cluster, &secret_name, &check)
+    });
+    let classes: Api<DynamicObject> = Api::all_with(env.client.clone(), &ledger::class_ar());
+    let down = wait_obj(
+        &classes,
+        &class,
+        "no devices while the worker is down",
+        |c| c["status"]["observedGeneration"].is_i64() && c["status"]["devices"]["healthy"] == 0,
+    )
+    .await?;
+    ensure!(
+        down["status"]["devices"]["unknown"] == 0,
+        "nothing read, nothing to keep: {}",
+        down["status"]["devices"]
+    );
+    worker_apiserver("start", run)?;
+    let up = wait_obj(
+        &classes,
+        &class,
+        "the worker's 4 + 8 GPUs, WorkerUnreachable=False",
+        |c| {
+            c["status"]["devices"]["healthy"] == 12
+                && class_condition(c, "WorkerUnreachable").is_some_and(|w| w["status"] == "False")
+        },
+    )
+    .await?;
+    for flavor in up["status"]["flavors"].as_array().into_iter().flatten() {
+        crate::dra::clean_flavor(
+            &mut env.cleanup,
+            flavor["name"].as_str().unwrap_or_default(),
+        );
+    }
+    let cq_name = format!("{budget}-{class}");
+    wait_obj(
+        &env.cqs,
+        &cq_name,
+        "the guarantee of 8 on the worker's devices",
+        |cq| {
+            cq["spec"]["resourceGroups"]
+                .as_array()
+                .is_some_and(|g| !g.is_empty())
+        },
+    )
+    .await?;
     Ok(())
 }
