@@ -410,23 +410,10 @@ async fn watch_worker(
                 event = events.next() => match event {
                     Some(Ok(e)) => {
                         let reach_changed = cache.set_reach(Reach::Reachable);
-                        let mut index = cache.index.lock().expect("worker index lock");
-                        let nodes_changed = match e {
-                            watcher::Event::Init => {
-                                index.begin_relist();
-                                false
-                            }
-                            watcher::Event::InitApply(node) => {
-                                index.relisted(&node);
-                                false
-                            }
-                            watcher::Event::InitDone => {
-                                index.end_relist();
-                                true
-                            }
-                            watcher::Event::Apply(node) => index.upsert(&node),
-                            watcher::Event::Delete(node) => index.remove(&node.name_any()),
-                        };
+                        let nodes_changed = super::watches::apply_node_event(
+                            &mut cache.index.lock().expect("worker index lock"),
+                            &e,
+                        );
                         reach_changed || nodes_changed
                     }
                     // The server answered (an expired resource version after

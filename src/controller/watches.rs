@@ -248,24 +248,11 @@ fn watch_nodes(client: &Client) -> (NodeCache, Events) {
         .filter_map(move |event| {
             let wake = match &event {
                 Ok(e) => {
-                    let mut index = index.lock().expect("node index lock");
-                    match e {
-                        watcher::Event::Init => {
-                            index.begin_relist();
-                            false
-                        }
-                        watcher::Event::InitApply(node) => {
-                            index.relisted(node);
-                            false
-                        }
-                        watcher::Event::InitDone => {
-                            index.end_relist();
-                            let _ = synced_tx.send(true);
-                            true
-                        }
-                        watcher::Event::Apply(node) => index.upsert(node),
-                        watcher::Event::Delete(node) => index.remove(&node.name_any()),
+                    let changed = apply_node_event(&mut index.lock().expect("node index lock"), e);
+                    if matches!(e, watcher::Event::InitDone) {
+                        let _ = synced_tx.send(true);
                     }
+                    changed
                 }
                 Err(_) => true,
             };
@@ -273,6 +260,27 @@ fn watch_nodes(client: &Client) -> (NodeCache, Events) {
         })
         .boxed();
     (cache, events)
+}
+
+/// One Node watch event into `index` (this cluster's or a MultiKueue worker's);
+/// true when what the inventory reads changed (a re-list's end always is).
+pub(super) fn apply_node_event(index: &mut NodeIndex, event: &watcher::Event<Node>) -> bool {
+    match event {
+        watcher::Event::Init => {
+            index.begin_relist();
+            false
+        }
+        watcher::Event::InitApply(node) => {
+            index.relisted(node);
+            false
+        }
+        watcher::Event::InitDone => {
+            index.end_relist();
+            true
+        }
+        watcher::Event::Apply(node) => index.upsert(node),
+        watcher::Event::Delete(node) => index.remove(&node.name_any()),
+    }
 }
 
 /// ResourceClaims, for who holds each DRA device: only their allocation and the
