@@ -209,7 +209,7 @@ impl SliceCache {
 pub(crate) fn worker_slice(cluster: &str, slice: &mut ResourceSlice) {
     slice.metadata.managed_fields = None;
     if let Some(node) = slice.spec.node_name.as_mut() {
-        *node = format!("{cluster}/{node}");
+        *node = crate::inventory::worker_key(cluster, node);
     }
 }
 

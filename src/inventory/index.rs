@@ -51,9 +51,8 @@ impl NodeIndex {
 
     fn read(&self, node: &Node) -> NodeInventory {
         let mut read = read_for_planning(node);
-        if let Some(cluster) = &self.cluster {
-            read.name = format!("{cluster}/{}", read.name);
-            read.cluster = Some(cluster.clone());
+        if self.cluster.is_some() {
+            read.name = self.key_of(&read.name);
         }
         read
     }
@@ -61,7 +60,7 @@ impl NodeIndex {
     /// The key a Node of this index is kept under.
     pub fn key_of(&self, name: &str) -> String {
         match &self.cluster {
-            Some(cluster) => format!("{cluster}/{name}"),
+            Some(cluster) => super::worker_key(cluster, name),
             None => name.to_string(),
         }
     }

@@ -238,12 +238,8 @@ pub struct Topology {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeInventory {
-    /// The Node's name; `<cluster>/<name>` for a MultiKueue worker's Node.
+    /// The Node's name; [`worker_key`] for a MultiKueue worker's Node.
     pub name: String,
-    /// The MultiKueue worker cluster the Node is in; None for kaccel's own
-    /// cluster (the only one kaccel changes Nodes in).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cluster: Option<String>,
     pub labels: BTreeMap<String, String>,
     /// kaccel's own annotations on the node (`kaccel.io/...`): what it did to it.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -272,7 +268,25 @@ pub struct NodeInventory {
     pub warnings: Vec<String>,
 }
 
+/// A MultiKueue worker's Node as the pooled inventory keys it (and names it):
+/// `<cluster>/<node>`. A Node's own name is a DNS subdomain, never holding '/',
+/// so two clusters' names never meet and the key says the cluster.
+pub fn worker_key(cluster: &str, node: &str) -> String {
+    format!("{cluster}/{node}")
+}
+
+/// The MultiKueue worker cluster of a Node key ([`worker_key`]); None for a
+/// Node of kaccel's own cluster (the only one kaccel changes Nodes in).
+pub fn worker_of(key: &str) -> Option<&str> {
+    key.split_once('/').map(|(cluster, _)| cluster)
+}
+
 impl NodeInventory {
+    /// The MultiKueue worker cluster the Node is in (see [`worker_of`]).
+    pub fn worker_cluster(&self) -> Option<&str> {
+        worker_of(&self.name)
+    }
+
     /// Whether the node carries any accelerator, classified or not: a node with an
     /// accelerator kaccel cannot classify is still no CPU-only node.
     pub fn has_accelerators(&self) -> bool {
@@ -645,7 +659,6 @@ pub fn read_node(node: &Node) -> NodeInventory {
         .collect();
     NodeInventory {
         name,
-        cluster: None,
         annotations,
         topology,
         unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),

@@ -139,7 +139,11 @@ pub fn decide(
     let mut candidates: Vec<(bool, String, DeviceTaintRule, String, String)> = Vec::new();
     let mut held_out: BTreeMap<String, u32> = BTreeMap::new();
     // A MultiKueue worker's devices are its own cluster's to taint, not this one's.
-    for node in inventory.nodes.values().filter(|n| n.cluster.is_none()) {
+    for node in inventory
+        .nodes
+        .values()
+        .filter(|n| n.worker_cluster().is_none())
+    {
         for group in node.groups.iter().filter(|g| g.is_dra_only()) {
             let Some(flavor) = flavor_of(flavors, node, group) else {
                 continue;

@@ -137,7 +137,7 @@ pub fn node_actions(
     for node in inventory.nodes.values() {
         // A MultiKueue worker's Nodes are read, never changed: its own
         // platform team (and health loop) acts on them.
-        if node.groups.is_empty() || node.cluster.is_some() {
+        if node.groups.is_empty() || node.worker_cluster().is_some() {
             continue;
         }
         // Its own marks only (another installation's are not its to undo).

@@ -25,14 +25,13 @@ pub(super) fn classes(
         return;
     }
     // Worker -> nodes, per flavor, counted once per flavor (classes share
-    // flavors; a worker's Nodes are keyed `<cluster>/<node>`, see
-    // `NodeIndex::for_worker`, so the name says the cluster).
+    // flavors; a worker's Node key says its cluster, see `worker_of`).
     let per_flavor: BTreeMap<&str, BTreeMap<&str, usize>> = flavor_reports
         .iter()
         .map(|(name, flavor)| {
             let mut by_worker: BTreeMap<&str, usize> = BTreeMap::new();
             for node in &flavor.nodes {
-                if let Some((cluster, _)) = node.split_once('/') {
+                if let Some(cluster) = crate::inventory::worker_of(node) {
                     *by_worker.entry(cluster).or_default() += 1;
                 }
             }

@@ -55,7 +55,6 @@ pub fn node(name: &str, labels: &[(&str, &str)], groups: Vec<DeviceGroup>) -> No
     }
     NodeInventory {
         name: name.into(),
-        cluster: None,
         labels: all_labels,
         annotations: BTreeMap::new(),
         topology: Default::default(),

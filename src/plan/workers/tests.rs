@@ -101,7 +101,7 @@ fn the_workers_nodes_are_pooled_under_their_cluster_and_name() {
     let keys: Vec<&str> = union.nodes.keys().map(String::as_str).collect();
     assert_eq!(keys, ["worker-a/gpu-1", "worker-a/gpu-2", "worker-b/gpu-1"]);
     assert_eq!(
-        union.nodes["worker-b/gpu-1"].cluster.as_deref(),
+        union.nodes["worker-b/gpu-1"].worker_cluster(),
         Some("worker-b")
     );
     let plan = plan_over(&BTreeMap::new(), &multikueue());
