@@ -222,11 +222,24 @@ async fn a_job_in_the_manager_runs_in_the_worker_is_charged_once_there_and_survi
  {
     let dir = tempfile::tempdir().unwrap();
     let store = format!("sqlite:{}", dir.path().join("ledger.db").display());
-    with_env!("mk", |env| dispatch_and_lose_the_worker(&mut env, &store)
-        .await);
+    with_env!("mk", |env| on_worker(
+        &mut env,
+        &store,
+        Scenario::DispatchAndLoseTheWorker
+    )
+    .await);
 }
 
-async fn dispatch_and_lose_the_worker(env: &mut ledger::Env, store: &str) -> Result<()> {
+/// The two scenarios, run by [`on_worker`].
+enum Scenario {
+    DispatchAndLoseTheWorker,
+    WorkerDownAtStart,
+}
+
+/// Runs `scenario` against the worker control plane (skipped, saying so, only
+/// against another cluster given no worker); whatever happens, the worker's API
+/// server serves the next test and the worker's objects are deleted.
+async fn on_worker(env: &mut ledger::Env, store: &str, scenario: Scenario) -> Result<()> {
     let Some((kubeconfig, run)) = worker_env() else {
         eprintln!(
             "SKIPPED: no MultiKueue worker beside KACCEL_E2E_KUBECONFIG (set KACCEL_E2E_WORKER_KUBECONFIG and KACCEL_E2E_WORKER_RUN)"
@@ -235,9 +248,15 @@ async fn dispatch_and_lose_the_worker(env: &mut ledger::Env, store: &str) -> Res
     };
     let worker = worker_client(&kubeconfig).await?;
     let mut worker_cleanup = Cleanup::default();
-    let result = dispatch(env, store, &worker, &mut worker_cleanup, &kubeconfig, &run).await;
+    let result = match scenario {
+        Scenario::DispatchAndLoseTheWorker => {
+            dispatch(env, store, &worker, &mut worker_cleanup, &kubeconfig, &run).await
+        }
+        Scenario::WorkerDownAtStart => {
+            late_worker(env, store, &worker, &mut worker_cleanup, &kubeconfig, &run).await
+        }
+    };
     if result.is_err() {
-        // Whatever happened, the worker's API server serves the next test.
         let _ = worker_apiserver("start", &run);
     }
     worker_cleanup.run(&worker).await;
@@ -530,22 +549,12 @@ async fn dispatch(
 async fn a_worker_down_when_kaccel_starts_is_read_once_it_answers() {
     let dir = tempfile::tempdir().unwrap();
     let store = format!("sqlite:{}", dir.path().join("ledger.db").display());
-    with_env!("mkd", |env| worker_down_at_start(&mut env, &store).await);
-}
-
-async fn worker_down_at_start(env: &mut ledger::Env, store: &str) -> Result<()> {
-    let Some((kubeconfig, run)) = worker_env() else {
-        eprintln!("SKIPPED: no MultiKueue worker beside KACCEL_E2E_KUBECONFIG");
-        return Ok(());
-    };
-    let worker = worker_client(&kubeconfig).await?;
-    let mut worker_cleanup = Cleanup::default();
-    let result = late_worker(env, store, &worker, &mut worker_cleanup, &kubeconfig, &run).await;
-    if result.is_err() {
-        let _ = worker_apiserver("start", &run);
-    }
-    worker_cleanup.run(&worker).await;
-    result
+    with_env!("mkd", |env| on_worker(
+        &mut env,
+        &store,
+        Scenario::WorkerDownAtStart
+    )
+    .await);
 }
 
 /// The worker's API server is down when kaccel starts: the class names it and
