@@ -45,23 +45,22 @@ pub fn push_rfc3339(out: &mut String, secs: i64) {
         shifted_month - 9
     };
     let year = year_of_era + era * 400 + i64::from(month <= 2);
-    let digits = |out: &mut String, v: i64, width: u32| {
-        for p in (0..width).rev() {
-            out.push(char::from(b'0' + (v / 10i64.pow(p) % 10) as u8));
+    // Written into a fixed buffer, then appended once.
+    let mut text = *b"0000-00-00T00:00:00Z";
+    let mut digits = |at: usize, v: i64, width: usize| {
+        let mut rest = v;
+        for i in (at..at + width).rev() {
+            text[i] = b'0' + (rest % 10) as u8;
+            rest /= 10;
         }
     };
-    digits(out, year, 4);
-    out.push('-');
-    digits(out, month, 2);
-    out.push('-');
-    digits(out, day, 2);
-    out.push('T');
-    digits(out, second_of_day / 3600, 2);
-    out.push(':');
-    digits(out, second_of_day / 60 % 60, 2);
-    out.push(':');
-    digits(out, second_of_day % 60, 2);
-    out.push('Z');
+    digits(0, year, 4);
+    digits(5, month, 2);
+    digits(8, day, 2);
+    digits(11, second_of_day / 3600, 2);
+    digits(14, second_of_day / 60 % 60, 2);
+    digits(17, second_of_day % 60, 2);
+    out.push_str(std::str::from_utf8(&text).unwrap_or_default());
 }
 
 /// Unix seconds of an RFC 3339 timestamp (`lastTransitionTime` and the like);

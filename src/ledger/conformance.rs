@@ -423,6 +423,17 @@ pub async fn streams_by_period_and_team<S: LedgerStore>(s: &S) {
     for chunk in all.chunks(700) {
         s.append(chunk).await.unwrap();
     }
+    // Two replays of everything (PostgreSQL spends an id on each conflicting
+    // insert: a gap of more than two pages, so a whole page of ids holds
+    // none), then entries after the gap.
+    for _ in 0..2 {
+        for chunk in all.chunks(700) {
+            assert_eq!(s.append(chunk).await.unwrap().duplicates, chunk.len());
+        }
+    }
+    let after_gap = lifecycle("b-vision", "vision", "after-gap", 1, 3);
+    s.append(&after_gap[1..]).await.unwrap();
+    all.extend_from_slice(&after_gap[1..]);
     let mut n = 0u64;
     let mut last = 0;
     let total = for_each_entry(s, &EntryFilter::default(), |e| {

@@ -159,6 +159,47 @@ impl Entry {
         }
     }
 
+    /// Whether the key is exactly [`derived_key`](Self::derived_key), compared
+    /// part by part without building it; false for a kind without one.
+    pub fn key_is_derived<'a>(&'a self) -> bool {
+        let key = KeyCursor(&self.key);
+        let line = |k: KeyCursor<'a>| -> Option<KeyCursor<'a>> {
+            k.text(&self.budget)?
+                .text("/")?
+                .text(&self.workload_uid)?
+                .text("/")?
+                .int(self.admission.into())?
+                .text("/")
+        };
+        let flavor_and_resource = |k: KeyCursor<'a>| -> Option<KeyCursor<'a>> {
+            k.text(&self.flavor)?.text("/")?.text(&self.resource)
+        };
+        let matched = match self.kind {
+            EntryKind::Reserve => key
+                .text("reserve/")
+                .and_then(line)
+                .and_then(|k| k.int(self.start)?.text("/"))
+                .and_then(flavor_and_resource),
+            EntryKind::Post => key
+                .text("post/")
+                .and_then(line)
+                .and_then(|k| k.int(self.start)?.text("-")?.int(self.end)?.text("/"))
+                .and_then(flavor_and_resource),
+            EntryKind::Void => key
+                .text("void/")
+                .and_then(line)
+                .and_then(flavor_and_resource),
+            EntryKind::Grant => key
+                .text("grant/")
+                .and_then(|k| k.text(&self.budget)?.text("/")?.int(self.start)),
+            EntryKind::Expiry => key
+                .text("expiry/")
+                .and_then(|k| k.text(&self.budget)?.text("/")?.int(self.start)),
+            EntryKind::Correction => None,
+        };
+        matched.is_some_and(|rest| rest.0.is_empty())
+    }
+
     /// The line of an admission this entry names.
     pub fn line(&self) -> LineRef<'_> {
         LineRef {
@@ -231,7 +272,10 @@ impl Entry {
             EntryKind::Void => Some(legacy_void_key(self)),
             _ => None,
         };
+        // The common case without building the key: verify checks millions.
+        let derived = self.key_is_derived();
         let expected = match self.kind {
+            _ if derived => None,
             // A top-up's key names the top-up, not the period it was credited in.
             EntryKind::Grant if self.key.starts_with("topup/") => self
                 .key
@@ -266,6 +310,37 @@ impl Entry {
             ));
         }
         Ok(())
+    }
+}
+
+/// What is left of a key after the parts matched so far.
+#[derive(Clone, Copy)]
+struct KeyCursor<'a>(&'a str);
+
+impl<'a> KeyCursor<'a> {
+    fn text(self, part: &str) -> Option<KeyCursor<'a>> {
+        self.0.strip_prefix(part).map(KeyCursor)
+    }
+
+    /// A decimal integer as `format!("{n}")` writes it.
+    fn int(self, n: i64) -> Option<KeyCursor<'a>> {
+        let mut digits = [0u8; 20];
+        let mut at = digits.len();
+        let mut rest = n.unsigned_abs();
+        loop {
+            at -= 1;
+            digits[at] = b'0' + (rest % 10) as u8;
+            rest /= 10;
+            if rest == 0 {
+                break;
+            }
+        }
+        let unsigned = if n < 0 { self.text("-")? } else { self };
+        unsigned
+            .0
+            .as_bytes()
+            .strip_prefix(&digits[at..])
+            .map(|tail| KeyCursor(&unsigned.0[unsigned.0.len() - tail.len()..]))
     }
 }
 
@@ -434,15 +509,9 @@ impl ReservationTotals {
 
 /// Formats micro-credits as a decimal credit amount (signed).
 pub fn format_micros(micros: i128) -> String {
-    let sign = if micros < 0 { "-" } else { "" };
-    let m = micros.unsigned_abs();
-    let (int, frac) = (m / 1_000_000, m % 1_000_000);
-    if frac == 0 {
-        format!("{sign}{int}")
-    } else {
-        let d = format!("{frac:06}");
-        format!("{sign}{int}.{}", d.trim_end_matches('0'))
-    }
+    let mut out = String::with_capacity(16);
+    super::decimal::push_decimal(&mut out, micros, 6);
+    out
 }
 
 #[cfg(test)]
@@ -619,6 +688,40 @@ mod tests {
             prop_assert_eq!(key_workload_uid(&key), named);
             let topup = topup_key(&budget, "x");
             prop_assert_eq!(key_workload_uid(&topup), "");
+        }
+
+        /// The part-by-part comparison says what comparing with the built
+        /// key says: for the derived key, and for keys one edit away from it
+        /// (a character changed, dropped or added anywhere; another number).
+        #[test]
+        fn key_is_derived_agrees_with_derived_key(
+            k in 0usize..6,
+            budget in "[a-z0-9-]{0,6}",
+            uid in "[0-9a-f-]{0,8}",
+            admission in any::<u32>(),
+            start in any::<i64>(),
+            end in any::<i64>(),
+            flavor in "[a-z0-9/-]{0,6}",
+            resource in "[a-z0-9./-]{0,8}",
+            edit in 0usize..4,
+            at in any::<proptest::sample::Index>(),
+            ch in "[a-z0-9/-]",
+        ) {
+            let mut e = entry(EntryKind::ALL[k], 0, start, end);
+            (e.budget, e.workload_uid, e.admission, e.flavor, e.resource) =
+                (budget, uid, admission, flavor, resource);
+            let derived = e.derived_key();
+            e.key = derived.clone().unwrap_or_else(|| "correction/x".into());
+            let mut chars: Vec<char> = e.key.chars().collect();
+            let i = at.index(chars.len() + 1);
+            match edit {
+                0 => {}
+                1 if i < chars.len() => chars[i] = ch.chars().next().unwrap_or('x'),
+                2 if i < chars.len() => { chars.remove(i); }
+                _ => chars.insert(i, ch.chars().next().unwrap_or('x')),
+            }
+            e.key = chars.into_iter().collect();
+            prop_assert_eq!(e.key_is_derived(), derived.as_deref() == Some(e.key.as_str()), "{}", e.key);
         }
 
         #[test]

@@ -152,6 +152,8 @@ pub struct Exporter<W: Write> {
     pricing: Pricing,
     parties: Parties,
     rows: u64,
+    /// The buffer each computed field is built in (csv::Fields).
+    scratch: String,
 }
 
 impl<W: Write> Exporter<W> {
@@ -168,6 +170,7 @@ impl<W: Write> Exporter<W> {
             pricing,
             parties,
             rows: 0,
+            scratch: String::with_capacity(256),
         })
     }
 

@@ -6,6 +6,7 @@ pub mod budget;
 pub mod charge;
 #[doc(hidden)]
 pub mod conformance;
+pub mod decimal;
 pub mod drift;
 pub mod entry;
 pub mod export;

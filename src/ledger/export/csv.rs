@@ -8,29 +8,102 @@
 //! stores and `verify` use): summed over all of a budget's rows they equal its
 //! granted, reserved, spent and remaining credits.
 
-use std::borrow::Cow;
 use std::io::{self, Write};
 
-use super::numbers::decimal;
-use super::{ExportError, Exporter, entry_micro_device_hours, rfc3339};
-use crate::ledger::entry::{Balances, format_micros};
+use super::{ExportError, Exporter, entry_micro_device_hours};
+use crate::k8s::time::push_rfc3339;
+use crate::ledger::decimal::{push_decimal, push_int};
+use crate::ledger::entry::Balances;
 use crate::ledger::store::StoredEntry;
 
 /// Writes one CSV field, quoting when needed (RFC 4180).
 fn field(out: &mut impl Write, s: &str) -> io::Result<()> {
     let bytes = s.as_bytes();
-    let special = |b: &u8| matches!(b, b',' | b'"' | b'\n' | b'\r');
-    if bytes.iter().any(special) || s.starts_with(' ') || s.ends_with(' ') {
+    // No early exit per byte: the compiler then checks a chunk at a time.
+    let special = |chunk: &[u8]| {
+        chunk.iter().fold(false, |found, &b| {
+            found | matches!(b, b',' | b'"' | b'\n' | b'\r')
+        })
+    };
+    if !bytes.chunks(32).any(special) && !s.starts_with(' ') && !s.ends_with(' ') {
+        return out.write_all(bytes);
+    }
+    out.write_all(b"\"")?;
+    let mut rest = bytes;
+    while let Some(quote) = rest.iter().position(|&b| b == b'"') {
+        out.write_all(&rest[..=quote])?;
         out.write_all(b"\"")?;
-        for (i, part) in s.split('"').enumerate() {
-            if i > 0 {
-                out.write_all(b"\"\"")?;
-            }
-            out.write_all(part.as_bytes())?;
+        rest = &rest[quote + 1..];
+    }
+    out.write_all(rest)?;
+    out.write_all(b"\"")
+}
+
+/// One record written field by field straight into the output, computed
+/// values built in one reused buffer: a row allocates nothing. Each field
+/// names its column; debug builds (the tests) check the names against the
+/// header, so a field cannot land in another column unnoticed.
+pub(super) struct Fields<'a, W: Write> {
+    out: &'a mut W,
+    scratch: &'a mut String,
+    header: &'static [&'static str],
+    written: usize,
+}
+
+impl<'a, W: Write> Fields<'a, W> {
+    pub(super) fn new(
+        out: &'a mut W,
+        scratch: &'a mut String,
+        header: &'static [&'static str],
+    ) -> Self {
+        Fields {
+            out,
+            scratch,
+            header,
+            written: 0,
         }
-        out.write_all(b"\"")
-    } else {
-        out.write_all(bytes)
+    }
+
+    fn next_column(&mut self, column: &str) -> io::Result<()> {
+        debug_assert_eq!(self.header.get(self.written).copied(), Some(column));
+        self.written += 1;
+        if self.written > 1 {
+            self.out.write_all(b",")?;
+        }
+        Ok(())
+    }
+
+    /// A text column.
+    pub(super) fn text(&mut self, column: &str, value: &str) -> io::Result<()> {
+        self.next_column(column)?;
+        field(self.out, value)
+    }
+
+    /// A column that may be null (an empty, unquoted field).
+    pub(super) fn optional(&mut self, column: &str, value: Option<&str>) -> io::Result<()> {
+        self.next_column(column)?;
+        match value {
+            Some(v) => field(self.out, v),
+            None => Ok(()),
+        }
+    }
+
+    /// A column whose text `build` appends to an empty buffer.
+    pub(super) fn built(
+        &mut self,
+        column: &str,
+        build: impl FnOnce(&mut String),
+    ) -> io::Result<()> {
+        self.next_column(column)?;
+        self.scratch.clear();
+        build(self.scratch);
+        field(self.out, self.scratch)
+    }
+
+    /// Ends the record; every column of the header must have been written.
+    pub(super) fn end(self) -> io::Result<()> {
+        debug_assert_eq!(self.written, self.header.len());
+        self.out.write_all(b"\r\n")
     }
 }
 
@@ -81,44 +154,48 @@ impl<W: Write> Exporter<W> {
         // The entry's signed effect on its budget, by the one rule balances use.
         let mut delta = Balances::default();
         delta.apply(e.kind, e.credits);
-        fn text(v: &str) -> Cow<'_, str> {
-            Cow::Borrowed(v)
-        }
-        record(
-            &mut self.out,
-            &[
-                Cow::Owned(s.id.to_string()),
-                text(&e.key),
-                text(e.kind.as_str()),
-                text(&e.budget),
-                text(&e.team),
-                text(&e.namespace),
-                text(&e.workload),
-                text(&e.workload_uid),
-                Cow::Owned(e.admission.to_string()),
-                text(&e.class),
-                text(&e.flavor),
-                text(&e.resource),
-                Cow::Owned(e.device_units.to_string()),
-                Cow::Owned(rfc3339(e.start)),
-                Cow::Owned(rfc3339(e.end)),
-                Cow::Owned(format_micros(i128::from(e.credits))),
-                text(&e.rate_card),
-                text(&e.reason),
-                Cow::Owned(rfc3339(e.created_at)),
-                Cow::Owned(decimal(device_hours, 6)),
-                Cow::Owned(format_micros(i128::from(e.rate))),
-                Cow::Owned(format_micros(delta.granted)),
-                Cow::Owned(format_micros(delta.reserved)),
-                Cow::Owned(format_micros(delta.spent)),
-                Cow::Owned(format_micros(delta.remaining())),
-                // The devices its pods held, space-separated (empty: unknown).
-                Cow::Owned(e.devices.join(" ")),
-                // The MultiKueue worker it ran in (empty: this cluster).
-                Cow::Borrowed(e.cluster.as_str()),
-            ],
-        )?;
+        let mut row = Fields::new(&mut self.out, &mut self.scratch, &CSV_HEADER);
+        row.built("id", |b| push_int(b, s.id))?;
+        row.text("key", &e.key)?;
+        row.text("kind", e.kind.as_str())?;
+        row.text("budget", &e.budget)?;
+        row.text("team", &e.team)?;
+        row.text("namespace", &e.namespace)?;
+        row.text("workload", &e.workload)?;
+        row.text("workloadUid", &e.workload_uid)?;
+        row.built("admission", |b| push_int(b, e.admission.into()))?;
+        row.text("class", &e.class)?;
+        row.text("flavor", &e.flavor)?;
+        row.text("resource", &e.resource)?;
+        row.built("deviceUnits", |b| push_decimal(b, e.device_units.into(), 0))?;
+        row.built("start", |b| push_rfc3339(b, e.start))?;
+        row.built("end", |b| push_rfc3339(b, e.end))?;
+        row.built("credits", |b| push_decimal(b, e.credits.into(), 6))?;
+        row.text("rateCard", &e.rate_card)?;
+        row.text("reason", &e.reason)?;
+        row.built("createdAt", |b| push_rfc3339(b, e.created_at))?;
+        row.built("deviceHours", |b| push_decimal(b, device_hours, 6))?;
+        row.built("ratePerDeviceHour", |b| push_decimal(b, e.rate.into(), 6))?;
+        row.built("grantedDelta", |b| push_decimal(b, delta.granted, 6))?;
+        row.built("reservedDelta", |b| push_decimal(b, delta.reserved, 6))?;
+        row.built("spentDelta", |b| push_decimal(b, delta.spent, 6))?;
+        row.built("remainingDelta", |b| push_decimal(b, delta.remaining(), 6))?;
+        // The devices its pods held, space-separated (empty: unknown).
+        row.built("devices", |b| push_joined(b, &e.devices, ' '))?;
+        // The MultiKueue worker it ran in (empty: this cluster).
+        row.text("cluster", &e.cluster)?;
+        row.end()?;
         self.rows += 1;
         Ok(())
+    }
+}
+
+/// Appends `items` separated by `separator`.
+pub(super) fn push_joined(out: &mut String, items: &[String], separator: char) {
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            out.push(separator);
+        }
+        out.push_str(item);
     }
 }

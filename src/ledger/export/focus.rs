@@ -48,16 +48,17 @@
 //!   Date/times are `YYYY-MM-DDTHH:mm:ssZ`; numbers are plain decimals without `+`.
 //!   Custom columns (`x_`) come after the FOCUS columns.
 
-use std::borrow::Cow;
 use std::io::Write;
 
 use jiff::Timestamp;
 use jiff::tz::TimeZone;
 
-use super::csv::record;
+use super::csv::{Fields, push_joined};
 use super::numbers::{Fixed, device_seconds};
-use super::{ExportError, Exporter, rfc3339};
-use crate::ledger::entry::{EntryKind, format_micros};
+use super::{ExportError, Exporter};
+use crate::k8s::time::push_rfc3339;
+use crate::ledger::decimal::{push_decimal, push_int};
+use crate::ledger::entry::{Entry, EntryKind};
 use crate::ledger::store::StoredEntry;
 
 /// The UTC calendar month `[start, end)` containing `secs`, the last one
@@ -150,6 +151,12 @@ pub const FOCUS_HEADER: [&str; 49] = [
 /// Appends `v` as a JSON string (quoted, escaped per RFC 8259).
 fn push_json_string(out: &mut String, v: &str) {
     out.push('"');
+    // Most values (names, UIDs) need no escape: one copy.
+    if !v.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\') {
+        out.push_str(v);
+        out.push('"');
+        return;
+    }
     for c in v.chars() {
         match c {
             '"' => out.push_str("\\\""),
@@ -232,58 +239,15 @@ impl<W: Write> Exporter<W> {
                 let cost = unit
                     .checked_mul(p.quantity)
                     .ok_or_else(|| overflow("ListCost"))?;
-                (Some(unit.text()), cost.text())
+                (Some(unit), cost)
             }
-            None => (None, billed.text()),
+            None => (None, billed),
         };
-        let unit_credits = priced.as_ref().map(|p| p.unit_credits.text());
-        let billed_text = billed.text();
+        let unit_credits = priced.as_ref().map(|p| p.unit_credits);
         let device_secs = device_seconds(e.device_units, e.start, e.end);
         // A DRA line's resource names the DeviceClass its devices came from
         // (`dra.kaccel.io/<flavor>`): finance sees the DeviceClass.
         let device_class = crate::plan::kueue_counting::device_class_of_resource(&e.resource);
-        let shown_resource = match &device_class {
-            Some(dc) => format!("DeviceClass {dc}"),
-            None => e.resource.clone(),
-        };
-        let description = if usage {
-            format!(
-                "{} x {} ({}) for {} device-seconds at {} credits per device-hour, workload {}/{} (admission {}) in class {}",
-                e.device_units,
-                shown_resource,
-                e.flavor,
-                device_secs,
-                format_micros(i128::from(e.rate)),
-                e.namespace,
-                e.workload,
-                e.admission,
-                e.class
-            )
-        } else {
-            format!(
-                "Correction of {credits} credits for workload {}/{} (admission {}): {}",
-                e.namespace, e.workload, e.admission, e.reason
-            )
-        };
-        let mut tags = String::with_capacity(160);
-        tags.push('{');
-        let mut tag = |name: &str, value: &str| {
-            if tags.len() > 1 {
-                tags.push(',');
-            }
-            push_json_string(&mut tags, name);
-            tags.push(':');
-            push_json_string(&mut tags, value);
-        };
-        tag("kaccel.io/admission", &e.admission.to_string());
-        tag("kaccel.io/budget", &e.budget);
-        if let Some(dc) = &device_class {
-            tag("kaccel.io/deviceClass", dc);
-        }
-        tag("kaccel.io/namespace", &e.namespace);
-        tag("kaccel.io/resource", &e.resource);
-        tag("kaccel.io/workload", &e.workload);
-        tags.push('}');
         // The settlement Post of an evicted admission says why (lifecycle::EVICTED_PREFIX).
         let eviction = e
             .reason
@@ -294,113 +258,194 @@ impl<W: Write> Exporter<W> {
         } else {
             &e.team
         };
-        // Borrowed where the value is already at hand: a row is 48 fields.
-        fn some(v: &str) -> Option<Cow<'_, str>> {
-            Some(Cow::Borrowed(v))
+        let has_workload = !e.workload_uid.is_empty();
+        let has_flavor = !e.flavor.is_empty();
+        let decimal = |value: Fixed| move |b: &mut String| value.push_to(b);
+        let timestamp = |secs: i64| move |b: &mut String| push_rfc3339(b, secs);
+        let parties = &self.parties;
+        let mut row = Fields::new(&mut self.out, &mut self.scratch, &FOCUS_HEADER);
+        row.built("BilledCost", decimal(billed))?;
+        row.text("BillingAccountId", account)?;
+        row.text("BillingAccountName", account)?;
+        row.text("BillingCurrency", &self.pricing.currency)?;
+        row.built("BillingPeriodEnd", timestamp(period_end))?;
+        row.built("BillingPeriodStart", timestamp(period_start))?;
+        row.text("ChargeCategory", category)?;
+        row.optional("ChargeClass", class)?;
+        row.built("ChargeDescription", |b| {
+            if usage {
+                push_usage_description(b, e, device_class.as_deref(), device_secs);
+            } else {
+                push_correction_description(b, e, credits);
+            }
+        })?;
+        row.text("ChargeFrequency", "Usage-Based")?;
+        row.built("ChargePeriodEnd", timestamp(e.end))?;
+        row.built("ChargePeriodStart", timestamp(e.start))?;
+        if usage {
+            row.built("ConsumedQuantity", |b| push_decimal(b, device_secs, 0))?;
+        } else {
+            row.optional("ConsumedQuantity", None)?;
         }
-        fn non_empty(v: &str) -> Option<Cow<'_, str>> {
-            (!v.is_empty()).then_some(Cow::Borrowed(v))
+        row.optional("ConsumedUnit", usage.then_some("Device-Seconds"))?;
+        row.built("ContractedCost", decimal(list_cost))?;
+        optional_decimal(&mut row, "ContractedUnitPrice", unit_price)?;
+        row.built("EffectiveCost", decimal(billed))?;
+        row.text("InvoiceIssuerName", &parties.invoice_issuer)?;
+        row.built("ListCost", decimal(list_cost))?;
+        optional_decimal(&mut row, "ListUnitPrice", unit_price)?;
+        row.optional("PricingCategory", usage.then_some("Standard"))?;
+        row.text("PricingCurrency", "CREDITS")?;
+        optional_decimal(&mut row, "PricingCurrencyContractedUnitPrice", unit_credits)?;
+        row.built("PricingCurrencyEffectiveCost", decimal(credits))?;
+        optional_decimal(&mut row, "PricingCurrencyListUnitPrice", unit_credits)?;
+        optional_decimal(
+            &mut row,
+            "PricingQuantity",
+            priced.as_ref().map(|p| p.quantity),
+        )?;
+        row.optional("PricingUnit", priced.as_ref().map(|p| p.unit))?;
+        row.text("ProviderName", &parties.provider)?;
+        row.text("PublisherName", &parties.publisher)?;
+        row.optional("ResourceId", non_empty(&e.workload_uid))?;
+        if has_workload {
+            row.built("ResourceName", |b| {
+                b.push_str(&e.namespace);
+                b.push('/');
+                b.push_str(&e.workload);
+            })?;
+        } else {
+            row.optional("ResourceName", None)?;
         }
-        fn owned<'a>(v: String) -> Option<Cow<'a, str>> {
-            Some(Cow::Owned(v))
+        row.optional("ResourceType", has_workload.then_some("Kueue Workload"))?;
+        row.text("ServiceCategory", "AI and Machine Learning")?;
+        row.text("ServiceName", "kaccel")?;
+        row.text("ServiceSubcategory", "AI Platforms")?;
+        row.optional("SkuId", non_empty(&e.flavor))?;
+        row.optional("SkuMeter", has_flavor.then_some("Accelerator Time"))?;
+        row.optional("SkuPriceDetails", None)?;
+        if has_flavor {
+            row.built("SkuPriceId", |b| {
+                b.push_str(&e.rate_card);
+                b.push('/');
+                b.push_str(&e.class);
+                b.push('/');
+                b.push_str(&e.flavor);
+            })?;
+        } else {
+            row.optional("SkuPriceId", None)?;
         }
-        let sku_price = format!("{}/{}/{}", e.rate_card, e.class, e.flavor);
-        let columns: [(&str, Option<Cow<str>>); 49] = [
-            ("BilledCost", some(&billed_text)),
-            ("BillingAccountId", some(account)),
-            ("BillingAccountName", some(account)),
-            ("BillingCurrency", some(&self.pricing.currency)),
-            ("BillingPeriodEnd", owned(rfc3339(period_end))),
-            ("BillingPeriodStart", owned(rfc3339(period_start))),
-            ("ChargeCategory", some(category)),
-            ("ChargeClass", class.map(Cow::Borrowed)),
-            ("ChargeDescription", owned(description)),
-            ("ChargeFrequency", some("Usage-Based")),
-            ("ChargePeriodEnd", owned(rfc3339(e.end))),
-            ("ChargePeriodStart", owned(rfc3339(e.start))),
-            (
-                "ConsumedQuantity",
-                usage.then(|| device_secs.to_string().into()),
-            ),
-            ("ConsumedUnit", usage.then_some("Device-Seconds".into())),
-            ("ContractedCost", some(&list_cost)),
-            (
-                "ContractedUnitPrice",
-                unit_price.as_deref().map(Cow::Borrowed),
-            ),
-            ("EffectiveCost", some(&billed_text)),
-            ("InvoiceIssuerName", some(&self.parties.invoice_issuer)),
-            ("ListCost", some(&list_cost)),
-            ("ListUnitPrice", unit_price.as_deref().map(Cow::Borrowed)),
-            ("PricingCategory", usage.then_some("Standard".into())),
-            ("PricingCurrency", some("CREDITS")),
-            (
-                "PricingCurrencyContractedUnitPrice",
-                unit_credits.as_deref().map(Cow::Borrowed),
-            ),
-            ("PricingCurrencyEffectiveCost", owned(credits.text())),
-            (
-                "PricingCurrencyListUnitPrice",
-                unit_credits.as_deref().map(Cow::Borrowed),
-            ),
-            (
-                "PricingQuantity",
-                priced.as_ref().map(|p| p.quantity.text().into()),
-            ),
-            ("PricingUnit", priced.as_ref().map(|p| p.unit.into())),
-            ("ProviderName", some(&self.parties.provider)),
-            ("PublisherName", some(&self.parties.publisher)),
-            ("ResourceId", non_empty(&e.workload_uid)),
-            (
-                "ResourceName",
-                (!e.workload_uid.is_empty())
-                    .then(|| format!("{}/{}", e.namespace, e.workload).into()),
-            ),
-            (
-                "ResourceType",
-                (!e.workload_uid.is_empty()).then_some("Kueue Workload".into()),
-            ),
-            ("ServiceCategory", some("AI and Machine Learning")),
-            ("ServiceName", some("kaccel")),
-            ("ServiceSubcategory", some("AI Platforms")),
-            ("SkuId", non_empty(&e.flavor)),
-            (
-                "SkuMeter",
-                (!e.flavor.is_empty()).then_some("Accelerator Time".into()),
-            ),
-            ("SkuPriceDetails", None),
-            (
-                "SkuPriceId",
-                (!e.flavor.is_empty()).then(|| sku_price.into()),
-            ),
-            ("SubAccountId", some(&e.budget)),
-            ("SubAccountName", some(&e.budget)),
-            ("Tags", owned(tags)),
-            ("x_LedgerEntryId", owned(s.id.to_string())),
-            ("x_IdempotencyKey", some(&e.key)),
-            ("x_Class", non_empty(&e.class)),
-            ("x_Flavor", non_empty(&e.flavor)),
-            ("x_EvictionReason", eviction.map(Cow::Borrowed)),
-            // The devices (UUIDs) its pods held, space-separated, where known.
-            (
-                "x_Devices",
-                (!e.devices.is_empty()).then(|| e.devices.join(" ").into()),
-            ),
-            // The MultiKueue worker cluster it ran in (FOCUS has no cluster
-            // column; NULL for this cluster).
-            ("x_Cluster", non_empty(&e.cluster)),
-        ];
-        debug_assert!(
-            columns
-                .iter()
-                .map(|(name, _)| *name)
-                .eq(FOCUS_HEADER.iter().copied())
-        );
-        let fields = columns.map(|(_, v)| v.unwrap_or_default());
-        record(&mut self.out, &fields)?;
+        row.text("SubAccountId", &e.budget)?;
+        row.text("SubAccountName", &e.budget)?;
+        row.built("Tags", |b| push_tags(b, e, device_class.as_deref()))?;
+        row.built("x_LedgerEntryId", |b| push_int(b, s.id))?;
+        row.text("x_IdempotencyKey", &e.key)?;
+        row.optional("x_Class", non_empty(&e.class))?;
+        row.optional("x_Flavor", non_empty(&e.flavor))?;
+        row.optional("x_EvictionReason", eviction)?;
+        // The devices (UUIDs) its pods held, space-separated, where known.
+        if e.devices.is_empty() {
+            row.optional("x_Devices", None)?;
+        } else {
+            row.built("x_Devices", |b| push_joined(b, &e.devices, ' '))?;
+        }
+        // The MultiKueue worker cluster it ran in (FOCUS has no cluster
+        // column; NULL for this cluster).
+        row.optional("x_Cluster", non_empty(&e.cluster))?;
+        row.end()?;
         self.rows += 1;
         Ok(())
     }
+}
+
+/// A text column that is null where the text is empty.
+fn non_empty(v: &str) -> Option<&str> {
+    (!v.is_empty()).then_some(v)
+}
+
+/// A decimal column that is null where there is no value.
+fn optional_decimal<W: Write>(
+    row: &mut Fields<'_, W>,
+    column: &str,
+    value: Option<Fixed>,
+) -> std::io::Result<()> {
+    match value {
+        Some(v) => row.built(column, |b| v.push_to(b)),
+        None => row.optional(column, None),
+    }
+}
+
+/// "8 x nvidia.com/gpu (h100) for 3600 device-seconds at 2.5 credits per
+/// device-hour, workload ns/name (admission 1) in class c".
+fn push_usage_description(
+    out: &mut String,
+    e: &Entry,
+    device_class: Option<&str>,
+    device_secs: i128,
+) {
+    push_decimal(out, e.device_units.into(), 0);
+    out.push_str(" x ");
+    match device_class {
+        Some(dc) => {
+            out.push_str("DeviceClass ");
+            out.push_str(dc);
+        }
+        None => out.push_str(&e.resource),
+    }
+    out.push_str(" (");
+    out.push_str(&e.flavor);
+    out.push_str(") for ");
+    push_decimal(out, device_secs, 0);
+    out.push_str(" device-seconds at ");
+    push_decimal(out, e.rate.into(), 6);
+    out.push_str(" credits per device-hour, workload ");
+    push_workload(out, e);
+    out.push_str(" in class ");
+    out.push_str(&e.class);
+}
+
+/// "Correction of -1.5 credits for workload ns/name (admission 1): reason".
+fn push_correction_description(out: &mut String, e: &Entry, credits: Fixed) {
+    out.push_str("Correction of ");
+    credits.push_to(out);
+    out.push_str(" credits for workload ");
+    push_workload(out, e);
+    out.push_str(": ");
+    out.push_str(&e.reason);
+}
+
+/// "ns/name (admission 1)".
+fn push_workload(out: &mut String, e: &Entry) {
+    out.push_str(&e.namespace);
+    out.push('/');
+    out.push_str(&e.workload);
+    out.push_str(" (admission ");
+    push_int(out, e.admission.into());
+    out.push(')');
+}
+
+/// The Tags column: a JSON object of kaccel's keys, in key order.
+fn push_tags(out: &mut String, e: &Entry, device_class: Option<&str>) {
+    out.push('{');
+    let mut tag = |name: &str, value: &str| {
+        if out.len() > 1 {
+            out.push(',');
+        }
+        push_json_string(out, name);
+        out.push(':');
+        push_json_string(out, value);
+    };
+    let mut admission = String::with_capacity(10);
+    push_int(&mut admission, e.admission.into());
+    tag("kaccel.io/admission", &admission);
+    tag("kaccel.io/budget", &e.budget);
+    if let Some(dc) = device_class {
+        tag("kaccel.io/deviceClass", dc);
+    }
+    tag("kaccel.io/namespace", &e.namespace);
+    tag("kaccel.io/resource", &e.resource);
+    tag("kaccel.io/workload", &e.workload);
+    out.push('}');
 }
 
 #[cfg(test)]

@@ -1,28 +1,11 @@
 //! Exact decimals and device-time quantities, as the CSV and FOCUS rows print them.
 
+pub(super) use crate::ledger::decimal::push_decimal;
+
 /// Exact decimal of `num / 10^scale`, trailing zeros trimmed, signed.
 pub(super) fn decimal(num: i128, scale: u32) -> String {
-    use std::fmt::Write as _;
     let mut out = String::with_capacity(24);
-    if num < 0 {
-        out.push('-');
-    }
-    let m = num.unsigned_abs();
-    let p = 10u128.pow(scale);
-    // Exports print millions of these: 64-bit division when the value fits.
-    let (int, frac) = match (u64::try_from(m), u64::try_from(p)) {
-        (Ok(m), Ok(p)) => (u128::from(m / p), u128::from(m % p)),
-        _ => (m / p, m % p),
-    };
-    let _ = write!(out, "{int}");
-    if frac != 0 {
-        let (mut frac, mut width) = (frac, scale as usize);
-        while frac % 10 == 0 {
-            frac /= 10;
-            width -= 1;
-        }
-        let _ = write!(out, ".{frac:0width$}");
-    }
+    push_decimal(&mut out, num, scale);
     out
 }
 
@@ -60,6 +43,11 @@ impl Fixed {
     /// The decimal text ([`decimal`]; `to_string` without the second copy).
     pub(super) fn text(self) -> String {
         decimal(self.units, self.scale)
+    }
+
+    /// Appends the decimal text to `out`.
+    pub(super) fn push_to(self, out: &mut String) {
+        push_decimal(out, self.units, self.scale);
     }
 }
 

@@ -6,8 +6,8 @@ use super::schema::{
     open_reservations_sql, pending_migrations, totals_of,
 };
 use super::{
-    AppendOutcome, EntryFilter, KindSums, LedgerStore, OpenReservation, StoreError, StoredEntry,
-    now_unix, redact_url,
+    AppendOutcome, EntryFilter, KindSums, LedgerStore, OpenReservation, PAGE, PageReader,
+    PageSender, StoreError, StoredEntry, now_unix, redact_url,
 };
 use crate::ledger::entry::{Entry, key_workload_uid};
 
@@ -206,6 +206,103 @@ impl PostgresStore {
     }
 }
 
+/// The entries matching a filter after an id, in id order: $1 after, $2 from,
+/// $3 to, $4 team, $5 limit.
+fn page_sql() -> String {
+    format!(
+        "SELECT id, {COLUMNS} FROM entries WHERE id > $1 AND ($2::BIGINT IS NULL OR interval_start >= $2) AND ($3::BIGINT IS NULL OR interval_start < $3) AND ($4::TEXT IS NULL OR team = $4) ORDER BY id LIMIT $5"
+    )
+}
+
+/// The entries matching a filter with an id in `($1, $5]`, in id order: the
+/// page reader's pages (a range of ids, so several can be asked for at once).
+fn id_range_sql() -> String {
+    format!(
+        "SELECT id, {COLUMNS} FROM entries WHERE id > $1 AND id <= $5 AND ($2::BIGINT IS NULL OR interval_start >= $2) AND ($3::BIGINT IS NULL OR interval_start < $3) AND ($4::TEXT IS NULL OR team = $4) ORDER BY id"
+    )
+}
+
+/// Id ranges asked for at once by the page reader, pipelined on its
+/// connection: with one query at a time the server waited for each request
+/// and the machine sat a third idle.
+const RANGES_IN_FLIGHT: usize = 3;
+
+/// A [`PageReader`]'s task. The entries that exist when it starts (ids up to
+/// the largest then) are read as consecutive id ranges of [`PAGE`] ids,
+/// several queries in flight, each decoding its rows (a string per column)
+/// as they arrive, while the consumer writes the page before: server,
+/// decoding and consumer all work at once. A decode on the consumer's
+/// task, one query at a time, left the server idle for most of an export
+/// (185,000 rows/s at 2M entries on 2 cores). Sequence gaps (PostgreSQL
+/// spends an id on every conflicting insert) only make a page shorter.
+async fn read_pages(
+    client: std::sync::Arc<tokio_postgres::Client>,
+    statement: tokio_postgres::Statement,
+    filter: EntryFilter,
+    pages: PageSender,
+) {
+    let last_id: i64 = match client
+        .query_one("SELECT COALESCE(MAX(id), 0)::BIGINT FROM entries", &[])
+        .await
+        .and_then(|row| row.try_get(0))
+    {
+        Ok(id) => id,
+        Err(e) => {
+            let _ = pages.send(Err(e.into())).await;
+            return;
+        }
+    };
+    let span = PAGE as i64;
+    let mut next_after = 0i64;
+    let mut in_flight = RangeQueries(std::collections::VecDeque::with_capacity(RANGES_IN_FLIGHT));
+    loop {
+        while in_flight.0.len() < RANGES_IN_FLIGHT && next_after < last_id {
+            let (client, statement, filter) = (client.clone(), statement.clone(), filter.clone());
+            let (after, upto) = (next_after, next_after.saturating_add(span).min(last_id));
+            in_flight.0.push_back(tokio::spawn(async move {
+                let rows = client
+                    .query(
+                        &statement,
+                        &[&after, &filter.from, &filter.to, &filter.team, &upto],
+                    )
+                    .await?;
+                rows.iter()
+                    .map(PostgresStore::read_row)
+                    .collect::<Result<Vec<StoredEntry>, StoreError>>()
+            }));
+            next_after = upto;
+        }
+        let Some(oldest) = in_flight.0.pop_front() else {
+            return;
+        };
+        let page = match oldest.await {
+            Ok(Ok(page)) if page.is_empty() => continue,
+            Ok(page) => page,
+            // The query's task panicked or was cancelled (the runtime is
+            // going away): an error, never a silently short export.
+            Err(e) => Err(StoreError::Join(e.to_string())),
+        };
+        let failed = page.is_err();
+        if pages.send(page).await.is_err() || failed {
+            return;
+        }
+    }
+}
+
+/// The page reader's queries in id order, each decoding its own rows (on
+/// whichever core is free); stopped with the reader.
+struct RangeQueries(
+    std::collections::VecDeque<tokio::task::JoinHandle<Result<Vec<StoredEntry>, StoreError>>>,
+);
+
+impl Drop for RangeQueries {
+    fn drop(&mut self) {
+        for query in &self.0 {
+            query.abort();
+        }
+    }
+}
+
 impl LedgerStore for PostgresStore {
     async fn append(&self, entries: &[Entry]) -> Result<AppendOutcome, StoreError> {
         for e in entries {
@@ -354,16 +451,30 @@ impl LedgerStore for PostgresStore {
         limit: usize,
     ) -> Result<Vec<StoredEntry>, StoreError> {
         let client = self.client().await?;
-        let limit = limit as i64;
         let rows = client
             .query(
-                &format!(
-                    "SELECT id, {COLUMNS} FROM entries WHERE id > $1 AND ($2::BIGINT IS NULL OR interval_start >= $2) AND ($3::BIGINT IS NULL OR interval_start < $3) AND ($4::TEXT IS NULL OR team = $4) ORDER BY id LIMIT $5"
-                ),
-                &[&after_id, &filter.from, &filter.to, &filter.team, &limit],
+                &page_sql(),
+                &[
+                    &after_id,
+                    &filter.from,
+                    &filter.to,
+                    &filter.team,
+                    &(limit as i64),
+                ],
             )
             .await?;
         rows.iter().map(Self::read_row).collect()
+    }
+
+    async fn page_reader(&self, filter: &EntryFilter) -> Result<Option<PageReader>, StoreError> {
+        // A connection of its own, so a scan of millions of rows neither waits
+        // for nor delays the appends on the store's connection.
+        let client = std::sync::Arc::new(Self::dial(&self.url).await?);
+        let statement = client.prepare(&id_range_sql()).await?;
+        let filter = filter.clone();
+        Ok(Some(PageReader::spawn(move |pages| {
+            read_pages(client, statement, filter, pages)
+        })))
     }
 
     async fn schema_version(&self) -> Result<i64, StoreError> {
