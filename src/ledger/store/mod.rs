@@ -362,13 +362,13 @@ impl VerifyReport {
 pub async fn verify<S: LedgerStore>(store: &S) -> Result<VerifyReport, StoreError> {
     let mut report = VerifyReport::default();
     let mut folded: BTreeMap<String, Balances> = BTreeMap::new();
-    // A hash map: 1M lines at 10M entries, each looked up by a 100-byte key
-    // (a B-tree compared ~20 keys per entry). Reported in key order below.
-    let mut reservations: std::collections::HashMap<
-        String,
-        ReservationTotals,
-        foldhash::fast::RandomState,
-    > = Default::default();
+    // 1M lines at 10M entries, each looked up by a 100-byte key: a hash map
+    // (a B-tree compared ~20 keys per entry) from the key to the line's place
+    // in `totals`, so the table's slots are small (its growth copies them;
+    // totals and keys in the slots took 415 MB at 10M). Reported in key order.
+    let mut line_index: std::collections::HashMap<Box<str>, usize, foldhash::fast::RandomState> =
+        Default::default();
+    let mut totals: Vec<ReservationTotals> = Vec::new();
     let mut line = String::new();
     let mut problems = Vec::new();
     let n = for_each_entry(store, &EntryFilter::default(), |s: &StoredEntry| {
@@ -386,16 +386,19 @@ pub async fn verify<S: LedgerStore>(store: &S) -> Result<VerifyReport, StoreErro
             }
         }
         if e.reservation_into(&mut line) {
-            if !reservations.contains_key(line.as_str()) {
-                let first = ReservationTotals {
-                    first_id: s.id,
-                    ..Default::default()
-                };
-                reservations.insert(line.clone(), first);
-            }
-            let Some(t) = reservations.get_mut(line.as_str()) else {
-                return Ok(()); // inserted just above
+            let at = match line_index.get(line.as_str()) {
+                Some(&at) => at,
+                None => {
+                    let at = totals.len();
+                    line_index.insert(line.as_str().into(), at);
+                    totals.push(ReservationTotals {
+                        first_id: s.id,
+                        ..Default::default()
+                    });
+                    at
+                }
             };
+            let t = &mut totals[at];
             let c = i128::from(e.credits);
             match e.kind {
                 EntryKind::Reserve => {
@@ -414,9 +417,10 @@ pub async fn verify<S: LedgerStore>(store: &S) -> Result<VerifyReport, StoreErro
     })
     .await?;
     report.entries = n;
-    let mut lines: Vec<(&String, &ReservationTotals)> = reservations.iter().collect();
+    let mut lines: Vec<(&str, usize)> = line_index.iter().map(|(k, &at)| (&**k, at)).collect();
     lines.sort_unstable_by_key(|(key, _)| *key);
-    for (key, t) in lines {
+    for (key, at) in lines {
+        let t = &totals[at];
         report.reservations += 1;
         if t.reserves == 0 {
             problems.push(format!(
