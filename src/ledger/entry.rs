@@ -324,23 +324,10 @@ impl<'a> KeyCursor<'a> {
 
     /// A decimal integer as `format!("{n}")` writes it.
     fn int(self, n: i64) -> Option<KeyCursor<'a>> {
-        let mut digits = [0u8; 20];
-        let mut at = digits.len();
-        let mut rest = n.unsigned_abs();
-        loop {
-            at -= 1;
-            digits[at] = b'0' + (rest % 10) as u8;
-            rest /= 10;
-            if rest == 0 {
-                break;
-            }
-        }
+        let mut text = [0u8; 20];
+        let digits = super::decimal::u64_digits(n.unsigned_abs(), &mut text);
         let unsigned = if n < 0 { self.text("-")? } else { self };
-        unsigned
-            .0
-            .as_bytes()
-            .strip_prefix(&digits[at..])
-            .map(|tail| KeyCursor(&unsigned.0[unsigned.0.len() - tail.len()..]))
+        unsigned.text(digits)
     }
 }
 

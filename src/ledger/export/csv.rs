@@ -100,6 +100,21 @@ impl<'a, W: Write> Fields<'a, W> {
         field(self.out, self.scratch)
     }
 
+    /// A column built as [`built`](Self::built) where `present`, null
+    /// otherwise.
+    pub(super) fn built_if(
+        &mut self,
+        column: &str,
+        present: bool,
+        build: impl FnOnce(&mut String),
+    ) -> io::Result<()> {
+        if present {
+            self.built(column, build)
+        } else {
+            self.optional(column, None)
+        }
+    }
+
     /// Ends the record; every column of the header must have been written.
     pub(super) fn end(self) -> io::Result<()> {
         debug_assert_eq!(self.written, self.header.len());

@@ -282,11 +282,9 @@ impl<W: Write> Exporter<W> {
         row.text("ChargeFrequency", "Usage-Based")?;
         row.built("ChargePeriodEnd", timestamp(e.end))?;
         row.built("ChargePeriodStart", timestamp(e.start))?;
-        if usage {
-            row.built("ConsumedQuantity", |b| push_decimal(b, device_secs, 0))?;
-        } else {
-            row.optional("ConsumedQuantity", None)?;
-        }
+        row.built_if("ConsumedQuantity", usage, |b| {
+            push_decimal(b, device_secs, 0)
+        })?;
         row.optional("ConsumedUnit", usage.then_some("Device-Seconds"))?;
         row.built("ContractedCost", decimal(list_cost))?;
         optional_decimal(&mut row, "ContractedUnitPrice", unit_price)?;
@@ -308,15 +306,11 @@ impl<W: Write> Exporter<W> {
         row.text("ProviderName", &parties.provider)?;
         row.text("PublisherName", &parties.publisher)?;
         row.optional("ResourceId", non_empty(&e.workload_uid))?;
-        if has_workload {
-            row.built("ResourceName", |b| {
-                b.push_str(&e.namespace);
-                b.push('/');
-                b.push_str(&e.workload);
-            })?;
-        } else {
-            row.optional("ResourceName", None)?;
-        }
+        row.built_if("ResourceName", has_workload, |b| {
+            b.push_str(&e.namespace);
+            b.push('/');
+            b.push_str(&e.workload);
+        })?;
         row.optional("ResourceType", has_workload.then_some("Kueue Workload"))?;
         row.text("ServiceCategory", "AI and Machine Learning")?;
         row.text("ServiceName", "kaccel")?;
@@ -324,17 +318,13 @@ impl<W: Write> Exporter<W> {
         row.optional("SkuId", non_empty(&e.flavor))?;
         row.optional("SkuMeter", has_flavor.then_some("Accelerator Time"))?;
         row.optional("SkuPriceDetails", None)?;
-        if has_flavor {
-            row.built("SkuPriceId", |b| {
-                b.push_str(&e.rate_card);
-                b.push('/');
-                b.push_str(&e.class);
-                b.push('/');
-                b.push_str(&e.flavor);
-            })?;
-        } else {
-            row.optional("SkuPriceId", None)?;
-        }
+        row.built_if("SkuPriceId", has_flavor, |b| {
+            b.push_str(&e.rate_card);
+            b.push('/');
+            b.push_str(&e.class);
+            b.push('/');
+            b.push_str(&e.flavor);
+        })?;
         row.text("SubAccountId", &e.budget)?;
         row.text("SubAccountName", &e.budget)?;
         row.built("Tags", |b| push_tags(b, e, device_class.as_deref()))?;
@@ -344,11 +334,9 @@ impl<W: Write> Exporter<W> {
         row.optional("x_Flavor", non_empty(&e.flavor))?;
         row.optional("x_EvictionReason", eviction)?;
         // The devices (UUIDs) its pods held, space-separated, where known.
-        if e.devices.is_empty() {
-            row.optional("x_Devices", None)?;
-        } else {
-            row.built("x_Devices", |b| push_joined(b, &e.devices, ' '))?;
-        }
+        row.built_if("x_Devices", !e.devices.is_empty(), |b| {
+            push_joined(b, &e.devices, ' ')
+        })?;
         // The MultiKueue worker cluster it ran in (FOCUS has no cluster
         // column; NULL for this cluster).
         row.optional("x_Cluster", non_empty(&e.cluster))?;
