@@ -52,23 +52,15 @@ pub fn push_int(out: &mut String, n: i64) {
 
 fn push_u128(out: &mut String, n: u128) {
     // 64-bit division where the value fits: a 128-bit one is a library call.
-    if let Ok(n) = u64::try_from(n) {
-        let mut text = [0u8; 20];
-        out.push_str(u64_digits(n, &mut text));
-        return;
-    }
-    let mut text = [0u8; 39];
-    let mut at = text.len();
-    let mut rest = n;
-    loop {
-        at -= 1;
-        text[at] = b'0' + (rest % 10) as u8;
-        rest /= 10;
-        if rest == 0 {
-            break;
+    // Larger values (damaged rows, products of three prices) are rare: the
+    // formatter writes them.
+    match u64::try_from(n) {
+        Ok(n) => out.push_str(u64_digits(n, &mut [0u8; 20])),
+        Err(_) => {
+            use std::fmt::Write as _;
+            let _ = write!(out, "{n}");
         }
     }
-    out.push_str(std::str::from_utf8(&text[at..]).unwrap_or_default());
 }
 
 /// The decimal digits of `n`, written at the end of `text`.

@@ -220,14 +220,15 @@ fn with_worker(config: String, cluster: &str, secret: &str, check: &str) -> Stri
 #[tokio::test]
 async fn a_job_in_the_manager_runs_in_the_worker_is_charged_once_there_and_survives_the_worker_going_down()
  {
+    run("mk", Scenario::DispatchAndLoseTheWorker).await;
+}
+
+/// A scenario with a SQLite ledger of its own, in a test environment named
+/// `prefix`.
+async fn run(prefix: &str, scenario: Scenario) {
     let dir = tempfile::tempdir().unwrap();
     let store = format!("sqlite:{}", dir.path().join("ledger.db").display());
-    with_env!("mk", |env| on_worker(
-        &mut env,
-        &store,
-        Scenario::DispatchAndLoseTheWorker
-    )
-    .await);
+    with_env!(prefix, |env| on_worker(&mut env, &store, scenario).await);
 }
 
 /// The two scenarios, run by [`on_worker`].
@@ -547,14 +548,7 @@ async fn dispatch(
 
 #[tokio::test]
 async fn a_worker_down_when_kaccel_starts_is_read_once_it_answers() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = format!("sqlite:{}", dir.path().join("ledger.db").display());
-    with_env!("mkd", |env| on_worker(
-        &mut env,
-        &store,
-        Scenario::WorkerDownAtStart
-    )
-    .await);
+    run("mkd", Scenario::WorkerDownAtStart).await;
 }
 
 /// The worker's API server is down when kaccel starts: the class names it and

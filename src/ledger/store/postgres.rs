@@ -206,19 +206,19 @@ impl PostgresStore {
     }
 }
 
-/// The entries matching a filter after an id, in id order: $1 after, $2 from,
-/// $3 to, $4 team, $5 limit.
+/// An [`EntryFilter`] in SQL: $2 from, $3 to, $4 team.
+const FILTER_SQL: &str = "($2::BIGINT IS NULL OR interval_start >= $2) AND ($3::BIGINT IS NULL OR interval_start < $3) AND ($4::TEXT IS NULL OR team = $4)";
+
+/// The entries matching a filter after an id, in id order: $1 after, $5 limit.
 fn page_sql() -> String {
-    format!(
-        "SELECT id, {COLUMNS} FROM entries WHERE id > $1 AND ($2::BIGINT IS NULL OR interval_start >= $2) AND ($3::BIGINT IS NULL OR interval_start < $3) AND ($4::TEXT IS NULL OR team = $4) ORDER BY id LIMIT $5"
-    )
+    format!("SELECT id, {COLUMNS} FROM entries WHERE id > $1 AND {FILTER_SQL} ORDER BY id LIMIT $5")
 }
 
 /// The entries matching a filter with an id in `($1, $5]`, in id order: the
 /// page reader's pages (a range of ids, so several can be asked for at once).
 fn id_range_sql() -> String {
     format!(
-        "SELECT id, {COLUMNS} FROM entries WHERE id > $1 AND id <= $5 AND ($2::BIGINT IS NULL OR interval_start >= $2) AND ($3::BIGINT IS NULL OR interval_start < $3) AND ($4::TEXT IS NULL OR team = $4) ORDER BY id"
+        "SELECT id, {COLUMNS} FROM entries WHERE id > $1 AND id <= $5 AND {FILTER_SQL} ORDER BY id"
     )
 }
 
