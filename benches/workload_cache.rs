@@ -7,8 +7,9 @@
 //!   removed after parsing (kaccel before the typed view);
 //! - `kueue::workload::Workload`, the typed slim view (kaccel now, for a
 //!   Workload the check works on: charged, or waiting on the check);
-//! - the same type, identity only (kaccel now, for a finished Workload whose
-//!   settlement is done and one the check is not on).
+//! - the same type, identity only (what kaccel held, until 2026-12-06, of a
+//!   finished Workload whose settlement is done and of one the check is not
+//!   on; such Workloads are not held at all now).
 //!
 //! The Workloads are finished Job Workloads as Kueue v0.17 leaves them (fields
 //! per `apis/kueue/v1beta2/workload_types.go`), each with an 8-GPU pod template,
@@ -162,7 +163,7 @@ fn main() {
         },
     );
     measure::<Workload, _>(
-        "identity only (settled history and Workloads without the check)",
+        "identity only (before: settled history, Workloads without the check)",
         &texts,
         (),
         |t| {

@@ -20,6 +20,7 @@ mod health_poller;
 mod holders;
 mod http;
 mod kueue_check;
+mod managed_cache;
 mod metrics;
 mod multikueue;
 mod name_conflicts;

@@ -280,10 +280,8 @@ impl Reconciler {
             .state()
             .iter()
             .filter_map(|o| {
-                let rule: DeviceTaintRule = serde_json::to_value(o.as_ref())
-                    .and_then(serde_json::from_value)
-                    .ok()?;
-                Some((o.name_any(), rule))
+                let rule: DeviceTaintRule = o.read().ok()?;
+                Some((o.name.clone(), rule))
             })
             .collect();
         device_quarantine::decide(

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::stream::{self, BoxStream, StreamExt};
+use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Node};
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
 use kube::api::{Api, DynamicObject, ListParams};
@@ -14,6 +14,7 @@ use kube::{Client, Resource, ResourceExt};
 use serde_json::Value;
 
 use super::diff::{Kind, ObjectRef};
+use super::managed_cache::{ManagedCache, managed_cache};
 use super::{Config, Error, managed_resource};
 use crate::api::{AcceleratorClass, CreditBudget};
 use crate::inventory::Inventory;
@@ -27,7 +28,7 @@ pub(super) struct Caches {
     pub(super) slices: Option<Store<ResourceSlice>>,
     pub(super) classes: Store<AcceleratorClass>,
     pub(super) budgets: Store<CreditBudget>,
-    pub(super) kueue: BTreeMap<Kind, Store<DynamicObject>>,
+    pub(super) kueue: BTreeMap<Kind, ManagedCache>,
     /// Kueue's configuration ConfigMap (`kueue.configMap`).
     pub(super) kueue_config_map: Option<Store<ConfigMap>>,
     /// Every ClusterQueue, kept as its labels and covered resources only: the
@@ -419,8 +420,7 @@ pub(super) async fn start_watches(
     for kind in Kind::ALL {
         let ar = managed_resource(kind);
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
-        let mut writer = reflector::store::Writer::new(ar.clone());
-        let store = writer.as_reader();
+        let (store, mut writer) = managed_cache();
         let served = match kind {
             Kind::DeviceClass => slices.is_some(),
             // Served only with resource.k8s.io/v1alpha3 on (Kubernetes 1.35): probe.
@@ -447,8 +447,8 @@ pub(super) async fn start_watches(
             // No ResourceSlices read (so no DRA-only flavor, DeviceClass or device
             // rule to write), or DeviceTaintRules not served: an empty cache,
             // ready at once, and no watch.
-            writer.apply_watcher_event(&watcher::Event::Init);
-            writer.apply_watcher_event(&watcher::Event::InitDone);
+            writer.apply(&watcher::Event::Init);
+            writer.apply(&watcher::Event::InitDone);
             kueue.insert(kind, store);
             continue;
         }
@@ -460,7 +460,7 @@ pub(super) async fn start_watches(
         let events = watcher(api, managed.clone())
             .backoff(WatchBackoff::default())
             .modify(move |o: &mut DynamicObject| slim_managed(kind, o))
-            .reflect(writer)
+            .inspect_ok(move |event| writer.apply(event))
             .filter_map(move |event| {
                 let wake = match &event {
                     Ok(e) => managed_object_wakes(&mut seen, &own_writes, kind, e),
@@ -563,14 +563,13 @@ impl Caches {
             for obj in store.state() {
                 let target = ObjectRef {
                     kind: *kind,
-                    namespace: obj.metadata.namespace.clone(),
-                    name: obj.name_any(),
+                    namespace: obj.namespace.clone(),
+                    name: obj.name.clone(),
                 };
-                if skip(&target, obj.metadata.resource_version.as_deref()) {
+                if skip(&target, obj.resource_version.as_deref()) {
                     continue;
                 }
-                let value = serde_json::to_value(obj.as_ref()).expect("objects serialise");
-                live.insert(target, value);
+                live.insert(target, obj.value());
             }
         }
         live

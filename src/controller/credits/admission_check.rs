@@ -611,19 +611,14 @@ impl LedgerRuntime {
     ) -> Option<String> {
         let cluster_queue = v.cluster_queue().unwrap_or_default();
         let (_, class) = pricing.queues.get(cluster_queue)?;
-        let queue = self.cluster_queues.get().and_then(|cache| {
-            cache.get(&ObjectRef::new_with(
-                cluster_queue,
-                crate::k8s::resources::kueue("ClusterQueue"),
-            ))
-        });
-        placement_note(
-            class,
-            usage,
-            &pricing.flavor_models,
-            queue.as_ref().map(|q| &q.data),
-            || self.devices_held_in(cluster_queue, v),
-        )
+        let queue = self
+            .cluster_queues
+            .get()
+            .and_then(|cache| cache.get(None, cluster_queue))
+            .map(|q| q.value());
+        placement_note(class, usage, &pricing.flavor_models, queue.as_ref(), || {
+            self.devices_held_in(cluster_queue, v)
+        })
     }
 
     /// Per flavor, the devices the other open Workloads of `cluster_queue` hold,

@@ -17,7 +17,7 @@ impl LedgerRuntime {
         self: Arc<Self>,
         workloads: Cache<Workload>,
         relevant: Arc<RelevantWorkloads>,
-        cluster_queues: Cache<DynamicObject>,
+        cluster_queues: ManagedCache,
         retrigger: UnboundedSender<()>,
     ) {
         // The reconciliation compares the ledger with the Workload cache: before it
@@ -218,7 +218,7 @@ impl LedgerRuntime {
         pricing: &PricingSnapshot,
         workloads: &Cache<Workload>,
         relevant: &RelevantWorkloads,
-        cluster_queues: &Cache<DynamicObject>,
+        cluster_queues: &ManagedCache,
     ) -> Result<BTreeMap<String, Vec<String>>, LedgerError> {
         let open = self.store().open_reservations().await?;
         self.metrics
@@ -235,11 +235,7 @@ impl LedgerRuntime {
             .filter_map(|key| workloads.get(key))
             .filter(|w| ledger_relevant(w, &ours))
             .collect();
-        let queues: Vec<Value> = cluster_queues
-            .state()
-            .iter()
-            .map(|q| serde_json::to_value(q.as_ref()).expect("objects serialise"))
-            .collect();
+        let queues: Vec<Value> = cluster_queues.state().iter().map(|q| q.value()).collect();
         let found = crate::ledger::drift::compare(
             &open,
             &relevant,

@@ -45,6 +45,7 @@ use tokio::sync::{Mutex, Notify, OnceCell, mpsc::UnboundedSender};
 
 use super::config::Ledger as LedgerConfig;
 use super::health_poller::now_seconds;
+use super::managed_cache::ManagedCache;
 use super::metrics::{BudgetLabel, DecisionLabel, KindLabel, Metrics, ReasonLabel, StageLabel};
 use crate::api::parsed::{FieldError, ParsedBudget};
 use crate::api::rates::{ClassRates, RateError};
@@ -290,7 +291,7 @@ pub struct LedgerRuntime {
     previous_findings: Mutex<BTreeSet<String>>,
     /// kaccel's ClusterQueues (set when the runtime starts): where the check
     /// reads the class's preference order and Kueue's use of each flavor.
-    cluster_queues: std::sync::OnceLock<Cache<DynamicObject>>,
+    cluster_queues: std::sync::OnceLock<ManagedCache>,
     /// The Workload cache and its index of open work (set when the runtime
     /// starts): what kaccel itself knows each ClusterQueue holds, which Kueue's
     /// own count in the ClusterQueue's status can lag by a second.
@@ -344,7 +345,7 @@ impl LedgerRuntime {
     /// Runs until aborted (the planner loop aborts it when leadership ends):
     /// opens the store with retries, then the Workload controller and the budget
     /// loop side by side.
-    pub async fn run(self: Arc<Self>, cluster_queues: Cache<DynamicObject>) {
+    pub async fn run(self: Arc<Self>, cluster_queues: ManagedCache) {
         let _ = self.cluster_queues.set(cluster_queues.clone());
         let url = self.config.store_url();
         let shown = crate::ledger::store::redact_url(&url);
@@ -379,27 +380,28 @@ impl LedgerRuntime {
 
         let api: Api<Workload> = Api::all(self.client.clone());
         let (trigger_tx, trigger_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
-        // The cache holds each Workload as the typed, slim view the check reads
-        // (`kueue::workload`): a cluster keeps tens of thousands of finished
-        // Workloads, whose pod templates and managed fields would otherwise all
-        // stay in memory.
+        // The cache holds the Workloads the check has work with, each as the
+        // typed, slim view it reads (`kueue::workload`): a cluster keeps tens of
+        // thousands of finished Workloads, whose pod templates and managed fields
+        // would otherwise all stay in memory. Only those are reconciled.
         let writer = kube::runtime::reflector::store::Writer::<Workload>::default();
         let workloads = writer.as_reader();
         let ours = Ours::of(&self.config);
         let relevant = Arc::new(RelevantWorkloads::default());
         let _ = self.open_work.set((workloads.clone(), relevant.clone()));
         let index = relevant.clone();
-        let index_ours = ours.clone();
-        let mut cache = CompactingWriter::new(writer);
+        let (slim_ours, index_ours, trigger_ours) = (ours.clone(), ours.clone(), ours.clone());
+        let mut cache = CompactingWriter::new(writer, ours);
         let ends = self.ends_seen.clone();
         let watched = watcher(api, watcher::Config::default())
             .backoff(crate::controller::watches::WatchBackoff::default())
-            .modify(move |w| slim_workload(w, &ours))
+            .modify(move |w| slim_workload(w, &slim_ours))
             .inspect_err(|e| tracing::warn!(error = %e, "Workload watch error (retrying)"))
             .inspect_ok(move |event| ends.observe(event))
             .inspect_ok(move |event| index.observe(event, &index_ours))
             .inspect_ok(move |event| cache.apply(event))
-            .applied_objects();
+            .applied_objects()
+            .try_filter(move |w| std::future::ready(worth_caching(w, &trigger_ours)));
         // When credits come back, the Workloads holding quota with the check on
         // them (the index of open work) are looked at again; not every Workload
         // the cluster keeps, which would queue tens of thousands of no-op
@@ -570,7 +572,7 @@ mod admission_check;
 mod budget_loop;
 mod workload_cache;
 
-use workload_cache::{CompactingWriter, Ours, RelevantWorkloads, slim_workload};
+use workload_cache::{CompactingWriter, Ours, RelevantWorkloads, slim_workload, worth_caching};
 
 /// The end of each recorded admission as the watch delivered it.
 ///

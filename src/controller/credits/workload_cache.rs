@@ -3,20 +3,29 @@
 
 use super::*;
 
-/// What the credit check keeps of a Workload in its cache.
+/// Whether the credit check has anything to do with a Workload, so the cache
+/// holds it and its changes are reconciled: charged (kaccel's finalizer), or
+/// holding quota unfinished with kaccel's check on it.
 ///
-/// - Charged (kaccel's finalizer), or holding quota unfinished with kaccel's
-///   check on it: the typed view less what deserialising could not skip
-///   (managed fields, labels, foreign annotations, CPU and memory usage).
-/// - Anything else, identity only: a Workload waiting for quota, one without
-///   kaccel's check, and finished history whose settlement is done (the
-///   finalizer gone). The reconcile has nothing to do for those and the budget
-///   pass skips them; they are what a cluster keeps by the ten thousand. A
-///   change brings the whole object again with its watch event, so one that
-///   gets quota is cached whole then.
+/// Anything else is not held at all: a Workload waiting for quota, one without
+/// kaccel's check, and finished history whose settlement is done (the finalizer
+/// gone). The reconcile has nothing to do for those (it answered them "await a
+/// change" when they were held) and the budget pass skips them; they are what a
+/// cluster keeps by the ten thousand, and held as identities they were 18 MiB
+/// at 20,000 (`e2e/bench-controller.sh scale`, heaptrack). A change brings the
+/// whole object again with its watch event, so one that gets quota is held from
+/// then on.
+pub(super) fn worth_caching(w: &Workload, ours: &Ours) -> bool {
+    w.has_finalizer(&ours.finalizer)
+        || (w.has_check(&ours.check) && w.is_true("QuotaReserved") && !w.is_true("Finished"))
+}
+
+/// What the credit check keeps of a Workload it holds ([`worth_caching`]): the
+/// typed view less what deserialising could not skip (managed fields, labels,
+/// foreign annotations, CPU and memory usage). Of any other only its identity
+/// is passed on, to the indexes that follow every Workload's events.
 pub(super) fn slim_workload(w: &mut Workload, ours: &Ours) {
-    let working = w.has_check(&ours.check) && w.is_true("QuotaReserved") && !w.is_true("Finished");
-    if w.has_finalizer(&ours.finalizer) || working {
+    if worth_caching(w, ours) {
         slim_view(w);
     } else {
         w.keep_identity_only();
@@ -109,6 +118,7 @@ impl RelevantWorkloads {
 /// call. Never during a real re-list: that one builds its own map.
 pub(super) struct CompactingWriter {
     writer: kube::runtime::reflector::store::Writer<Workload>,
+    ours: Ours,
     reader: Cache<Workload>,
     /// The most objects held since the map was last built.
     peak: usize,
@@ -120,10 +130,14 @@ pub(super) struct CompactingWriter {
 const COMPACT_FROM_PEAK: usize = 4096;
 
 impl CompactingWriter {
-    pub(super) fn new(writer: kube::runtime::reflector::store::Writer<Workload>) -> Self {
+    pub(super) fn new(
+        writer: kube::runtime::reflector::store::Writer<Workload>,
+        ours: Ours,
+    ) -> Self {
         let reader = writer.as_reader();
         CompactingWriter {
             writer,
+            ours,
             reader,
             peak: 0,
             relisting: false,
@@ -132,7 +146,16 @@ impl CompactingWriter {
     }
 
     pub(super) fn apply(&mut self, event: &watcher::Event<Workload>) {
-        self.writer.apply_watcher_event(event);
+        match event {
+            // Not held: listed, it is left out; changed, it leaves the cache
+            // (a charged Workload whose settlement is done).
+            watcher::Event::InitApply(w) if !worth_caching(w, &self.ours) => {}
+            watcher::Event::Apply(w) if !worth_caching(w, &self.ours) => {
+                self.writer
+                    .apply_watcher_event(&watcher::Event::Delete(w.clone()));
+            }
+            _ => self.writer.apply_watcher_event(event),
+        }
         match event {
             watcher::Event::Init => self.relisting = true,
             watcher::Event::InitApply(_) => {}
@@ -258,7 +281,7 @@ mod tests {
     #[test]
     fn the_cache_map_is_rebuilt_once_it_holds_a_quarter_of_its_peak() {
         let named = |i: usize| {
-            let mut w = workload(json!([]), json!([]), json!([]));
+            let mut w = workload(json!([]), json!([]), json!([FINALIZER]));
             w.metadata.name = Some(format!("w-{i:05}"));
             w.metadata.uid = Some(format!("u-{i}"));
             w
@@ -270,7 +293,7 @@ mod tests {
         };
         let writer = kube::runtime::reflector::store::Writer::<Workload>::default();
         let reader = writer.as_reader();
-        let mut cache = CompactingWriter::new(writer);
+        let mut cache = CompactingWriter::new(writer, ours());
         cache.apply(&watcher::Event::Init);
         cache.apply(&watcher::Event::InitDone);
         for i in 0..5000 {
@@ -311,7 +334,7 @@ mod tests {
     }
 
     #[test]
-    fn history_and_foreign_workloads_are_cached_as_identity_only() {
+    fn history_and_foreign_workloads_are_passed_on_as_identity_only() {
         let check = json!([{"name": "kaccel-credits", "state": "Ready"}]);
         let finished = json!([{"type": "Finished", "status": "True", "lastTransitionTime": "2026-12-01T00:10:00Z"}]);
         let identity = |w: &Workload| {
@@ -342,6 +365,71 @@ mod tests {
         let waiting = workload(reserved, check, json!([]));
         assert_eq!(waiting.status.admission_checks.len(), 1);
         assert_eq!(waiting.spec.queue_name.as_deref(), Some("q"));
+    }
+
+    #[test]
+    fn the_cache_holds_only_workloads_the_check_has_work_with() {
+        let check = json!([{"name": "kaccel-credits", "state": "Pending"}]);
+        let reserved = json!([{"type": "QuotaReserved", "status": "True", "lastTransitionTime": "2026-12-01T00:00:00Z"}]);
+        let finished = json!([
+            {"type": "QuotaReserved", "status": "True", "lastTransitionTime": "2026-12-01T00:00:00Z"},
+            {"type": "Finished", "status": "True", "lastTransitionTime": "2026-12-01T00:10:00Z"}
+        ]);
+        let named = |name: &str, mut w: Workload| {
+            w.metadata.name = Some(name.into());
+            w.metadata.uid = Some(format!("uid-{name}"));
+            w
+        };
+        let waiting = named("waiting", workload(json!([]), check.clone(), json!([])));
+        let foreign = named("foreign", workload(reserved.clone(), json!([]), json!([])));
+        let checking = named(
+            "checking",
+            workload(reserved.clone(), check.clone(), json!([])),
+        );
+        let charged = named(
+            "charged",
+            workload(reserved, check.clone(), json!([FINALIZER])),
+        );
+        let history = named(
+            "history",
+            workload(finished.clone(), check.clone(), json!([])),
+        );
+        let names = |reader: &Cache<Workload>| {
+            let mut n: Vec<String> = reader.state().iter().map(|w| w.name_any()).collect();
+            n.sort();
+            n
+        };
+        let writer = kube::runtime::reflector::store::Writer::<Workload>::default();
+        let reader = writer.as_reader();
+        let mut cache = CompactingWriter::new(writer, ours());
+        cache.apply(&watcher::Event::Init);
+        for w in [&waiting, &foreign, &checking, &charged, &history] {
+            cache.apply(&watcher::Event::InitApply(w.clone()));
+        }
+        cache.apply(&watcher::Event::InitDone);
+        assert_eq!(names(&reader), ["charged", "checking"]);
+        // The waiting one gets quota: held from then on.
+        let admitted = named(
+            "waiting",
+            workload(
+                json!([{"type": "QuotaReserved", "status": "True", "lastTransitionTime": "2026-12-01T00:00:00Z"}]),
+                check.clone(),
+                json!([]),
+            ),
+        );
+        cache.apply(&watcher::Event::Apply(admitted));
+        assert_eq!(names(&reader), ["charged", "checking", "waiting"]);
+        // The charged one is settled (finalizer released): it leaves the cache.
+        let settled = named("charged", workload(finished, check, json!([])));
+        assert!(!worth_caching(&settled, &ours()));
+        cache.apply(&watcher::Event::Apply(settled));
+        assert_eq!(names(&reader), ["checking", "waiting"]);
+        // Another installation's check and finalizer are not kaccel's work.
+        let theirs = Ours {
+            check: "team-b-credits".into(),
+            finalizer: "kaccel.io/credits-team-b".into(),
+        };
+        assert!(!worth_caching(&charged, &theirs));
     }
 
     #[test]
