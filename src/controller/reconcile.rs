@@ -69,6 +69,8 @@ pub(super) struct Reconciler {
     /// MultiKueue workers' Node watches (none configured: this cluster's Nodes
     /// are planned).
     pub(super) workers: super::multikueue::Workers,
+    /// Asked after each reconcile: what a re-plan freed goes back to the system.
+    pub(super) trim: super::allocator::TrimRequests,
 }
 
 /// The ledger's tasks and what they share with the planner loop.

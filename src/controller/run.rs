@@ -71,7 +71,8 @@ pub async fn run(config: Config) -> Result<(), Error> {
         let _ = shutdown_tx.send(true);
     });
 
-    tokio::spawn(allocator::trim_periodically(metrics.clone()));
+    let trim = allocator::TrimRequests::default();
+    tokio::spawn(allocator::trim_when_asked(trim.clone(), metrics.clone()));
     let own_writes = super::watches::OwnWrites::default();
     let (caches, watch_events) = start_watches(&client, &config, &own_writes).await?;
     // Health pollers wake the reconcile loop like a watch event does.
@@ -144,6 +145,7 @@ pub async fn run(config: Config) -> Result<(), Error> {
         namespaces_missing: AtomicBool::new(false),
         names_taken: AtomicBool::new(false),
         node_reads_seen: Default::default(),
+        trim,
         in_sync: Default::default(),
         own_writes,
         // Each source's first poll ends within its timeout (plus the poller's
@@ -555,6 +557,7 @@ async fn reconcile_loop(
                     last_event = Instant::now() + Duration::from_secs(1);
                 }
                 reconciler.metrics.reconcile_duration.observe(started.elapsed().as_secs_f64());
+                reconciler.trim.request();
                 if dirty_since.is_none()
                     && (reconciler.namespaces_missing.load(Ordering::Relaxed)
                         || reconciler.names_taken.load(Ordering::Relaxed))

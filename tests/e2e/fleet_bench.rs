@@ -13,9 +13,10 @@
 //!   feature discovery does after a card swap) and device health changes (one GPU
 //!   of an exporter's node turns failed): change -> the root Cohort's quota
 //!   written (seen on a watch), p50 / p99 / max; kaccel's CPU, re-plans and Node
-//!   reads per change.
+//!   reads per change; the most memory kaccel held while they ran, and after.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -68,19 +69,27 @@ fn cpu_ms(pid: u32) -> u64 {
     ticks * 10
 }
 
+/// A `/proc/PID/status` figure in KiB.
+fn status_kib(pid: u32, name: &str) -> Option<u64> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find(|l| l.starts_with(name))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
 fn memory(pid: u32) -> String {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|kb| kb.parse::<f64>().ok())
-            .map_or(f64::NAN, |kb| kb / 1024.0)
-    };
+    let field = |name: &str| status_kib(pid, name).map_or(f64::NAN, |kib| kib as f64 / 1024.0);
+    // Anonymous memory is the heap and stacks; file-backed is the binary's
+    // pages in use, which the kernel may drop and read again.
     format!(
-        "VmRSS {:.1} MiB, peak VmHWM {:.1} MiB",
+        "VmRSS {:.1} MiB (anonymous {:.1}, file {:.1}), peak VmHWM {:.1} MiB",
         field("VmRSS:"),
+        field("RssAnon:"),
+        field("RssFile:"),
         field("VmHWM:")
     )
 }
@@ -359,6 +368,20 @@ async fn bench(client: &Client) -> Result<()> {
         bail!("no root Cohort {ROOT} seen");
     }
 
+    // The most memory kaccel held while the changes below ran (sampled every 100 ms).
+    let most_rss_kib = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let sampler = {
+        let most = most_rss_kib.clone();
+        tokio::spawn(async move {
+            loop {
+                if let Some(kib) = status_kib(pid, "VmRSS:") {
+                    most.fetch_max(kib, std::sync::atomic::Ordering::Relaxed);
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+
     // Node label changes: an H100 node gets an L40S node's GPU labels, then the
     // next one; the nodes relabelled before keep them (each change moves 8 devices).
     let l40s_labels: BTreeMap<String, String> = l40s[0]
@@ -467,10 +490,19 @@ async fn bench(client: &Client) -> Result<()> {
     let mut all = label_ms;
     all.extend(health_ms);
     println!("MEASURE all changes -> quota written: {}", summary(all));
+    sampler.abort();
+    println!(
+        "MEASURE memory during the changes: most VmRSS {:.1} MiB",
+        most_rss_kib.load(std::sync::atomic::Ordering::Relaxed) as f64 / 1024.0
+    );
+    // Past the trim that follows the last re-plan.
+    tokio::time::sleep(Duration::from_secs(2)).await;
     println!("MEASURE memory at the end: {}", memory(pid));
     for line in m.lines().filter(|l| {
         l.starts_with("kaccel_reconcile_duration_seconds_sum")
             || l.starts_with("kaccel_reconcile_duration_seconds_count")
+            || l.starts_with("kaccel_allocator_trim_seconds_sum")
+            || l.starts_with("kaccel_allocator_trim_seconds_count")
             || l.starts_with("kaccel_writes_total")
     }) {
         println!("MEASURE metric {line}");
