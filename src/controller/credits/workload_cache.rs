@@ -235,6 +235,19 @@ mod tests {
         w
     }
 
+    /// An empty cache and the writer that feeds it, for kaccel's check.
+    fn cache_under_test() -> (Cache<Workload>, CompactingWriter) {
+        let writer = kube::runtime::reflector::store::Writer::<Workload>::default();
+        let reader = writer.as_reader();
+        (reader, CompactingWriter::new(writer, ours()))
+    }
+
+    fn cached_names(reader: &Cache<Workload>) -> Vec<String> {
+        let mut n: Vec<String> = reader.state().iter().map(|w| w.name_any()).collect();
+        n.sort();
+        n
+    }
+
     #[test]
     fn relevant_index_follows_the_watch() {
         let check = json!([{"name": "kaccel-credits", "state": "Ready"}]);
@@ -286,14 +299,7 @@ mod tests {
             w.metadata.uid = Some(format!("u-{i}"));
             w
         };
-        let names = |reader: &Cache<Workload>| {
-            let mut n: Vec<String> = reader.state().iter().map(|w| w.name_any()).collect();
-            n.sort();
-            n
-        };
-        let writer = kube::runtime::reflector::store::Writer::<Workload>::default();
-        let reader = writer.as_reader();
-        let mut cache = CompactingWriter::new(writer, ours());
+        let (reader, mut cache) = cache_under_test();
         cache.apply(&watcher::Event::Init);
         cache.apply(&watcher::Event::InitDone);
         for i in 0..5000 {
@@ -308,7 +314,7 @@ mod tests {
         cache.apply(&watcher::Event::Delete(named(3749)));
         assert_eq!((cache.compactions, reader.len()), (1, 1250));
         let left: Vec<String> = (3750..5000).map(|i| format!("w-{i:05}")).collect();
-        assert_eq!(names(&reader), left);
+        assert_eq!(cached_names(&reader), left);
         assert_eq!(
             *reader.get(&ObjectRef::from_obj(&named(4000))).unwrap(),
             named(4000)
@@ -330,7 +336,7 @@ mod tests {
         }
         assert_eq!(cache.compactions, 1);
         cache.apply(&watcher::Event::InitDone);
-        assert_eq!(names(&reader), ["w-00007"]);
+        assert_eq!(cached_names(&reader), ["w-00007"]);
     }
 
     #[test]
@@ -394,20 +400,13 @@ mod tests {
             "history",
             workload(finished.clone(), check.clone(), json!([])),
         );
-        let names = |reader: &Cache<Workload>| {
-            let mut n: Vec<String> = reader.state().iter().map(|w| w.name_any()).collect();
-            n.sort();
-            n
-        };
-        let writer = kube::runtime::reflector::store::Writer::<Workload>::default();
-        let reader = writer.as_reader();
-        let mut cache = CompactingWriter::new(writer, ours());
+        let (reader, mut cache) = cache_under_test();
         cache.apply(&watcher::Event::Init);
         for w in [&waiting, &foreign, &checking, &charged, &history] {
             cache.apply(&watcher::Event::InitApply(w.clone()));
         }
         cache.apply(&watcher::Event::InitDone);
-        assert_eq!(names(&reader), ["charged", "checking"]);
+        assert_eq!(cached_names(&reader), ["charged", "checking"]);
         // The waiting one gets quota: held from then on.
         let admitted = named(
             "waiting",
@@ -418,18 +417,50 @@ mod tests {
             ),
         );
         cache.apply(&watcher::Event::Apply(admitted));
-        assert_eq!(names(&reader), ["charged", "checking", "waiting"]);
+        assert_eq!(cached_names(&reader), ["charged", "checking", "waiting"]);
         // The charged one is settled (finalizer released): it leaves the cache.
         let settled = named("charged", workload(finished, check, json!([])));
         assert!(!worth_caching(&settled, &ours()));
         cache.apply(&watcher::Event::Apply(settled));
-        assert_eq!(names(&reader), ["checking", "waiting"]);
+        assert_eq!(cached_names(&reader), ["checking", "waiting"]);
         // Another installation's check and finalizer are not kaccel's work.
         let theirs = Ours {
             check: "team-b-credits".into(),
             finalizer: "kaccel.io/credits-team-b".into(),
         };
         assert!(!worth_caching(&charged, &theirs));
+    }
+
+    /// The budget pass looks its Workloads up in the cache: every one it
+    /// counts must be held, in any state of conditions, check and finalizer.
+    #[test]
+    fn every_workload_the_budget_pass_counts_is_held() {
+        for bits in 0u8..64 {
+            let on = |b: u8| bits & (1 << b) != 0;
+            let condition = |type_: &str, b: u8| json!({"type": type_, "status": if on(b) { "True" } else { "False" }, "lastTransitionTime": "2026-12-01T00:00:00Z"});
+            let conditions = json!([
+                condition("QuotaReserved", 0),
+                condition("Finished", 1),
+                condition("Evicted", 2)
+            ]);
+            let checks = if on(3) {
+                json!([{"name": "kaccel-credits", "state": "Ready"}])
+            } else {
+                json!([])
+            };
+            let finalizers = if on(4) { json!([FINALIZER]) } else { json!([]) };
+            // As the watch delivers it, before any slimming.
+            let w: Workload = serde_json::from_value(json!({
+                "metadata": {"name": "w", "namespace": "ns", "uid": "u", "finalizers": finalizers},
+                "spec": {"queueName": "q", "active": !on(5)},
+                "status": {"conditions": conditions, "admissionChecks": checks},
+            }))
+            .expect("a Workload");
+            assert!(
+                !ledger_relevant(&w, &ours()) || worth_caching(&w, &ours()),
+                "case {bits:06b}: counted by the budget pass but not held"
+            );
+        }
     }
 
     #[test]
