@@ -43,7 +43,7 @@ impl LiveObject {
 
     /// The object as JSON, as `serde_json::to_value` of the watched object gave it.
     pub fn value(&self) -> Value {
-        serde_json::from_str(&self.json).expect("text written by serde_json parses")
+        self.read().expect("text written by serde_json parses")
     }
 
     /// The object read as `T`.

@@ -394,7 +394,7 @@ mod tests {
         );
         let charged = named(
             "charged",
-            workload(reserved, check.clone(), json!([FINALIZER])),
+            workload(reserved.clone(), check.clone(), json!([FINALIZER])),
         );
         let history = named(
             "history",
@@ -408,14 +408,7 @@ mod tests {
         cache.apply(&watcher::Event::InitDone);
         assert_eq!(cached_names(&reader), ["charged", "checking"]);
         // The waiting one gets quota: held from then on.
-        let admitted = named(
-            "waiting",
-            workload(
-                json!([{"type": "QuotaReserved", "status": "True", "lastTransitionTime": "2026-12-01T00:00:00Z"}]),
-                check.clone(),
-                json!([]),
-            ),
-        );
+        let admitted = named("waiting", workload(reserved, check.clone(), json!([])));
         cache.apply(&watcher::Event::Apply(admitted));
         assert_eq!(cached_names(&reader), ["charged", "checking", "waiting"]);
         // The charged one is settled (finalizer released): it leaves the cache.
