@@ -10,7 +10,10 @@ use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 
+use std::collections::HashSet;
+
 use kaccel::api::{SharingMode, synthetic};
+use kaccel::controller::diff::{DesiredObjects, Kind, ObjectRef, desired_objects};
 use kaccel::health::HealthSnapshot;
 use kaccel::inventory::{Inventory, synthetic::generate_fleet};
 use kaccel::plan::{PlanInput, PlanOptions, plan};
@@ -131,6 +134,36 @@ fn bench_plan(c: &mut Criterion) {
     c.bench_function("inventory/read 5000 nodes", |b| {
         b.iter(|| black_box(Inventory::from_nodes(&fleet).nodes.len()))
     });
+
+    // After planning, a re-plan finds what to write. Every planned object as
+    // JSON (what each re-plan built before, and dropped after), against what it
+    // builds now: each object's fingerprint, written straight into a hash, and
+    // JSON only for objects not in sync (here one: the root Cohort a relabelled
+    // Node moves). Both include dropping what they built.
+    let inventory = Inventory::from_nodes(&fleet);
+    let planned = plan(&PlanInput {
+        classes: &classes,
+        budgets: &budgets,
+        inventory: &inventory,
+        health: &health,
+        options: &options,
+    });
+    let mut group = c.benchmark_group("desired objects 5000 nodes");
+    group.sample_size(30);
+    group.bench_function("every object as JSON", |b| {
+        b.iter(|| black_box(desired_objects(&planned).len()))
+    });
+    group.bench_function("fingerprints, JSON of one", |b| {
+        b.iter(|| {
+            let desired = DesiredObjects::of(&planned);
+            let in_sync: HashSet<&ObjectRef> = desired
+                .keys()
+                .filter(|r| !(r.kind == Kind::Cohort && r.name == options.root_cohort))
+                .collect();
+            black_box(desired.values_except(&in_sync).len())
+        })
+    });
+    group.finish();
 }
 
 /// 5,000 DRA-only nodes, each labelled with its model and publishing 8 GPUs of one

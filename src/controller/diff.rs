@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use crate::k8s::labels::MANAGED_BY_LABEL;
-use crate::k8s::names::fnv1a;
+use crate::k8s::names::Fnv1a;
 use crate::k8s::quantity::same_quantity;
 use crate::plan::Plan;
 
@@ -92,46 +92,163 @@ pub enum Action {
     Refused { target: ObjectRef, reason: String },
 }
 
-/// Planned objects as JSON, each annotated with the hash of itself.
-pub fn desired_objects(plan: &Plan) -> BTreeMap<ObjectRef, Value> {
-    let mut out = BTreeMap::new();
-    let mut add = |kind: Kind, value: Value| {
-        let name = value["metadata"]["name"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        let namespace = value["metadata"]["namespace"].as_str().map(str::to_string);
-        out.insert(
-            ObjectRef {
-                kind,
-                namespace,
-                name,
-            },
-            with_hash(value),
-        );
+/// One planned object, borrowed from the plan. Its JSON is built only when a
+/// diff compares or writes it: a re-plan after one Node's change builds the few
+/// objects that moved, not the thousands kaccel manages.
+#[derive(Clone, Copy, Debug)]
+enum Planned<'p> {
+    DeviceClass(&'p k8s_openapi::api::resource::v1::DeviceClass),
+    DeviceTaintRule(&'p k8s_openapi::api::resource::v1alpha3::DeviceTaintRule),
+    Topology(&'p crate::kueue::Topology),
+    ResourceFlavor(&'p crate::kueue::ResourceFlavor),
+    Cohort(&'p crate::kueue::Cohort),
+    ClusterQueue(&'p crate::kueue::ClusterQueue),
+    LocalQueue(&'p crate::kueue::LocalQueue),
+}
+
+/// `$body` with `$object` bound to the planned object, whatever its type.
+macro_rules! with_planned {
+    ($planned:expr, $object:ident => $body:expr) => {
+        match $planned {
+            Planned::DeviceClass($object) => $body,
+            Planned::DeviceTaintRule($object) => $body,
+            Planned::Topology($object) => $body,
+            Planned::ResourceFlavor($object) => $body,
+            Planned::Cohort($object) => $body,
+            Planned::ClusterQueue($object) => $body,
+            Planned::LocalQueue($object) => $body,
+        }
     };
-    for o in &plan.device_classes {
-        add(Kind::DeviceClass, json(o));
+}
+
+impl<'p> Planned<'p> {
+    fn kind(self) -> Kind {
+        match self {
+            Planned::DeviceClass(_) => Kind::DeviceClass,
+            Planned::DeviceTaintRule(_) => Kind::DeviceTaintRule,
+            Planned::Topology(_) => Kind::Topology,
+            Planned::ResourceFlavor(_) => Kind::ResourceFlavor,
+            Planned::Cohort(_) => Kind::Cohort,
+            Planned::ClusterQueue(_) => Kind::ClusterQueue,
+            Planned::LocalQueue(_) => Kind::LocalQueue,
+        }
     }
-    for o in &plan.device_taint_rules {
-        add(Kind::DeviceTaintRule, json(o));
+
+    fn reference(self) -> ObjectRef {
+        let metadata = with_planned!(self, object => &object.metadata);
+        ObjectRef {
+            kind: self.kind(),
+            namespace: metadata.namespace.clone(),
+            name: metadata.name.clone().unwrap_or_default(),
+        }
     }
-    for o in &plan.topologies {
-        add(Kind::Topology, json(o));
+
+    fn labels(self) -> Option<&'p BTreeMap<String, String>> {
+        with_planned!(self, object => object.metadata.labels.as_ref())
     }
-    for o in &plan.resource_flavors {
-        add(Kind::ResourceFlavor, json(o));
+
+    /// A hash of the object's JSON, written straight into the hash (nothing
+    /// held): equal while the plan wants the same object.
+    fn fingerprint(self) -> u64 {
+        let mut hash = Fnv1a::default();
+        with_planned!(self, object => serde_json::to_writer(&mut hash, object))
+            .expect("Kueue objects serialise");
+        hash.0
     }
-    for o in &plan.cohorts {
-        add(Kind::Cohort, json(o));
+
+    /// The object as JSON, annotated with the hash of itself.
+    fn value(self) -> Value {
+        with_hash(with_planned!(self, object => json(object)))
     }
-    for o in &plan.cluster_queues {
-        add(Kind::ClusterQueue, json(o));
+}
+
+/// A planned object and the fingerprint of its JSON.
+#[derive(Clone, Copy, Debug)]
+pub struct DesiredObject<'p> {
+    planned: Planned<'p>,
+    pub fingerprint: u64,
+}
+
+impl<'p> DesiredObject<'p> {
+    /// As JSON, annotated with its applied hash (built now).
+    pub fn value(&self) -> Value {
+        self.planned.value()
     }
-    for o in &plan.local_queues {
-        add(Kind::LocalQueue, json(o));
+
+    pub fn labels(&self) -> Option<&'p BTreeMap<String, String>> {
+        self.planned.labels()
     }
-    out
+}
+
+/// Every object a plan wants, by reference.
+#[derive(Debug, Default)]
+pub struct DesiredObjects<'p> {
+    objects: BTreeMap<ObjectRef, DesiredObject<'p>>,
+}
+
+impl<'p> DesiredObjects<'p> {
+    pub fn of(plan: &'p Plan) -> Self {
+        let planned = (plan.device_classes.iter().map(Planned::DeviceClass))
+            .chain(plan.device_taint_rules.iter().map(Planned::DeviceTaintRule))
+            .chain(plan.topologies.iter().map(Planned::Topology))
+            .chain(plan.resource_flavors.iter().map(Planned::ResourceFlavor))
+            .chain(plan.cohorts.iter().map(Planned::Cohort))
+            .chain(plan.cluster_queues.iter().map(Planned::ClusterQueue))
+            .chain(plan.local_queues.iter().map(Planned::LocalQueue));
+        DesiredObjects {
+            objects: planned
+                .map(|planned| {
+                    let object = DesiredObject {
+                        planned,
+                        fingerprint: planned.fingerprint(),
+                    };
+                    (planned.reference(), object)
+                })
+                .collect(),
+        }
+    }
+
+    pub fn get(&self, target: &ObjectRef) -> Option<&DesiredObject<'p>> {
+        self.objects.get(target)
+    }
+
+    /// The plan's own key for `target` (borrowed as long as the plan).
+    pub fn key(&self, target: &ObjectRef) -> Option<&ObjectRef> {
+        self.objects.get_key_value(target).map(|(key, _)| key)
+    }
+
+    pub fn contains(&self, target: &ObjectRef) -> bool {
+        self.objects.contains_key(target)
+    }
+
+    pub fn keys(&self) -> impl Iterator<Item = &ObjectRef> {
+        self.objects.keys()
+    }
+
+    pub fn len(&self) -> usize {
+        self.objects.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.objects.is_empty()
+    }
+
+    /// As JSON, the objects a diff compares: all but those in `in_sync`.
+    pub fn values_except(
+        &self,
+        in_sync: &std::collections::HashSet<&ObjectRef>,
+    ) -> BTreeMap<ObjectRef, Value> {
+        self.objects
+            .iter()
+            .filter(|(target, _)| !in_sync.contains(target))
+            .map(|(target, object)| (target.clone(), object.value()))
+            .collect()
+    }
+}
+
+/// Every planned object as JSON, each annotated with the hash of itself.
+pub fn desired_objects(plan: &Plan) -> BTreeMap<ObjectRef, Value> {
+    DesiredObjects::of(plan).values_except(&Default::default())
 }
 
 fn json<T: serde::Serialize>(object: &T) -> Value {
@@ -140,7 +257,9 @@ fn json<T: serde::Serialize>(object: &T) -> Value {
 
 fn with_hash(mut value: Value) -> Value {
     // serde_json's map is ordered, so the text (and hash) is stable.
-    let hash = format!("{:016x}", fnv1a(value.to_string().as_bytes()));
+    let mut text_hash = Fnv1a::default();
+    serde_json::to_writer(&mut text_hash, &value).expect("JSON values serialise");
+    let hash = format!("{:016x}", text_hash.0);
     let meta = value["metadata"]
         .as_object_mut()
         .expect("objects have metadata");
@@ -157,13 +276,13 @@ pub fn is_managed(live: &Value, instance: &str) -> bool {
     live["metadata"]["labels"][MANAGED_BY_LABEL].as_str() == Some(instance)
 }
 
-/// Objects found in sync at the last diff: the applied hash kaccel wanted and the
-/// live resourceVersion it was compared at. While neither moved the object is in
-/// sync still, so a re-plan after one Node's change compares the few objects
-/// that change, not every object kaccel manages.
+/// Objects found in sync at the last diff: the fingerprint of the object kaccel
+/// wanted and the live resourceVersion it was compared at. While neither moved the
+/// object is in sync still, so a re-plan after one Node's change compares (and
+/// builds as JSON) the few objects that change, not every object kaccel manages.
 #[derive(Debug, Default)]
 pub struct InSync {
-    at: std::collections::HashMap<ObjectRef, (String, String)>,
+    at: std::collections::HashMap<ObjectRef, (u64, String)>,
 }
 
 impl InSync {
@@ -171,12 +290,12 @@ impl InSync {
     pub fn holds(
         &self,
         target: &ObjectRef,
-        desired: Option<&Value>,
+        desired: Option<&DesiredObject>,
         live_version: Option<&str>,
     ) -> bool {
         match (self.at.get(target), desired, live_version) {
-            (Some((hash, version)), Some(desired), Some(live_version)) => {
-                version == live_version && applied_hash(desired) == Some(hash.as_str())
+            (Some((fingerprint, version)), Some(desired), Some(live_version)) => {
+                version == live_version && *fingerprint == desired.fingerprint
             }
             _ => false,
         }
@@ -187,32 +306,28 @@ impl InSync {
     /// (compared again next time), as is anything no longer wanted.
     pub fn record(
         &mut self,
-        desired: &BTreeMap<ObjectRef, Value>,
+        desired: &DesiredObjects,
         live: &BTreeMap<ObjectRef, Value>,
         actions: &[Action],
     ) {
         let acted: std::collections::HashSet<&ObjectRef> =
             actions.iter().map(Action::target).collect();
         self.at
-            .retain(|target, _| desired.contains_key(target) && !acted.contains(target));
+            .retain(|target, _| desired.contains(target) && !acted.contains(target));
         for (target, current) in live {
             if acted.contains(target) {
                 continue;
             }
             let (Some(want), Some(version)) = (
-                desired.get(target).and_then(applied_hash),
+                desired.get(target),
                 current["metadata"]["resourceVersion"].as_str(),
             ) else {
                 continue;
             };
             self.at
-                .insert(target.clone(), (want.to_string(), version.to_string()));
+                .insert(target.clone(), (want.fingerprint, version.to_string()));
         }
     }
-}
-
-fn applied_hash(object: &Value) -> Option<&str> {
-    object["metadata"]["annotations"][APPLIED_HASH_ANNOTATION].as_str()
 }
 
 impl Action {
@@ -224,26 +339,6 @@ impl Action {
             | Action::Refused { target, .. } => target,
         }
     }
-}
-
-/// The writes that bring `live` (managed objects only) to `desired`, in a safe order:
-/// applies in kind order, then deletes in reverse kind order. Objects in `in_sync`
-/// (left out of `live` by the caller) need nothing.
-pub fn diff_skipping(
-    desired: &BTreeMap<ObjectRef, Value>,
-    live: &BTreeMap<ObjectRef, Value>,
-    in_sync: &std::collections::HashSet<ObjectRef>,
-    instance: &str,
-) -> Vec<Action> {
-    if in_sync.is_empty() {
-        return diff(desired, live, instance);
-    }
-    let rest: BTreeMap<ObjectRef, Value> = desired
-        .iter()
-        .filter(|(target, _)| !in_sync.contains(*target))
-        .map(|(target, v)| (target.clone(), v.clone()))
-        .collect();
-    diff(&rest, live, instance)
 }
 
 /// The writes that bring `live` (managed objects only) to `desired`, in a safe order:
@@ -518,37 +613,36 @@ mod tests {
     }
 
     /// One reconcile's diff as the controller runs it: objects held in sync are
-    /// left out of `live` and of the comparison.
+    /// left out of `live`, of the JSON built and of the comparison.
     fn diff_with(
         in_sync: &mut InSync,
-        desired: &BTreeMap<ObjectRef, Value>,
+        desired: &DesiredObjects,
         stored: &BTreeMap<ObjectRef, Value>,
     ) -> (Vec<Action>, usize) {
         let mut skipped = std::collections::HashSet::new();
         let live: BTreeMap<ObjectRef, Value> = stored
             .iter()
             .filter(|(r, v)| {
-                let holds = in_sync.holds(
-                    r,
-                    desired.get(*r),
-                    v["metadata"]["resourceVersion"].as_str(),
-                );
-                if holds {
-                    skipped.insert((*r).clone());
+                let holds =
+                    in_sync.holds(r, desired.get(r), v["metadata"]["resourceVersion"].as_str());
+                if holds && let Some(key) = desired.key(r) {
+                    skipped.insert(key);
                 }
                 !holds
             })
             .map(|(r, v)| (r.clone(), v.clone()))
             .collect();
-        let actions = diff_skipping(desired, &live, &skipped, "kaccel");
+        let compared = desired.values_except(&skipped);
+        let actions = diff(&compared, &live, "kaccel");
         in_sync.record(desired, &live, &actions);
         (actions, live.len())
     }
 
     #[test]
     fn objects_in_sync_are_not_compared_again_until_they_or_their_plan_move() {
-        let desired = desired_objects(&example_plan());
-        let mut stored: BTreeMap<ObjectRef, Value> = desired
+        let plan = example_plan();
+        let desired = DesiredObjects::of(&plan);
+        let mut stored: BTreeMap<ObjectRef, Value> = desired_objects(&plan)
             .iter()
             .map(|(r, v)| (r.clone(), as_stored(v)))
             .collect();
@@ -577,26 +671,71 @@ mod tests {
         assert_eq!(compared, 1);
 
         // A plan that moves one object: that one is compared (and applied).
-        stored.insert(cq.clone(), as_stored(&desired[&cq]));
+        stored.insert(cq.clone(), as_stored(&desired.get(&cq).unwrap().value()));
         diff_with(&mut in_sync, &desired, &stored);
-        let mut moved = desired.clone();
-        let lq = desired
-            .keys()
-            .find(|r| r.kind == Kind::LocalQueue)
-            .unwrap()
-            .clone();
-        let mut object = desired[&lq].clone();
-        object["metadata"]["annotations"][APPLIED_HASH_ANNOTATION] = json!("0000000000000001");
-        moved.insert(lq.clone(), object);
+        let mut moved_plan = plan.clone();
+        let moved_queue = &mut moved_plan.local_queues[0];
+        let lq = ObjectRef {
+            kind: Kind::LocalQueue,
+            namespace: moved_queue.metadata.namespace.clone(),
+            name: moved_queue.metadata.name.clone().unwrap(),
+        };
+        moved_queue
+            .metadata
+            .labels
+            .get_or_insert_default()
+            .insert("team".into(), "moved".into());
+        let moved = DesiredObjects::of(&moved_plan);
         let (actions, compared) = diff_with(&mut in_sync, &moved, &stored);
         assert_eq!(compared, 1);
-        assert_eq!(actions.len(), 1);
+        assert!(
+            matches!(&actions[..], [Action::Apply { target, create: false, .. }] if *target == lq),
+            "{actions:?}"
+        );
 
         // An object no longer planned is still deleted.
-        let mut fewer = desired.clone();
-        fewer.remove(&lq);
+        let mut fewer_plan = plan.clone();
+        fewer_plan.local_queues.remove(0);
+        let fewer = DesiredObjects::of(&fewer_plan);
         let (actions, _) = diff_with(&mut in_sync, &fewer, &stored);
         assert_eq!(actions, vec![Action::Delete { target: lq }]);
+    }
+
+    #[test]
+    fn an_objects_fingerprint_follows_its_json_and_the_applied_hash() {
+        // What the in-sync record keys on must move whenever the JSON written
+        // (and its applied hash) would, and only then.
+        let plan = example_plan();
+        let once = DesiredObjects::of(&plan);
+        let again = DesiredObjects::of(&plan);
+        for target in once.keys() {
+            assert_eq!(
+                once.get(target).unwrap().fingerprint,
+                again.get(target).unwrap().fingerprint
+            );
+        }
+        let mut changed_plan = plan.clone();
+        let queue = &mut changed_plan.cluster_queues[0];
+        let cq = ObjectRef {
+            kind: Kind::ClusterQueue,
+            namespace: None,
+            name: queue.metadata.name.clone().unwrap(),
+        };
+        queue.spec.resource_groups[0].flavors[0].resources[0].nominal_quota =
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity("12345".into());
+        let changed = DesiredObjects::of(&changed_plan);
+        for target in once.keys() {
+            let (before, after) = (once.get(target).unwrap(), changed.get(target).unwrap());
+            let hash = |o: &DesiredObject| {
+                o.value()["metadata"]["annotations"][APPLIED_HASH_ANNOTATION].clone()
+            };
+            assert_eq!(
+                before.fingerprint == after.fingerprint,
+                *target != cq,
+                "{target}"
+            );
+            assert_eq!(hash(before) == hash(after), *target != cq, "{target}");
+        }
     }
 
     #[test]

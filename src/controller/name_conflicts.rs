@@ -2,9 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use serde_json::Value;
-
-use super::diff::{Kind, ObjectRef};
+use super::diff::{DesiredObjects, Kind, ObjectRef};
 use crate::plan::Plan;
 
 /// Planned names taken by objects kaccel does not own, as notes for the classes
@@ -23,14 +21,14 @@ pub(super) struct NameConflicts {
 pub(super) fn name_conflicts(
     taken: &BTreeMap<ObjectRef, String>,
     held_up: &[(ObjectRef, ObjectRef)],
-    desired: &BTreeMap<ObjectRef, Value>,
+    desired: &DesiredObjects,
     planned: &Plan,
 ) -> NameConflicts {
     let mut out = NameConflicts::default();
     let budget_of = |target: &ObjectRef| -> Vec<String> {
         match desired
             .get(target)
-            .and_then(|o| o["metadata"]["labels"][crate::k8s::labels::BUDGET_LABEL].as_str())
+            .and_then(|o| o.labels()?.get(crate::k8s::labels::BUDGET_LABEL))
         {
             Some(b) => vec![b.to_string()],
             None => planned.budgets.keys().cloned().collect(),
@@ -132,14 +130,15 @@ mod tests {
     #[test]
     fn a_taken_name_is_a_conflict_on_the_classes_or_budget_that_planned_it() {
         let planned = crate::testkit::example_plan();
-        let desired = desired_objects(&planned);
+        let values = desired_objects(&planned);
+        let desired = DesiredObjects::of(&planned);
         let (flavor, report) = planned.flavors.iter().next().unwrap();
-        let cq = desired
+        let cq = values
             .keys()
             .find(|r| r.kind == Kind::ClusterQueue)
             .unwrap()
             .clone();
-        let budget = desired[&cq]["metadata"]["labels"][crate::k8s::labels::BUDGET_LABEL]
+        let budget = values[&cq]["metadata"]["labels"][crate::k8s::labels::BUDGET_LABEL]
             .as_str()
             .unwrap()
             .to_string();
@@ -152,7 +151,7 @@ mod tests {
             (flavor_ref.clone(), "managed by terraform".to_string()),
             (cq.clone(), "owned by Team x".to_string()),
         ]);
-        let lq = desired
+        let lq = values
             .iter()
             .find(|(r, v)| {
                 r.kind == Kind::LocalQueue && v["spec"]["clusterQueue"] == cq.name.as_str()
@@ -160,7 +159,7 @@ mod tests {
             .map(|(r, _)| r.clone())
             .unwrap();
         assert_eq!(
-            diff::references(Kind::LocalQueue, &desired[&lq]),
+            diff::references(Kind::LocalQueue, &values[&lq]),
             vec![cq.clone()]
         );
         let notes = name_conflicts(&taken, &[(lq.clone(), cq.clone())], &desired, &planned);
@@ -217,13 +216,14 @@ mod tests {
             topology_aware_scheduling: true,
             ..Default::default()
         });
-        let desired = desired_objects(&planned);
-        let topology = desired
+        let values = desired_objects(&planned);
+        let desired = DesiredObjects::of(&planned);
+        let topology = values
             .keys()
             .find(|r| r.kind == Kind::Topology)
             .expect("the example fleet forms one")
             .clone();
-        let flavor = desired
+        let flavor = values
             .iter()
             .find(|(r, v)| {
                 r.kind == Kind::ResourceFlavor
@@ -232,7 +232,7 @@ mod tests {
             .map(|(r, _)| r.clone())
             .unwrap();
         assert_eq!(
-            diff::references(Kind::ResourceFlavor, &desired[&flavor]),
+            diff::references(Kind::ResourceFlavor, &values[&flavor]),
             vec![topology.clone()]
         );
         let taken = BTreeMap::from([(topology.clone(), "managed by terraform".to_string())]);
@@ -275,8 +275,9 @@ mod tests {
     #[test]
     fn a_taken_object_no_budget_labels_concerns_every_budget() {
         let planned = crate::testkit::example_plan();
-        let desired = desired_objects(&planned);
-        let root = desired
+        let values = desired_objects(&planned);
+        let desired = DesiredObjects::of(&planned);
+        let root = values
             .iter()
             .find(|(r, v)| {
                 r.kind == Kind::Cohort

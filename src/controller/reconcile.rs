@@ -8,10 +8,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use kube::runtime::events::Recorder;
 use kube::{Client, ResourceExt};
-use serde_json::Value;
 
 use super::apply::Applied;
-use super::diff::{self, Kind, ObjectRef, desired_objects};
+use super::diff::{self, DesiredObjects, Kind};
 use super::metrics::{
     BlockedQueueLabels, ClassFlavorLabels, ClassHealthLabels, KindLabel, Metrics,
 };
@@ -189,19 +188,20 @@ impl Reconciler {
             l.shared.set_pricing(pricing_snapshot(&planned, &budgets));
         }
 
-        // Diff (pure).
-        let desired = desired_objects(&planned);
+        // Diff (pure): objects held in sync are neither built as JSON nor compared.
+        let desired = DesiredObjects::of(&planned);
         let (live, actions) = {
             let mut in_sync = self.in_sync.lock().expect("in-sync lock");
             let mut skipped = std::collections::HashSet::new();
             let live = caches.live_objects(|target, version| {
                 let holds = in_sync.holds(target, desired.get(target), version);
-                if holds {
-                    skipped.insert(target.clone());
+                if holds && let Some(key) = desired.key(target) {
+                    skipped.insert(key);
                 }
                 holds
             });
-            let actions = diff::diff_skipping(&desired, &live, &skipped, &self.config.instance);
+            let compared = desired.values_except(&skipped);
+            let actions = diff::diff(&compared, &live, &self.config.instance);
             in_sync.record(&desired, &live, &actions);
             (live, actions)
         };
@@ -327,7 +327,7 @@ impl Reconciler {
         })
     }
 
-    fn record_metrics(&self, planned: &Plan, desired: &BTreeMap<ObjectRef, Value>) {
+    fn record_metrics(&self, planned: &Plan, desired: &DesiredObjects) {
         for kind in Kind::ALL {
             let n = desired.keys().filter(|r| r.kind == kind).count();
             self.metrics

@@ -54,12 +54,40 @@ pub fn first_few<'a>(names: impl ExactSizeIterator<Item = &'a str>, shown: usize
 
 /// FNV-1a: tiny, stable across Rust versions (unlike `DefaultHasher`).
 pub fn fnv1a(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf29ce484222325;
-    for b in bytes {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x100000001b3);
+    let mut hash = Fnv1a::default();
+    hash.update(bytes);
+    hash.0
+}
+
+/// FNV-1a over text written in pieces (`serde_json::to_writer` into it hashes
+/// an object's JSON without holding the text).
+#[derive(Clone, Copy, Debug)]
+pub struct Fnv1a(pub u64);
+
+impl Default for Fnv1a {
+    fn default() -> Self {
+        Fnv1a(0xcbf29ce484222325)
     }
-    h
+}
+
+impl Fnv1a {
+    pub fn update(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 ^= u64::from(*b);
+            self.0 = self.0.wrapping_mul(0x100000001b3);
+        }
+    }
+}
+
+impl std::io::Write for Fnv1a {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.update(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Case-insensitive glob with `*` (any run) and `?` (one character).
