@@ -25,7 +25,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use super::config::{Health, HealthSource, SourceEndpoint};
 use super::metrics::{Metrics, SourceLabel};
-use crate::health::policy::{Policy, SourceState, Tracker};
+use crate::health::policy::{Policy, SourceState, TrackedDevice, Tracker};
 use crate::health::scrape::Scraper;
 
 // credits/ reads the eviction annotation from here.
@@ -62,12 +62,25 @@ pub fn tracker(config: &Health) -> SharedTracker {
 }
 
 /// What the planner acts on, hashed, so a poll that changes nothing wakes nobody.
-/// A hash, not the strings: each of 500 exporters polled every 5 s takes it twice
-/// over every device of the fleet, and formatting them cost 30 ms of CPU a poll.
-fn fingerprint(t: &Tracker, now: i64) -> u64 {
+/// A hash, not the strings: each of 500 exporters polled every 5 s takes it twice,
+/// and formatting them cost 30 ms of CPU a poll. With `node`, only that node's
+/// devices are hashed (a change confined to one node's exporter moves nothing
+/// else): hashing the fleet's devices at every poll of one node's exporter made
+/// each poll cost the whole fleet. Every source's usability is hashed either way,
+/// because a source goes stale with time, and any poll notices that.
+fn fingerprint(t: &Tracker, now: i64, node: Option<&str>) -> u64 {
     use std::hash::{BuildHasher, Hash, Hasher};
     let mut h = foldhash::fast::FixedState::with_seed(0x6b61_6363).build_hasher();
-    for d in t.devices.values() {
+    let devices: Box<dyn Iterator<Item = &TrackedDevice>> = match node {
+        Some(node) => Box::new(
+            t.devices
+                .range((node.to_string(), String::new())..)
+                .take_while(move |((n, _), _)| n == node)
+                .map(|(_, d)| d),
+        ),
+        None => Box::new(t.devices.values()),
+    };
+    for d in devices {
         d.node.hash(&mut h);
         d.device.hash(&mut h);
         d.status.hash(&mut h);
@@ -151,11 +164,17 @@ impl Poller {
     /// Change the tracker; wake the reconcile loop when the planner's view changed.
     /// False once the reconcile loop is gone.
     fn update(&self, now: i64, change: impl FnOnce(&mut Tracker)) -> bool {
+        // One exporter at a configured node: every reading it gives is put on
+        // that node, so its answer changes that node's devices only.
+        let node = match self.source.endpoint() {
+            Some(SourceEndpoint::Url(_)) => self.source.node.as_deref(),
+            _ => None,
+        };
         let changed = {
             let mut t = self.tracker.lock().expect("tracker lock");
-            let before = fingerprint(&t, now);
+            let before = fingerprint(&t, now, node);
             change(&mut t);
-            fingerprint(&t, now) != before
+            fingerprint(&t, now, node) != before
         };
         !changed || self.wake.send(()).is_ok()
     }
@@ -407,18 +426,68 @@ mod tests {
                 ..Default::default()
             },
         );
-        let before = fingerprint(&t, now);
-        assert_eq!(fingerprint(&t, now), before);
+        let before = fingerprint(&t, now, None);
+        assert_eq!(fingerprint(&t, now, None), before);
         // Bookkeeping the planner does not read: no wake-up.
         t.sources.get_mut("one").unwrap().failing_since = Some(now);
-        assert_eq!(fingerprint(&t, now), before);
+        assert_eq!(fingerprint(&t, now, None), before);
         // The source became unusable: its devices turn Unknown.
         t.sources.get_mut("one").unwrap().last_error = Some("timeout".into());
-        assert_ne!(fingerprint(&t, now), before);
+        assert_ne!(fingerprint(&t, now, None), before);
         t.sources.get_mut("one").unwrap().last_error = None;
-        assert_eq!(fingerprint(&t, now), before);
+        assert_eq!(fingerprint(&t, now, None), before);
         // It now covers another node.
         t.sources.get_mut("one").unwrap().nodes.push("gpu-2".into());
-        assert_ne!(fingerprint(&t, now), before);
+        assert_ne!(fingerprint(&t, now, None), before);
+    }
+
+    #[test]
+    fn one_nodes_poll_hashes_that_nodes_devices_and_every_sources_usability() {
+        use crate::health::exporters::DeviceReading;
+        let now = 1_000;
+        let policy = Policy::default();
+        let mut t = Tracker::default();
+        for node in ["gpu-1", "gpu-2"] {
+            t.sources.insert(
+                node.into(),
+                SourceState {
+                    name: node.into(),
+                    nodes: vec![node.into()],
+                    stale_after_seconds: 30,
+                    ..Default::default()
+                },
+            );
+            let readings = (0..2)
+                .map(|i| DeviceReading {
+                    node: Some(node.into()),
+                    device: format!("{i}"),
+                    temperature_c: Some(50.0),
+                    ..Default::default()
+                })
+                .collect();
+            t.observe(node, readings, now, &policy);
+        }
+        let status = |t: &mut Tracker, node: &str, status| {
+            t.devices
+                .get_mut(&(node.to_string(), "1".to_string()))
+                .unwrap()
+                .status = status;
+        };
+        let before = fingerprint(&t, now, Some("gpu-1"));
+        // Another node's device is not what gpu-1's exporter changes.
+        status(&mut t, "gpu-2", crate::health::DeviceStatus::Failed);
+        assert_eq!(fingerprint(&t, now, Some("gpu-1")), before);
+        assert_ne!(
+            fingerprint(&t, now, None),
+            fingerprint(&t, now, Some("gpu-1"))
+        );
+        // Its own node's devices are.
+        status(&mut t, "gpu-1", crate::health::DeviceStatus::Failed);
+        assert_ne!(fingerprint(&t, now, Some("gpu-1")), before);
+        status(&mut t, "gpu-1", crate::health::DeviceStatus::Healthy);
+        assert_eq!(fingerprint(&t, now, Some("gpu-1")), before);
+        // Every source's staleness, whichever node polled: a silent exporter's
+        // devices turn Unknown at the next poll of any.
+        assert_ne!(fingerprint(&t, now + 31, Some("gpu-1")), before);
     }
 }
