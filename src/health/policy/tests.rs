@@ -581,3 +581,49 @@ fn a_source_is_unanswered_until_its_first_answer_or_failure() {
     t.fail(SOURCE, "connection refused".into(), 100);
     assert!(t.unanswered_sources().is_empty());
 }
+
+/// The per-source index that lets a poll visit its own devices only: after any
+/// mix of answers (devices taken over by another source, failed devices held
+/// out, siblings kept, sources removed) it names exactly each source's devices,
+/// and a held-out device is still held.
+#[test]
+fn each_sources_devices_are_indexed_through_takeovers_hold_outs_and_removals() {
+    let p = Policy::default();
+    let mut t = Tracker::default();
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = |bound: u64| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state % bound
+    };
+    let mut held_out = 0;
+    for step in 0..400 {
+        let now = 1_000 + step * 5;
+        let source = format!("src-{}", next(3));
+        if next(10) == 0 {
+            t.remove_source(&source, now);
+        } else {
+            let node = format!("n-{}", next(3));
+            let mut readings: Vec<DeviceReading> = Vec::new();
+            for i in 0..4 {
+                if next(4) == 0 {
+                    continue;
+                }
+                let mut r = reading(&node, &format!("{i}"));
+                if next(12) == 0 {
+                    r.last_xid = Some(79);
+                }
+                readings.push(r);
+            }
+            t.observe(&source, readings, now, &p);
+        }
+        assert!(t.source_index_is_exact(), "step {step}: {source}");
+        held_out += t
+            .devices
+            .values()
+            .filter(|d| d.unreported_since.is_some() && d.status == DeviceStatus::Failed)
+            .count();
+    }
+    assert!(held_out > 0, "the sequence held failed devices out");
+}

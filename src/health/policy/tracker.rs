@@ -295,8 +295,12 @@ impl SourceState {
 /// Device health over time, with hysteresis.
 #[derive(Clone, Debug, Default)]
 pub struct Tracker {
-    /// (node, device) -> tracked device.
+    /// (node, device) -> tracked device. Read freely; changed only by the
+    /// tracker's own methods, which keep `by_source` in step.
     pub devices: BTreeMap<(String, String), TrackedDevice>,
+    /// Source -> the keys of its devices: a poll of one exporter visits its own
+    /// devices, not the fleet's.
+    by_source: BTreeMap<String, BTreeSet<(String, String)>>,
     pub sources: BTreeMap<String, SourceState>,
     /// What kaccel found about the pods exporters attribute devices to, by
     /// (namespace, pod); filled by the controller's holder resolver.
@@ -360,6 +364,16 @@ impl Tracker {
                 d.hold_down_from = judged.hold_down_from;
                 d.unreported_since = None;
                 if d.source != source {
+                    if let Some(keys) = self.by_source.get_mut(&d.source) {
+                        keys.remove(&key);
+                        if keys.is_empty() {
+                            self.by_source.remove(&d.source);
+                        }
+                    }
+                    self.by_source
+                        .entry(source.to_string())
+                        .or_default()
+                        .insert(key.clone());
                     d.source = source.to_string();
                 }
                 d.reading = reading;
@@ -388,6 +402,10 @@ impl Tracker {
                 history,
                 seen_in: generation,
             };
+            self.by_source
+                .entry(source.to_string())
+                .or_default()
+                .insert(key.clone());
             self.devices.insert(key, device);
         }
         // Devices the source no longer reports are forgotten (their group falls back
@@ -406,20 +424,48 @@ impl Tracker {
         now: i64,
         keep: impl Fn(&TrackedDevice) -> bool,
     ) {
+        let Some(keys) = self.by_source.get_mut(source) else {
+            return;
+        };
         let mut held_nodes = BTreeSet::new();
-        for d in self.devices.values_mut() {
-            if d.source == source && !keep(d) && keeps_out(d.status) {
-                d.unreported_since.get_or_insert(now);
+        for key in keys.iter() {
+            if let Some(d) = self.devices.get(key)
+                && !keep(d)
+                && keeps_out(d.status)
+            {
                 held_nodes.insert(d.node.clone());
             }
         }
-        self.devices
-            .retain(|_, d| d.source != source || keep(d) || held_nodes.contains(&d.node));
-        for d in self.devices.values_mut() {
-            if d.source == source && !keep(d) {
-                d.unreported_since.get_or_insert(now);
+        keys.retain(|key| {
+            let Some(d) = self.devices.get_mut(key) else {
+                return false;
+            };
+            if keep(d) {
+                return true;
             }
+            if !held_nodes.contains(&d.node) {
+                self.devices.remove(key);
+                return false;
+            }
+            d.unreported_since.get_or_insert(now);
+            true
+        });
+        if keys.is_empty() {
+            self.by_source.remove(source);
         }
+    }
+
+    /// Whether `by_source` names exactly the devices each source holds.
+    #[cfg(test)]
+    pub(crate) fn source_index_is_exact(&self) -> bool {
+        let mut expected: BTreeMap<String, BTreeSet<(String, String)>> = BTreeMap::new();
+        for (key, d) in &self.devices {
+            expected
+                .entry(d.source.clone())
+                .or_default()
+                .insert(key.clone());
+        }
+        expected == self.by_source
     }
 
     /// A source that no longer exists (the exporter pod of a node went away): its
