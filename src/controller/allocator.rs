@@ -44,8 +44,9 @@ pub fn release_free_memory() -> bool {
 }
 
 /// Asks the trim task for a trim soon, as a re-plan ends: one allocates and
-/// frees tens of MiB (every desired object as JSON, the live ones it compares),
-/// and between 30 s trims a burst of Node or health changes held them resident
+/// frees tens of MiB (the plan, the JSON of the objects it compares; every
+/// desired object's JSON when this was measured), and between 30 s trims a
+/// burst of Node or health changes held them resident
 /// (`e2e/bench-controller.sh scale`: 90.9 MiB settled, 181.3 MiB after 20
 /// changes in a row).
 #[derive(Clone, Default)]

@@ -212,25 +212,12 @@ impl<'p> DesiredObjects<'p> {
         self.objects.get(target)
     }
 
-    /// The plan's own key for `target` (borrowed as long as the plan).
-    pub fn key(&self, target: &ObjectRef) -> Option<&ObjectRef> {
-        self.objects.get_key_value(target).map(|(key, _)| key)
-    }
-
     pub fn contains(&self, target: &ObjectRef) -> bool {
         self.objects.contains_key(target)
     }
 
     pub fn keys(&self) -> impl Iterator<Item = &ObjectRef> {
         self.objects.keys()
-    }
-
-    pub fn len(&self) -> usize {
-        self.objects.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.objects.is_empty()
     }
 
     /// As JSON, the objects a diff compares: all but those in `in_sync`.
@@ -286,19 +273,28 @@ pub struct InSync {
 }
 
 impl InSync {
-    /// Whether `target`, wanted as `desired`, was in sync at `live_version`.
-    pub fn holds(
+    /// Whether `target`, live at `live_version`, is still in sync with what
+    /// `desired` wants: it was at the last diff, and neither moved since. If so
+    /// `desired`'s key for it joins `skipped` (not built as JSON, not compared).
+    pub fn skips<'d>(
         &self,
+        desired: &'d DesiredObjects,
         target: &ObjectRef,
-        desired: Option<&DesiredObject>,
         live_version: Option<&str>,
+        skipped: &mut std::collections::HashSet<&'d ObjectRef>,
     ) -> bool {
-        match (self.at.get(target), desired, live_version) {
-            (Some((fingerprint, version)), Some(desired), Some(live_version)) => {
-                version == live_version && *fingerprint == desired.fingerprint
-            }
-            _ => false,
+        let (Some((fingerprint, version)), Some((key, want)), Some(live_version)) = (
+            self.at.get(target),
+            desired.objects.get_key_value(target),
+            live_version,
+        ) else {
+            return false;
+        };
+        let holds = version == live_version && *fingerprint == want.fingerprint;
+        if holds {
+            skipped.insert(key);
         }
+        holds
     }
 
     /// After a diff: objects wanted, compared (present in `live`) and left
@@ -623,12 +619,8 @@ mod tests {
         let live: BTreeMap<ObjectRef, Value> = stored
             .iter()
             .filter(|(r, v)| {
-                let holds =
-                    in_sync.holds(r, desired.get(r), v["metadata"]["resourceVersion"].as_str());
-                if holds && let Some(key) = desired.key(r) {
-                    skipped.insert(key);
-                }
-                !holds
+                let version = v["metadata"]["resourceVersion"].as_str();
+                !in_sync.skips(desired, r, version, &mut skipped)
             })
             .map(|(r, v)| (r.clone(), v.clone()))
             .collect();

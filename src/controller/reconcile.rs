@@ -194,11 +194,7 @@ impl Reconciler {
             let mut in_sync = self.in_sync.lock().expect("in-sync lock");
             let mut skipped = std::collections::HashSet::new();
             let live = caches.live_objects(|target, version| {
-                let holds = in_sync.holds(target, desired.get(target), version);
-                if holds && let Some(key) = desired.key(target) {
-                    skipped.insert(key);
-                }
-                holds
+                in_sync.skips(&desired, target, version, &mut skipped)
             });
             let compared = desired.values_except(&skipped);
             let actions = diff::diff(&compared, &live, &self.config.instance);
