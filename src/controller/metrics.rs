@@ -126,6 +126,12 @@ pub struct Metrics {
     pub reconciles: Counter,
     pub reconcile_failures: Family<ReasonLabel, Counter>,
     pub reconcile_duration: Histogram,
+    /// Seconds per stage of a re-plan, in order: `pending` (first event to the
+    /// start: the quiet and pacing windows), `observe` (caches, inventory and
+    /// health read), `plan`, `diff`, `apply` (managed Kueue objects written),
+    /// `nodes` (taints, cordons, evictions), `status` (class and budget status).
+    /// A change reaches its quota after `pending` through `apply`.
+    pub reconcile_stage: StageHistograms,
     pub writes: Family<WriteLabels, Counter>,
     pub managed_objects: Family<KindLabel, Gauge>,
     pub class_devices: Family<ClassHealthLabels, Gauge>,
@@ -176,6 +182,7 @@ impl Metrics {
             reconciles: Counter::default(),
             reconcile_failures: Family::default(),
             reconcile_duration: Histogram::new(exponential_buckets(0.001, 2.0, 14)),
+            reconcile_stage: Family::new_with_constructor(stage_histogram),
             writes: Family::default(),
             managed_objects: Family::default(),
             class_devices: Family::default(),
@@ -263,6 +270,11 @@ impl Metrics {
             "kaccel_reconcile_duration_seconds",
             "Duration of a reconcile",
             m.reconcile_duration.clone(),
+        );
+        registry.register(
+            "kaccel_reconcile_stage_seconds",
+            "Time per stage of a reconcile: pending, observe, plan, diff, apply, nodes, status",
+            m.reconcile_stage.clone(),
         );
         registry.register(
             "kaccel_writes",

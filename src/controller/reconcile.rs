@@ -12,7 +12,8 @@ use kube::{Client, ResourceExt};
 use super::apply::Applied;
 use super::diff::{self, DesiredObjects, Kind};
 use super::metrics::{
-    BlockedQueueLabels, ClassFlavorLabels, ClassHealthLabels, KindLabel, Metrics,
+    BlockedQueueLabels, ClassFlavorLabels, ClassHealthLabels, KindLabel, Metrics, StageHistograms,
+    StageLabel,
 };
 use super::name_conflicts::name_conflicts;
 use super::pricing_snapshot::pricing_snapshot;
@@ -98,6 +99,7 @@ impl Reconciler {
             tracing::debug!("waiting for the first read of every MultiKueue worker's Nodes");
             return Ok(());
         }
+        let mut clock = StageClock::start(&self.metrics.reconcile_stage);
         // Observe: the classes and budgets this installation serves
         // (`kaccel.io/instance`); another installation's are not even read.
         let Served {
@@ -139,6 +141,8 @@ impl Reconciler {
         self.metrics
             .inventory_unclassified_devices
             .set(i64::try_from(inventory.unclassified_device_count()).unwrap_or(i64::MAX));
+
+        clock.lap("observe");
 
         // Plan (pure).
         let mut options = self.config.plan_options();
@@ -188,6 +192,8 @@ impl Reconciler {
             l.shared.set_pricing(pricing_snapshot(&planned, &budgets));
         }
 
+        clock.lap("plan");
+
         // Diff (pure): objects held in sync are neither built as JSON nor compared.
         let desired = DesiredObjects::of(&planned);
         let (live, actions) = {
@@ -202,6 +208,8 @@ impl Reconciler {
             (live, actions)
         };
 
+        clock.lap("diff");
+
         // Apply.
         let Applied {
             mut first_error,
@@ -212,6 +220,7 @@ impl Reconciler {
         self.namespaces_missing
             .store(!missing_namespaces.is_empty(), Ordering::Relaxed);
         self.names_taken.store(!taken.is_empty(), Ordering::Relaxed);
+        clock.lap("apply");
         let name_conflicts = name_conflicts(&taken, &held_up, &desired, &planned);
         self.record_metrics(&planned, &desired);
 
@@ -235,6 +244,8 @@ impl Reconciler {
         self.deactivate_due_workloads().await?;
         self.requeue_evicted_workloads().await?;
 
+        clock.lap("nodes");
+
         // Status.
         let limited = share_limited(&decided.held_back);
         self.write_class_status(&classes, &planned, &limited, &name_conflicts.classes)
@@ -247,6 +258,7 @@ impl Reconciler {
             &name_conflicts.budgets,
         )
         .await?;
+        clock.lap("status");
         match first_error {
             Some(e) => Err(e),
             None => Ok(()),
@@ -377,5 +389,29 @@ impl Reconciler {
                     .set(i64::from(n));
             }
         }
+    }
+}
+
+/// Times the stages of one reconcile (`kaccel_reconcile_stage_seconds`): each lap
+/// is the time since the previous one.
+struct StageClock<'a> {
+    stages: &'a StageHistograms,
+    since: std::time::Instant,
+}
+
+impl<'a> StageClock<'a> {
+    fn start(stages: &'a StageHistograms) -> Self {
+        StageClock {
+            stages,
+            since: std::time::Instant::now(),
+        }
+    }
+
+    fn lap(&mut self, stage: &'static str) {
+        let now = std::time::Instant::now();
+        self.stages
+            .get_or_create(&StageLabel { stage })
+            .observe(now.duration_since(self.since).as_secs_f64());
+        self.since = now;
     }
 }

@@ -11,7 +11,7 @@ use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 
 use super::diff::Kind;
-use super::metrics::{Metrics, ReasonLabel};
+use super::metrics::{Metrics, ReasonLabel, StageLabel};
 use super::reconcile::{LedgerParts, Reconciler};
 use super::watches::{Caches, Events, start_watches};
 use super::{Config, Error, allocator, credits, health_poller, http, pod_webhook};
@@ -545,8 +545,14 @@ async fn reconcile_loop(
             },
             _ = resync.tick() => { dirty_since.get_or_insert(Instant::now()); }
             _ = sleep => {
-                dirty_since = None;
                 let started = Instant::now();
+                if let Some(first) = dirty_since.take() {
+                    reconciler
+                        .metrics
+                        .reconcile_stage
+                        .get_or_create(&StageLabel { stage: "pending" })
+                        .observe(started.saturating_duration_since(first).as_secs_f64());
+                }
                 last_start = Some(started);
                 reconciler.metrics.reconciles.inc();
                 if let Err(e) = reconciler.reconcile(&caches).await {

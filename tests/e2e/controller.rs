@@ -653,7 +653,8 @@ async fn quiet(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
     // and since the plan does not change, into zero writes.
     let nodes: Api<Node> = Api::all(client.clone());
     let reconciles = |m: &str| metric_sum(m, "kaccel_reconciles_total");
-    let before = reconciles(&controller.metrics().context("metrics")?);
+    let before_metrics = controller.metrics().context("metrics")?;
+    let before = reconciles(&before_metrics);
     let flapped = "gpu-h100-01";
     for i in 0..100 {
         nodes
@@ -681,6 +682,19 @@ async fn quiet(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
     eprintln!("MEASURE 101 node label updates -> {plans} reconcile(s), {writes} write(s)");
     if writes != 0 || plans > 20 {
         bail!("a flapping label cost {plans} reconciles and {writes} writes");
+    }
+    // Each of those re-plans timed its stages up to the writes.
+    for stage in ["pending", "observe", "plan", "diff", "apply"] {
+        let runs = |m: &str| {
+            metric_sum(
+                m,
+                &format!("kaccel_reconcile_stage_seconds_count{{stage=\"{stage}\"}}"),
+            )
+        };
+        let timed = runs(&after_metrics) - runs(&before_metrics);
+        if timed != plans {
+            bail!("{plans} re-plans, but the {stage} stage was timed {timed} times");
+        }
     }
     Ok(())
 }

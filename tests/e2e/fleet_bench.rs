@@ -57,6 +57,62 @@ fn summary(mut ms: Vec<f64>) -> String {
 }
 
 /// utime + stime of a process, in milliseconds (clock ticks of 10 ms).
+/// kaccel's reconcile stages in the order they run.
+const STAGES: [&str; 7] = [
+    "pending", "observe", "plan", "diff", "apply", "nodes", "status",
+];
+
+/// Each reconcile stage's (seconds, count) so far, from kaccel's metrics text.
+fn stage_totals(metrics: &str) -> BTreeMap<String, (f64, f64)> {
+    let mut totals: BTreeMap<String, (f64, f64)> = BTreeMap::new();
+    for line in metrics.lines() {
+        let Some(rest) = line.strip_prefix("kaccel_reconcile_stage_seconds_") else {
+            continue;
+        };
+        let (is_sum, rest) = match (
+            rest.strip_prefix("sum{stage=\""),
+            rest.strip_prefix("count{stage=\""),
+        ) {
+            (Some(r), _) => (true, r),
+            (_, Some(r)) => (false, r),
+            _ => continue,
+        };
+        let Some((stage, value)) = rest.split_once("\"} ") else {
+            continue;
+        };
+        let Ok(value) = value.trim().parse::<f64>() else {
+            continue;
+        };
+        let entry = totals.entry(stage.to_string()).or_default();
+        if is_sum {
+            entry.0 += value;
+        } else {
+            entry.1 += value;
+        }
+    }
+    totals
+}
+
+/// Mean milliseconds per reconcile of each stage between two metric readings.
+fn stage_means(before: &str, after: &str) -> String {
+    let (before, after) = (stage_totals(before), stage_totals(after));
+    STAGES
+        .iter()
+        .map(|stage| {
+            let (s0, c0) = before.get(*stage).copied().unwrap_or_default();
+            let (s1, c1) = after.get(*stage).copied().unwrap_or_default();
+            let runs = c1 - c0;
+            let mean = if runs > 0.0 {
+                (s1 - s0) * 1000.0 / runs
+            } else {
+                0.0
+            };
+            format!("{stage} {mean:.1}")
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 fn cpu_ms(pid: u32) -> u64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     // Fields after the command name (which may hold spaces) start at state (3).
@@ -390,12 +446,13 @@ async fn bench(client: &Client) -> Result<()> {
         .filter(|(k, _)| k.starts_with("nvidia.com/"))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    let (cpu0, reads0, replans0) = {
+    let (cpu0, reads0, replans0, stages0) = {
         let m = kaccel.metrics().context("metrics")?;
         (
             cpu_ms(pid),
             metric_sum(&m, "kaccel_inventory_node_reads"),
             metric_sum(&m, "kaccel_reconciles_total"),
+            m,
         )
     };
     // KACCEL_BENCH_PERF=FILE: a CPU profile of kaccel over the label changes.
@@ -450,14 +507,18 @@ async fn bench(client: &Client) -> Result<()> {
         (metric_sum(&m, "kaccel_reconciles_total") - replans0) as f64 / changes as f64,
         (metric_sum(&m, "kaccel_inventory_node_reads") - reads0) as f64 / changes as f64,
     );
+    println!(
+        "MEASURE per label change, kaccel's reconcile stages (mean ms per re-plan; a change reaches its quota after pending..apply): {}",
+        stage_means(&stages0, &m)
+    );
 
     // Health changes: one GPU of an exporter's node turns failed (a double-bit
     // ECC error), measured from the first poll that read it.
     tokio::time::sleep(Duration::from_secs(2)).await;
     cohort.drain();
-    let (cpu0, replans0) = {
+    let (cpu0, replans0, stages0) = {
         let m = kaccel.metrics().context("metrics")?;
-        (cpu_ms(pid), metric_sum(&m, "kaccel_reconciles_total"))
+        (cpu_ms(pid), metric_sum(&m, "kaccel_reconciles_total"), m)
     };
     let mut health_ms = Vec::new();
     for ((node, model), exporter) in watched.iter().zip(&exporters).take(changes) {
@@ -486,6 +547,10 @@ async fn bench(client: &Client) -> Result<()> {
         "MEASURE per health change: kaccel CPU {:.1} ms, {:.2} re-plans",
         (cpu_ms(pid) - cpu0) as f64 / changes as f64,
         (metric_sum(&m, "kaccel_reconciles_total") - replans0) as f64 / changes as f64,
+    );
+    println!(
+        "MEASURE per health change, kaccel's reconcile stages (mean ms per re-plan): {}",
+        stage_means(&stages0, &m)
     );
     let mut all = label_ms;
     all.extend(health_ms);
