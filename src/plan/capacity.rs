@@ -75,9 +75,12 @@ fn flavor_report(
         classes: acc.classes.clone(),
         ..Default::default()
     };
+    // A flavor's members come signature by signature, so not in name order:
+    // sorted once and built in bulk, not searched for at each insert.
+    let mut node_names: Vec<&str> = Vec::with_capacity(acc.members.len());
     for &(ni, gi) in &acc.members {
         let node = nodes[ni];
-        report.nodes.insert(node.name.clone());
+        node_names.push(&node.name);
         let schedulable = schedulable(node, &acc.tolerated);
         match gi {
             Some(gi) => {
@@ -119,6 +122,9 @@ fn flavor_report(
             }
         }
     }
+    node_names.sort_unstable();
+    node_names.dedup();
+    report.nodes = node_names.into_iter().map(str::to_string).collect();
     let total = u64::from(report.devices.total());
     let warning = u64::from(report.devices.warning);
     report.demoted =

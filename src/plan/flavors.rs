@@ -9,6 +9,7 @@ use crate::health::HealthSnapshot;
 use crate::inventory::{DeviceVariant, NodeInventory};
 
 use super::hardware::{MODEL_NOT_SELECTED, Signature, hardware_mismatch};
+use super::purity::LabelIndex;
 use super::{CPU_POOL_LABEL, CPU_POOL_VALUE, ClassReport, name_of};
 use crate::k8s::names;
 
@@ -114,10 +115,13 @@ struct Fleet<'a> {
     labelled_cpu_nodes: Vec<Member>,
     cpu_pool_pins: BTreeMap<String, String>,
     no_pins: BTreeMap<String, String>,
+    /// Nodes by the labels CPU pools select with (their classes' node labels and
+    /// kaccel's pool label), to find the nodes with accelerators a pool selects.
+    cpu_pool_labels: LabelIndex<'a>,
 }
 
 impl<'a> Fleet<'a> {
-    fn index(nodes: &'a [&'a NodeInventory]) -> Self {
+    fn index(nodes: &'a [&'a NodeInventory], classes: &[&AcceleratorClass]) -> Self {
         let mut signatures: HashMap<Signature<'a>, Vec<Member>> = HashMap::new();
         for (ni, node) in nodes.iter().enumerate() {
             for (gi, group) in node.groups.iter().enumerate() {
@@ -152,6 +156,16 @@ impl<'a> Fleet<'a> {
                 CPU_POOL_VALUE.to_string(),
             )]),
             no_pins: BTreeMap::new(),
+            // No CPU pool, no keys: the index then reads no node.
+            cpu_pool_labels: LabelIndex::new(nodes, {
+                let cpu_pools = classes
+                    .iter()
+                    .filter(|c| c.spec.sharing == SharingMode::CpuOnly);
+                let pool_label = cpu_pools.clone().next().map(|_| CPU_POOL_LABEL);
+                cpu_pools
+                    .flat_map(|c| c.spec.selector.node_labels.keys().map(String::as_str))
+                    .chain(pool_label)
+            }),
         }
     }
 }
@@ -241,7 +255,7 @@ pub(super) fn resolve(
     health: &HealthSnapshot,
     class_reports: &mut BTreeMap<String, ClassReport>,
 ) -> ResolvedFlavors {
-    let fleet = Fleet::index(nodes);
+    let fleet = Fleet::index(nodes, classes);
     let version_split = version_split(&fleet, classes, class_reports);
     let mut pool = Pool {
         interned: HashMap::new(),
@@ -319,11 +333,11 @@ fn candidates<'a>(
         // Nodes with accelerators the CPU flavor's labels would select: CPU-only
         // pods could land there while none of their CPUs is counted.
         found.impure_cpu_pool = fleet
-            .nodes
-            .iter()
-            .filter(|n| {
-                n.has_accelerators() && selector.iter().all(|(k, v)| n.labels.get(k) == Some(v))
-            })
+            .cpu_pool_labels
+            .select(selector)
+            .into_iter()
+            .map(|i| fleet.cpu_pool_labels.node(i))
+            .filter(|n| n.has_accelerators())
             .map(|n| n.name.as_str())
             .collect();
     } else {

@@ -109,6 +109,7 @@ impl ImpureFlavor {
 /// Node lookup by label, restricted to the label keys some flavor pins.
 pub(crate) struct LabelIndex<'a> {
     nodes: &'a [&'a NodeInventory],
+    /// (key, value) -> the indices of the nodes carrying it, ascending.
     postings: HashMap<(&'a str, &'a str), Vec<usize>>,
 }
 
@@ -123,39 +124,59 @@ impl<'a> LabelIndex<'a> {
             k.dedup();
             k
         };
+        // Keys and a node's labels are both sorted: one walk over the two finds
+        // the node's indexed labels, fewer comparisons than a search per key (label
+        // keys share long prefixes such as `nvidia.com/gpu.`, so each comparison
+        // is a long one) and no hashing of every label a node carries.
         let mut postings: HashMap<(&'a str, &'a str), Vec<usize>> = HashMap::new();
-        for (i, node) in nodes.iter().enumerate() {
-            for key in &keys {
-                if let Some((k, v)) = node.labels.get_key_value(*key) {
-                    postings
-                        .entry((k.as_str(), v.as_str()))
-                        .or_default()
-                        .push(i);
+        if !keys.is_empty() {
+            for (i, node) in nodes.iter().enumerate() {
+                let mut wanted = keys.iter().copied().peekable();
+                for (k, v) in &node.labels {
+                    while wanted.next_if(|key| *key < k.as_str()).is_some() {}
+                    match wanted.peek() {
+                        Some(key) if *key == k.as_str() => {
+                            postings
+                                .entry((k.as_str(), v.as_str()))
+                                .or_default()
+                                .push(i);
+                            wanted.next();
+                        }
+                        Some(_) => {}
+                        None => break,
+                    }
                 }
             }
         }
         LabelIndex { nodes, postings }
     }
 
-    /// Indices of the nodes carrying every label (all nodes for no labels).
+    /// Indices of the nodes carrying every label (all nodes for no labels), in
+    /// ascending order. Every label's key must be one the index was built with.
     pub(crate) fn select(&self, labels: &BTreeMap<String, String>) -> Vec<usize> {
-        let narrowest = labels
+        let mut lists: Vec<&[usize]> = labels
             .iter()
             .map(|(k, v)| {
                 self.postings
                     .get(&(k.as_str(), v.as_str()))
                     .map_or(&[][..], Vec::as_slice)
             })
-            .min_by_key(|p| p.len());
-        let matches = |i: &usize| {
-            labels
+            .collect();
+        lists.sort_by_key(|list| list.len());
+        match lists.split_first() {
+            // The narrowest list, kept where every other list holds the node too.
+            Some((narrowest, others)) => narrowest
                 .iter()
-                .all(|(k, v)| self.nodes[*i].labels.get(k) == Some(v))
-        };
-        match narrowest {
-            Some(candidates) => candidates.iter().copied().filter(matches).collect(),
+                .copied()
+                .filter(|i| others.iter().all(|list| list.binary_search(i).is_ok()))
+                .collect(),
             None => (0..self.nodes.len()).collect(),
         }
+    }
+
+    /// The node at `index` (from [`LabelIndex::select`]).
+    pub(crate) fn node(&self, index: usize) -> &'a NodeInventory {
+        self.nodes[index]
     }
 }
 
@@ -296,5 +317,78 @@ fn push_merged(conditions: &mut Vec<DesiredCondition>, type_: &str, reason: &str
             existing.message.push_str(&message);
         }
         None => conditions.push(DesiredCondition::new(type_, true, reason, message)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn node(name: String, labels: BTreeMap<String, String>) -> NodeInventory {
+        NodeInventory {
+            name,
+            labels,
+            annotations: BTreeMap::new(),
+            topology: Default::default(),
+            unschedulable: false,
+            ready: Some(true),
+            taints: Vec::new(),
+            conditions: BTreeMap::new(),
+            cpu_millis: 0,
+            memory_bytes: 0,
+            groups: Vec::new(),
+            unclassified: Vec::new(),
+            class_resource_allocatable: None,
+            warnings: Vec::new(),
+        }
+    }
+
+    /// Keys with a long shared prefix, as vendor labels have, and one without.
+    const KEYS: [&str; 5] = [
+        "nvidia.com/gpu.product",
+        "nvidia.com/gpu.present",
+        "nvidia.com/mig.strategy",
+        "nvidia.com/gpu.sharing-strategy",
+        "zone",
+    ];
+
+    fn labels() -> impl Strategy<Value = BTreeMap<String, String>> {
+        proptest::collection::btree_map(
+            proptest::sample::select(&KEYS[..]).prop_map(str::to_string),
+            proptest::sample::select(&["a", "b"][..]).prop_map(str::to_string),
+            0..=KEYS.len(),
+        )
+    }
+
+    proptest! {
+        /// The index selects exactly the nodes that carry every label asked for,
+        /// in node order, whichever keys it holds and however the lists overlap.
+        #[test]
+        fn select_finds_the_nodes_carrying_every_label(
+            node_labels in proptest::collection::vec(labels(), 0..40),
+            indexed in proptest::sample::subsequence(&KEYS[..], 0..=KEYS.len()),
+            wanted in labels(),
+        ) {
+            let nodes: Vec<NodeInventory> = node_labels
+                .into_iter()
+                .enumerate()
+                .map(|(i, labels)| node(format!("n{i}"), labels))
+                .collect();
+            let refs: Vec<&NodeInventory> = nodes.iter().collect();
+            let index = LabelIndex::new(&refs, indexed.iter().copied());
+            // Only keys the index holds may be asked for.
+            let wanted: BTreeMap<String, String> = wanted
+                .into_iter()
+                .filter(|(k, _)| indexed.contains(&k.as_str()))
+                .collect();
+            let expected: Vec<usize> = refs
+                .iter()
+                .enumerate()
+                .filter(|(_, n)| wanted.iter().all(|(k, v)| n.labels.get(k) == Some(v)))
+                .map(|(i, _)| i)
+                .collect();
+            prop_assert_eq!(index.select(&wanted), expected);
+        }
     }
 }

@@ -173,3 +173,58 @@ status:
     assert!(conflict.message.contains("qaic-01"), "{}", conflict.message);
     assert!(!conflict.message.contains("cpu-labelled"));
 }
+
+/// A CPU-only class with node labels of its own: the accelerator nodes reported
+/// are those carrying all of its labels, not some.
+#[test]
+fn a_cpu_pool_reports_accelerator_nodes_carrying_all_its_labels() {
+    let node = |name: &str, labels: &str, extra: &str| -> Node {
+        serde_yaml::from_str(&format!(
+            r#"
+metadata: {{name: {name}, labels: {{{labels}}}}}
+status:
+  capacity: {{cpu: "32", memory: 64Gi{extra}}}
+  allocatable: {{cpu: "32", memory: 64Gi{extra}}}
+  conditions: [{{type: Ready, status: "True"}}]
+"#
+        ))
+        .unwrap()
+    };
+    // Qualcomm Cloud AI 100 (`qualcomm.com/qaic`): an accelerator no adapter reads.
+    let qaic = ", qualcomm.com/qaic: \"8\"";
+    let nodes = vec![
+        node("cpu-a", "pool: general, zone: a", ""),
+        node("qaic-a", "pool: general, zone: a", qaic),
+        node("qaic-b", "pool: general, zone: b", qaic),
+        node("qaic-other-pool", "pool: batch, zone: a", qaic),
+    ];
+    let mut cpu = class("cpu", SharingMode::CpuOnly, HardwareSelector::default());
+    cpu.spec.selector.node_labels = BTreeMap::from([
+        ("pool".into(), "general".into()),
+        ("zone".into(), "a".into()),
+    ]);
+    let (plan, _) = run(
+        &[cpu],
+        &[budget("t", &["t"], &[("cpu", 8)])],
+        &nodes,
+        &HealthSnapshot::default(),
+    );
+    let conflict = plan.classes["cpu"]
+        .conditions
+        .iter()
+        .find(|c| c.type_ == api::CONFLICT)
+        .expect("an accelerator node carrying the pool's labels is reported");
+    assert!(
+        conflict.message.contains("1 node(s)"),
+        "{}",
+        conflict.message
+    );
+    assert!(conflict.message.contains("qaic-a"), "{}", conflict.message);
+    for not_selected in ["cpu-a", "qaic-b", "qaic-other-pool"] {
+        assert!(
+            !conflict.message.contains(not_selected),
+            "{not_selected}: {}",
+            conflict.message
+        );
+    }
+}
