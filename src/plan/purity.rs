@@ -325,25 +325,6 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn node(name: String, labels: BTreeMap<String, String>) -> NodeInventory {
-        NodeInventory {
-            name,
-            labels,
-            annotations: BTreeMap::new(),
-            topology: Default::default(),
-            unschedulable: false,
-            ready: Some(true),
-            taints: Vec::new(),
-            conditions: BTreeMap::new(),
-            cpu_millis: 0,
-            memory_bytes: 0,
-            groups: Vec::new(),
-            unclassified: Vec::new(),
-            class_resource_allocatable: None,
-            warnings: Vec::new(),
-        }
-    }
-
     /// Keys with a long shared prefix, as vendor labels have, and one without.
     const KEYS: [&str; 5] = [
         "nvidia.com/gpu.product",
@@ -373,7 +354,11 @@ mod tests {
             let nodes: Vec<NodeInventory> = node_labels
                 .into_iter()
                 .enumerate()
-                .map(|(i, labels)| node(format!("n{i}"), labels))
+                .map(|(i, labels)| {
+                    let labels: Vec<(&str, &str)> =
+                        labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+                    crate::testkit::devices::node(&format!("n{i}"), &labels, Vec::new())
+                })
                 .collect();
             let refs: Vec<&NodeInventory> = nodes.iter().collect();
             let index = LabelIndex::new(&refs, indexed.iter().copied());

@@ -106,24 +106,28 @@ fn cordoned_and_not_ready_nodes_leave_capacity() {
     assert_quota_within_healthy_capacity(&plan, &inventory, &HealthSnapshot::default(), true);
 }
 
-/// A CPU-only class without node labels: its flavor is pinned to `kaccel.io/pool=cpu`
-/// (never empty nodeLabels, which select every node), its quota counts only labelled
-/// nodes with no accelerator of any kind — not an accelerator node kaccel cannot
-/// classify — and an accelerator node carrying the pool label is reported.
-#[test]
-fn cpu_pool_counts_only_accelerator_free_nodes_it_selects() {
-    let node = |name: &str, labels: &str, extra: &str, cpu: u32| -> Node {
-        serde_yaml::from_str(&format!(
-            r#"
+/// A Ready node with `cpu` cores, 64 GiB, `labels` (YAML map entries) and `extra`
+/// capacity entries (`, vendor/resource: "8"`).
+fn ready_node(name: &str, labels: &str, extra: &str, cpu: u32) -> Node {
+    serde_yaml::from_str(&format!(
+        r#"
 metadata: {{name: {name}, labels: {{{labels}}}}}
 status:
   capacity: {{cpu: "{cpu}", memory: 64Gi{extra}}}
   allocatable: {{cpu: "{cpu}", memory: 64Gi{extra}}}
   conditions: [{{type: Ready, status: "True"}}]
 "#
-        ))
-        .unwrap()
-    };
+    ))
+    .unwrap()
+}
+
+/// A CPU-only class without node labels: its flavor is pinned to `kaccel.io/pool=cpu`
+/// (never empty nodeLabels, which select every node), its quota counts only labelled
+/// nodes with no accelerator of any kind — not an accelerator node kaccel cannot
+/// classify — and an accelerator node carrying the pool label is reported.
+#[test]
+fn cpu_pool_counts_only_accelerator_free_nodes_it_selects() {
+    let node = ready_node;
     let nodes = vec![
         node("cpu-labelled", "kaccel.io/pool: cpu", "", 32),
         node("cpu-unlabelled", "", "", 16),
@@ -178,18 +182,7 @@ status:
 /// are those carrying all of its labels, not some.
 #[test]
 fn a_cpu_pool_reports_accelerator_nodes_carrying_all_its_labels() {
-    let node = |name: &str, labels: &str, extra: &str| -> Node {
-        serde_yaml::from_str(&format!(
-            r#"
-metadata: {{name: {name}, labels: {{{labels}}}}}
-status:
-  capacity: {{cpu: "32", memory: 64Gi{extra}}}
-  allocatable: {{cpu: "32", memory: 64Gi{extra}}}
-  conditions: [{{type: Ready, status: "True"}}]
-"#
-        ))
-        .unwrap()
-    };
+    let node = |name: &str, labels: &str, extra: &str| ready_node(name, labels, extra, 32);
     // Qualcomm Cloud AI 100 (`qualcomm.com/qaic`): an accelerator no adapter reads.
     let qaic = ", qualcomm.com/qaic: \"8\"";
     let nodes = vec![
