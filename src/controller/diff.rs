@@ -14,15 +14,12 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use crate::k8s::labels::MANAGED_BY_LABEL;
-use crate::k8s::names::Fnv1a;
+use crate::k8s::names::{FINGERPRINTS, Fnv1a};
 use crate::k8s::quantity::same_quantity;
 use crate::plan::Plan;
 use std::hash::BuildHasher;
 
 pub const APPLIED_HASH_ANNOTATION: &str = "kaccel.io/applied-hash";
-
-/// The hasher of planned objects' fingerprints (fixed: one process compares them).
-const FINGERPRINTS: foldhash::fast::FixedState = foldhash::fast::FixedState::with_seed(0x6b61_6363);
 
 /// The kinds kaccel writes, in apply order (deletes run in reverse): the DRA
 /// DeviceClasses of DRA-only flavors and DeviceTaintRules of failed DRA devices,

@@ -70,7 +70,7 @@ pub fn tracker(config: &Health) -> SharedTracker {
 /// because a source goes stale with time, and any poll notices that.
 fn fingerprint(t: &Tracker, now: i64, node: Option<&str>) -> u64 {
     use std::hash::{BuildHasher, Hash, Hasher};
-    let mut h = foldhash::fast::FixedState::with_seed(0x6b61_6363).build_hasher();
+    let mut h = crate::k8s::names::FINGERPRINTS.build_hasher();
     let devices: Box<dyn Iterator<Item = &TrackedDevice>> = match node {
         Some(node) => Box::new(
             t.devices

@@ -202,7 +202,7 @@ impl OwnWrites {
 fn spec_and_metadata<K: Resource>(o: &K) -> u64 {
     use std::hash::{BuildHasher, Hash, Hasher};
     let meta = o.meta();
-    let mut h = foldhash::fast::FixedState::with_seed(0x6b61_6363).build_hasher();
+    let mut h = crate::k8s::names::FINGERPRINTS.build_hasher();
     meta.generation.hash(&mut h);
     meta.labels.hash(&mut h);
     meta.annotations.hash(&mut h);

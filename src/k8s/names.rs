@@ -52,6 +52,13 @@ pub fn first_few<'a>(names: impl ExactSizeIterator<Item = &'a str>, shown: usize
     out
 }
 
+/// The hasher of in-memory change fingerprints (a poll's view of health, a
+/// watched object's spec and metadata, a planned object's JSON): fast, and fixed,
+/// so one process's hashes compare. Never stored: what is written to the cluster
+/// uses [`fnv1a`], which is stable across versions.
+pub const FINGERPRINTS: foldhash::fast::FixedState =
+    foldhash::fast::FixedState::with_seed(0x6b61_6363);
+
 /// FNV-1a: tiny, stable across Rust versions (unlike `DefaultHasher`).
 pub fn fnv1a(bytes: &[u8]) -> u64 {
     let mut hash = Fnv1a::default();
