@@ -292,6 +292,27 @@ impl SourceState {
     }
 }
 
+/// Source -> the (node, device) keys of its devices (`Tracker::by_source`).
+type DevicesBySource = BTreeMap<String, BTreeSet<(String, String)>>;
+
+/// `key` joins `source`'s devices.
+fn index(by_source: &mut DevicesBySource, source: &str, key: &(String, String)) {
+    by_source
+        .entry(source.to_string())
+        .or_default()
+        .insert(key.clone());
+}
+
+/// `key` leaves `source`'s devices; a source left without any leaves the index.
+fn unindex(by_source: &mut DevicesBySource, source: &str, key: &(String, String)) {
+    if let Some(keys) = by_source.get_mut(source) {
+        keys.remove(key);
+        if keys.is_empty() {
+            by_source.remove(source);
+        }
+    }
+}
+
 /// Device health over time, with hysteresis.
 #[derive(Clone, Debug, Default)]
 pub struct Tracker {
@@ -300,7 +321,7 @@ pub struct Tracker {
     pub devices: BTreeMap<(String, String), TrackedDevice>,
     /// Source -> the keys of its devices: a poll of one exporter visits its own
     /// devices, not the fleet's.
-    by_source: BTreeMap<String, BTreeSet<(String, String)>>,
+    by_source: DevicesBySource,
     pub sources: BTreeMap<String, SourceState>,
     /// What kaccel found about the pods exporters attribute devices to, by
     /// (namespace, pod); filled by the controller's holder resolver.
@@ -364,16 +385,8 @@ impl Tracker {
                 d.hold_down_from = judged.hold_down_from;
                 d.unreported_since = None;
                 if d.source != source {
-                    if let Some(keys) = self.by_source.get_mut(&d.source) {
-                        keys.remove(&key);
-                        if keys.is_empty() {
-                            self.by_source.remove(&d.source);
-                        }
-                    }
-                    self.by_source
-                        .entry(source.to_string())
-                        .or_default()
-                        .insert(key.clone());
+                    unindex(&mut self.by_source, &d.source, &key);
+                    index(&mut self.by_source, source, &key);
                     d.source = source.to_string();
                 }
                 d.reading = reading;
@@ -402,10 +415,7 @@ impl Tracker {
                 history,
                 seen_in: generation,
             };
-            self.by_source
-                .entry(source.to_string())
-                .or_default()
-                .insert(key.clone());
+            index(&mut self.by_source, source, &key);
             self.devices.insert(key, device);
         }
         // Devices the source no longer reports are forgotten (their group falls back
@@ -458,7 +468,7 @@ impl Tracker {
     /// Whether `by_source` names exactly the devices each source holds.
     #[cfg(test)]
     pub(crate) fn source_index_is_exact(&self) -> bool {
-        let mut expected: BTreeMap<String, BTreeSet<(String, String)>> = BTreeMap::new();
+        let mut expected = DevicesBySource::new();
         for (key, d) in &self.devices {
             expected
                 .entry(d.source.clone())
