@@ -243,7 +243,12 @@ async fn reconcile_with_cluster<S: LedgerStore>(
         }
     };
     let managed = ListParams::default().labels(&crate::k8s::instance::managed_selector(instance));
-    let queues = list("ClusterQueue", managed.clone()).await?;
+    let queues: Vec<crate::kueue::ClusterQueueReservations> = list("ClusterQueue", managed.clone())
+        .await?
+        .into_iter()
+        .map(serde_json::from_value)
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("reading ClusterQueues: {e}"))?;
     let workers = list("MultiKueueCluster", managed).await?;
     // Typed: only the fields the comparison reads are kept of each Workload.
     let workloads = Api::<crate::kueue::workload::Workload>::all(client.clone())

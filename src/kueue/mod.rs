@@ -210,6 +210,47 @@ pub struct ResourceUsage {
     pub borrowed: Option<Quantity>,
 }
 
+/// What the ledger's drift check reads of a ClusterQueue: its name, its labels
+/// (the budget it belongs to) and `status.flavorsReservation`. Read at every
+/// budget pass from the JSON text of each managed ClusterQueue, so the parser
+/// skips the spec (every flavor's quotas) instead of building it as a tree to
+/// drop: 800 queues as `serde_json::Value` trees were 26 MB a pass.
+#[derive(Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct ClusterQueueReservations {
+    pub metadata: NameAndLabels,
+    #[serde(default)]
+    pub status: Option<ReservationStatus>,
+}
+
+#[derive(Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct NameAndLabels {
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub labels: Option<BTreeMap<String, String>>,
+}
+
+#[derive(Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ReservationStatus {
+    #[serde(default)]
+    pub flavors_reservation: Option<Vec<FlavorUsage>>,
+}
+
+impl ClusterQueueReservations {
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.metadata.labels.as_ref()?.get(key).map(String::as_str)
+    }
+
+    /// What Kueue holds, flavor by flavor (empty before its first status write).
+    pub fn flavors_reservation(&self) -> &[FlavorUsage] {
+        self.status
+            .as_ref()
+            .and_then(|s| s.flavors_reservation.as_deref())
+            .unwrap_or_default()
+    }
+}
+
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[kube(
     group = "kueue.x-k8s.io",

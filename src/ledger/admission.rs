@@ -249,12 +249,34 @@ fn counted_once(totals: BTreeMap<(String, String), u64>) -> Vec<FlavorUsage> {
 /// and the vendor resources' sum, never their sum. Non-accelerator resources and
 /// quantities that are not whole counts are left out.
 pub fn flavor_devices(resources: &Value, field: &str) -> u64 {
+    count_devices(
+        resources
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|r| Some((r["name"].as_str()?, r[field].as_str()?))),
+    )
+}
+
+/// [`flavor_devices`] of one flavor of a ClusterQueue's typed
+/// `status.flavorsReservation`, its `total`s.
+pub fn reserved_devices(usage: &crate::kueue::FlavorUsage) -> u64 {
+    count_devices(
+        usage
+            .resources
+            .iter()
+            .filter_map(|r| Some((r.name.as_str(), r.total.as_ref()?.0.as_str()))),
+    )
+}
+
+/// The counting rule of [`flavor_devices`] over (resource name, quantity) pairs.
+fn count_devices<'a>(resources: impl Iterator<Item = (&'a str, &'a str)>) -> u64 {
     let (mut class_units, mut vendor_units) = (0u64, 0u64);
-    for r in resources.as_array().into_iter().flatten() {
-        let Some(name) = r["name"].as_str().filter(|n| is_accelerator_resource(n)) else {
+    for (name, quantity) in resources {
+        if !is_accelerator_resource(name) {
             continue;
-        };
-        let Some(units) = r[field].as_str().and_then(|q| parse_count(q).ok()) else {
+        }
+        let Ok(units) = parse_count(quantity) else {
             continue;
         };
         if name == api::CLASS_RESOURCE {

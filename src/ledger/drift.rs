@@ -10,11 +10,10 @@
 use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde_json::Value;
-
-use super::admission::{flavor_devices, usage_from_workload};
+use super::admission::{reserved_devices, usage_from_workload};
 use super::lifecycle::{check_state, counted_by_kueue, record_of};
 use super::store::OpenReservation;
+use crate::kueue::ClusterQueueReservations;
 use crate::kueue::workload::Workload;
 
 /// One disagreement between the ledger and Kueue.
@@ -27,19 +26,13 @@ pub struct Finding {
     pub orphan: Option<OpenReservation>,
 }
 
-fn text<'a>(v: &'a Value, pointer: &str) -> &'a str {
-    v.pointer(pointer)
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-}
-
 /// Compares `open` reservations with `workloads` (all namespaces) and
 /// `cluster_queues`. `queue_budgets` maps each kaccel ClusterQueue to its budget;
 /// other queues are not the ledger's business. `check` is the AdmissionCheck name.
 pub fn compare<W: Borrow<Workload>>(
     open: &[OpenReservation],
     workloads: &[W],
-    cluster_queues: &[Value],
+    cluster_queues: &[ClusterQueueReservations],
     queue_budgets: &BTreeMap<String, String>,
     check: &str,
 ) -> Vec<Finding> {
@@ -114,22 +107,14 @@ pub fn compare<W: Borrow<Workload>>(
         }
     }
     for cq in cluster_queues {
-        let cq_name = text(cq, "/metadata/name");
+        let cq_name = cq.metadata.name.as_str();
         let Some(budget) = queue_budgets.get(cq_name) else {
             continue;
         };
         let mut kueue_units: BTreeMap<String, u64> = BTreeMap::new();
-        for flavor in cq
-            .pointer("/status/flavorsReservation")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
+        for flavor in cq.flavors_reservation() {
             // One device, one count (the class resource counts the vendor names too).
-            let units = flavor_devices(&flavor["resources"], "total");
-            *kueue_units
-                .entry(flavor["name"].as_str().unwrap_or_default().to_string())
-                .or_default() += units;
+            *kueue_units.entry(flavor.name.clone()).or_default() += reserved_devices(flavor);
         }
         // Flavors either side knows of: one missing on one side counts as zero there.
         let flavors: BTreeSet<String> = kueue_units
@@ -255,15 +240,12 @@ pub fn compare_worker<M: Borrow<Workload>, R: Borrow<Workload>>(
 }
 
 /// The ClusterQueue -> budget map of kaccel's ClusterQueues (their labels).
-pub fn queue_budgets(cluster_queues: &[Value]) -> BTreeMap<String, String> {
+pub fn queue_budgets(cluster_queues: &[ClusterQueueReservations]) -> BTreeMap<String, String> {
     cluster_queues
         .iter()
         .filter_map(|q| {
-            let budget = q
-                .pointer("/metadata/labels")?
-                .get(crate::k8s::labels::BUDGET_LABEL)?
-                .as_str()?;
-            Some((text(q, "/metadata/name").to_string(), budget.to_string()))
+            let budget = q.label(crate::k8s::labels::BUDGET_LABEL)?;
+            Some((q.metadata.name.clone(), budget.to_string()))
         })
         .collect()
 }
@@ -274,7 +256,7 @@ mod tests {
     use crate::ledger::entry::{Entry, EntryKind};
     use crate::ledger::lifecycle::{RESERVATION_ANNOTATION, RecordedLine, ReservationRecord};
     use crate::ledger::store::StoredEntry;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     const CHECK: &str = "kaccel-credits";
 
@@ -363,12 +345,17 @@ mod tests {
         })
     }
 
+    /// A ClusterQueue as the budget pass reads it from the managed cache's text.
+    fn read(q: Value) -> ClusterQueueReservations {
+        serde_json::from_str(&q.to_string()).expect("a ClusterQueue")
+    }
+
     fn typed(v: &Value) -> Workload {
         serde_json::from_value(v.clone()).expect("a Workload")
     }
 
     fn run(open: &[OpenReservation], workloads: &[Value], units: u64) -> Vec<String> {
-        let queues = [queue(units)];
+        let queues = [read(queue(units))];
         let workloads: Vec<Workload> = workloads.iter().map(typed).collect();
         compare(open, &workloads, &queues, &queue_budgets(&queues), CHECK)
             .into_iter()
@@ -496,7 +483,7 @@ mod tests {
             .unwrap()
             .push(json!({"name": "a100", "resources": [{"name": "nvidia.com/gpu", "total": "3"}]}));
         let open = [reserve_on("a", "h100", 2), reserve_on("a", "a100", 3)];
-        let queues = [q];
+        let queues = [read(q)];
         let found = compare(&open, &[typed(&w)], &queues, &queue_budgets(&queues), CHECK);
         assert!(found.is_empty(), "{found:?}");
     }
@@ -516,7 +503,7 @@ mod tests {
     #[test]
     fn orphaned_reservations_and_uncharged_admissions_are_found() {
         let found = {
-            let queues = [queue(2)];
+            let queues = [read(queue(2))];
             compare(
                 &[reserve("gone", 1)],
                 &[typed(&workload("a", 2, "Ready", true))],
@@ -554,11 +541,47 @@ mod tests {
         assert_eq!(run(&[], &[deactivated, finished], 0), Vec::<String>::new());
     }
 
+    /// The budget pass reads whole managed ClusterQueues (spec and all): the
+    /// spec is skipped, each flavor counts its devices once (the class resource
+    /// counts the vendor's too), and a queue Kueue has not written a status for
+    /// yet holds nothing.
+    #[test]
+    fn a_whole_cluster_queue_is_read_for_its_reservations_only() {
+        let mut q = queue(0);
+        q["spec"] = json!({"resourceGroups": [{"coveredResources": ["nvidia.com/gpu"],
+            "flavors": [{"name": "h100", "resources": [{"name": "nvidia.com/gpu", "nominalQuota": "8"}]}]}]});
+        q["status"]["flavorsReservation"] = json!([{"name": "h100", "resources": [
+            {"name": crate::api::CLASS_RESOURCE, "total": "4"},
+            {"name": "nvidia.com/gpu", "total": "4"},
+            {"name": "memory", "total": "512Gi"}]}]);
+        let read_q = read(q.clone());
+        assert_eq!(read_q.metadata.name, "vision-h100");
+        assert_eq!(
+            read_q.label(crate::k8s::labels::BUDGET_LABEL),
+            Some("vision")
+        );
+        let open = [reserve("a", 4)];
+        let workloads = [typed(&workload("a", 4, "Ready", true))];
+        let queues = [read_q];
+        let found = compare(&open, &workloads, &queues, &queue_budgets(&queues), CHECK);
+        assert!(found.is_empty(), "{found:?}");
+
+        q["status"] = Value::Null;
+        let queues = [read(q)];
+        assert!(queues[0].flavors_reservation().is_empty());
+        let found = compare(&open, &workloads, &queues, &queue_budgets(&queues), CHECK);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(
+            found[0].message.contains("Kueue holds 0 device(s)"),
+            "{found:?}"
+        );
+    }
+
     #[test]
     fn queues_without_a_budget_label_are_ignored() {
         let mut q = queue(5);
         q["metadata"]["labels"] = json!({});
-        let queues = [q];
+        let queues = [read(q)];
         assert!(
             compare(
                 &[],

@@ -235,7 +235,18 @@ impl LedgerRuntime {
             .filter_map(|key| workloads.get(key))
             .filter(|w| ledger_relevant(w, &ours))
             .collect();
-        let queues: Vec<Value> = cluster_queues.state().iter().map(|q| q.value()).collect();
+        // Typed from the cached text: only names, labels and what Kueue holds.
+        let queues: Vec<crate::kueue::ClusterQueueReservations> = cluster_queues
+            .state()
+            .iter()
+            .filter_map(|q| {
+                q.read()
+                    .inspect_err(|e| {
+                        tracing::warn!(queue = %q.name, error = %e, "ClusterQueue not compared with the ledger: its status does not parse")
+                    })
+                    .ok()
+            })
+            .collect();
         let found = crate::ledger::drift::compare(
             &open,
             &relevant,
