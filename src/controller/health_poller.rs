@@ -76,9 +76,9 @@ fn fingerprint(t: &Tracker, now: i64, node: Option<&str>) -> u64 {
             t.devices
                 .range((node.to_string(), String::new())..)
                 .take_while(move |((n, _), _)| n == node)
-                .map(|(_, d)| d),
+                .map(|(_, d)| &**d),
         ),
-        None => Box::new(t.devices.values()),
+        None => Box::new(t.devices.values().map(|d| &**d)),
     };
     for d in devices {
         d.node.hash(&mut h);

@@ -27,7 +27,7 @@ impl InventoryReport {
             let d = &d.device;
             tracker
                 .devices
-                .insert((d.node.clone(), d.device.clone()), d.clone());
+                .insert((d.node.clone(), d.device.clone()), Box::new(d.clone()));
         }
         let snapshot = tracker.snapshot(&self.inventory, health.observed_at);
         if self.taint_rules.is_empty() {

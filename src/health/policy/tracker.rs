@@ -317,8 +317,10 @@ fn unindex(by_source: &mut DevicesBySource, source: &str, key: &(String, String)
 #[derive(Clone, Debug, Default)]
 pub struct Tracker {
     /// (node, device) -> tracked device. Read freely; changed only by the
-    /// tracker's own methods, which keep `by_source` in step.
-    pub devices: BTreeMap<(String, String), TrackedDevice>,
+    /// tracker's own methods, which keep `by_source` in step. Boxed: a tracked
+    /// device is about 900 bytes, and the map's nodes hold 11 entries each, most
+    /// half empty, so inline the map took 1.7 KB per device (7 MB at 4,000).
+    pub devices: BTreeMap<(String, String), Box<TrackedDevice>>,
     /// Source -> the keys of its devices: a poll of one exporter visits its own
     /// devices, not the fleet's.
     by_source: DevicesBySource,
@@ -416,7 +418,7 @@ impl Tracker {
                 seen_in: generation,
             };
             index(&mut self.by_source, source, &key);
-            self.devices.insert(key, device);
+            self.devices.insert(key, Box::new(device));
         }
         // Devices the source no longer reports are forgotten (their group falls back
         // to Unknown for the missing count), except those it last reported out: a
@@ -498,7 +500,7 @@ impl Tracker {
         self.devices
             .values()
             .map(|d| DeviceView {
-                device: d.clone(),
+                device: (**d).clone(),
                 effective_status: Some(d.effective_status(&self.sources, now)),
                 status_text: d.status_text(&self.sources, now),
                 holder: self.holder_of(d),
@@ -652,7 +654,7 @@ impl Tracker {
                 .devices
                 .range((node.name.clone(), String::new())..)
                 .take_while(|((n, _), _)| *n == node.name)
-                .map(|(_, d)| d)
+                .map(|(_, d)| &**d)
                 .collect();
             for group in &node.groups {
                 let vendor = group.variant.vendor;
