@@ -104,7 +104,7 @@ pub fn published_ids(slice: &ResourceSlice, device: &str) -> Option<PublishedIds
     let read = device::DraDevice::read(
         driver,
         published,
-        &BTreeMap::new(),
+        &super::labels::Labels::default(),
         &mut Vec::new(),
         slice.metadata.name.as_deref().unwrap_or_default(),
         &slice.spec.pool.name,

@@ -13,6 +13,7 @@ pub mod holders;
 mod huawei;
 pub mod index;
 mod intel;
+pub mod labels;
 mod nvidia;
 use crate::k8s::quantity::{self, parse_count, parse_cpu_millis, parse_memory_bytes};
 pub mod synthetic;
@@ -240,7 +241,7 @@ pub struct Topology {
 pub struct NodeInventory {
     /// The Node's name; [`worker_key`] for a MultiKueue worker's Node.
     pub name: String,
-    pub labels: BTreeMap<String, String>,
+    pub labels: labels::Labels,
     /// kaccel's own annotations on the node (`kaccel.io/...`): what it did to it.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub annotations: BTreeMap<String, String>,
@@ -552,7 +553,8 @@ fn adapters() -> [Adapter; 6] {
 /// Read one Node into the common model.
 pub fn read_node(node: &Node) -> NodeInventory {
     let name = node.metadata.name.clone().unwrap_or_default();
-    let labels = node.metadata.labels.clone().unwrap_or_default();
+    let unlabelled = BTreeMap::new();
+    let labels = node.metadata.labels.as_ref().unwrap_or(&unlabelled);
     let spec = node.spec.as_ref();
     let status = node.status.as_ref();
     let taints = spec.and_then(|s| s.taints.clone()).unwrap_or_default();
@@ -587,7 +589,7 @@ pub fn read_node(node: &Node) -> NodeInventory {
         .get(crate::api::CLASS_RESOURCE)
         .and_then(|v| parse_count(v).ok());
     let view = NodeView {
-        labels: &labels,
+        labels,
         capacity,
         allocatable,
         taints: &taints,
@@ -671,7 +673,7 @@ pub fn read_node(node: &Node) -> NodeInventory {
         unclassified,
         class_resource_allocatable,
         warnings,
-        labels,
+        labels: labels.into(),
     }
 }
 

@@ -9,7 +9,7 @@
 //! `nvidia.com/gpu.clique` (`<clusterUUID>.<cliqueID>` of the NVLink fabric);
 //! and kaccel's own rack and datacenter labels for fleets no vendor labels.
 
-use std::collections::BTreeMap;
+use super::labels::Labels;
 
 use crate::api::TopologyLevel;
 
@@ -55,18 +55,18 @@ pub fn level_of(label: &str) -> Option<TopologyLevel> {
 
 /// The topology labels a node carries, widest level first (labels of one level
 /// from two schemes, which no real node has, in name order).
-pub fn node_levels(labels: &BTreeMap<String, String>) -> Vec<(&'static str, TopologyLevel)> {
+pub fn node_levels(labels: &Labels) -> Vec<(&'static str, TopologyLevel)> {
     mask_levels(level_mask(labels))
 }
 
 /// The topology labels a node carries as a mask: bit i set when it carries
 /// `LEVEL_LABELS[i]` with a value. Masks of many nodes AND to the labels all of
 /// them carry, with no allocation per node.
-pub fn level_mask(labels: &BTreeMap<String, String>) -> u32 {
+pub fn level_mask(labels: &Labels) -> u32 {
     LEVEL_LABELS
         .iter()
         .enumerate()
-        .filter(|(_, (label, _))| labels.get(*label).is_some_and(|v| !v.is_empty()))
+        .filter(|(_, (label, _))| labels.get(label).is_some_and(|v| !v.is_empty()))
         .fold(0, |mask, (i, _)| mask | (1 << i))
 }
 
@@ -86,11 +86,8 @@ pub fn mask_levels(mask: u32) -> Vec<(&'static str, TopologyLevel)> {
 mod tests {
     use super::*;
 
-    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
+    fn labels(pairs: &[(&str, &str)]) -> Labels {
+        pairs.iter().copied().collect()
     }
 
     #[test]

@@ -142,9 +142,7 @@ impl<'a> Fleet<'a> {
         let labelled_cpu_nodes: Vec<Member> = cpu_nodes
             .iter()
             .copied()
-            .filter(|m| {
-                nodes[m.0].labels.get(CPU_POOL_LABEL).map(String::as_str) == Some(CPU_POOL_VALUE)
-            })
+            .filter(|m| nodes[m.0].labels.get(CPU_POOL_LABEL) == Some(CPU_POOL_VALUE))
             .collect();
         Fleet {
             nodes,
@@ -386,7 +384,7 @@ fn firmware_mismatch(
         if !sel
             .node_labels
             .iter()
-            .all(|(k, v)| node.labels.get(k) == Some(v))
+            .all(|(k, v)| node.labels.get(k) == Some(v.as_str()))
         {
             continue;
         }
@@ -506,7 +504,7 @@ fn pool_members<'a>(
                         .selector
                         .node_labels
                         .iter()
-                        .all(|(k, v)| node.labels.get(k) == Some(v))
+                        .all(|(k, v)| node.labels.get(k) == Some(v.as_str()))
                     {
                         continue;
                     }
@@ -515,7 +513,7 @@ fn pool_members<'a>(
                     for key in &spec.pooling.split_by {
                         match node.labels.get(key) {
                             Some(v) => {
-                                extra.insert(key.clone(), v.clone());
+                                extra.insert(key.clone(), v.to_string());
                             }
                             None => split_ok = false,
                         }

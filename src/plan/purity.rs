@@ -133,13 +133,10 @@ impl<'a> LabelIndex<'a> {
             for (i, node) in nodes.iter().enumerate() {
                 let mut wanted = keys.iter().copied().peekable();
                 for (k, v) in &node.labels {
-                    while wanted.next_if(|key| *key < k.as_str()).is_some() {}
+                    while wanted.next_if(|key| *key < k).is_some() {}
                     match wanted.peek() {
-                        Some(key) if *key == k.as_str() => {
-                            postings
-                                .entry((k.as_str(), v.as_str()))
-                                .or_default()
-                                .push(i);
+                        Some(key) if *key == k => {
+                            postings.entry((k, v)).or_default().push(i);
                             wanted.next();
                         }
                         Some(_) => {}

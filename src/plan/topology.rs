@@ -159,7 +159,7 @@ fn blocks_at(
         domain.extend(
             levels[..=depth]
                 .iter()
-                .map(|l| node.labels.get(l).map(String::as_str).unwrap_or_default()),
+                .map(|l| node.labels.get(l).unwrap_or_default()),
         );
         // Looked up by slice; a new domain's key is allocated once.
         if !by_domain.contains_key(domain.as_slice()) {

@@ -55,7 +55,7 @@ pub fn node(name: &str, labels: &[(&str, &str)], groups: Vec<DeviceGroup>) -> No
     }
     NodeInventory {
         name: name.into(),
-        labels: all_labels,
+        labels: all_labels.into(),
         annotations: BTreeMap::new(),
         topology: Default::default(),
         unschedulable: false,

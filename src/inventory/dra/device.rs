@@ -33,7 +33,7 @@ impl DraDevice {
     pub(super) fn read(
         driver: Driver,
         device: &Device,
-        node_labels: &BTreeMap<String, String>,
+        node_labels: &crate::inventory::labels::Labels,
         warnings: &mut Vec<String>,
         slice: &str,
         pool: &str,
@@ -107,7 +107,12 @@ impl DraDevice {
             Driver::Tpu => get("accelerator").or_else(|| {
                 [google::ACCELERATOR, TPU_ACCELERATOR_LABEL]
                     .iter()
-                    .find_map(|k| node_labels.get(*k).filter(|v| !v.is_empty()).cloned())
+                    .find_map(|k| {
+                        node_labels
+                            .get(k)
+                            .filter(|v| !v.is_empty())
+                            .map(str::to_string)
+                    })
             }),
         };
         let read = requirement_attributes(driver.name());

@@ -179,7 +179,7 @@ fn known_architecture(driver: Driver, model: &str) -> Option<String> {
 /// plus, for TPUs, the topology label of the same family.
 fn pins(
     driver: Driver,
-    labels: &BTreeMap<String, String>,
+    labels: &crate::inventory::labels::Labels,
     model: &str,
 ) -> BTreeMap<String, String> {
     let mut pins = BTreeMap::new();
@@ -189,13 +189,13 @@ fn pins(
         .copied()
         .chain([MODEL_LABEL])
         .find_map(|key| {
-            let (k, v) = labels.get_key_value(key)?;
-            (!v.is_empty() && same_product(v, model)).then_some((k, v))
+            let v = labels.get(key)?;
+            (!v.is_empty() && same_product(v, model)).then_some((key, v))
         });
     let Some((key, value)) = found else {
         return pins;
     };
-    pins.insert(key.clone(), value.clone());
+    pins.insert(key.to_string(), value.to_string());
     if driver == Driver::Tpu && key != MODEL_LABEL {
         let topology_key = if key == TPU_ACCELERATOR_LABEL {
             TPU_TOPOLOGY_LABEL
@@ -205,7 +205,7 @@ fn pins(
         if let Some(t) = labels.get(topology_key)
             && google::valid_topology(t)
         {
-            pins.insert(topology_key.to_string(), t.clone());
+            pins.insert(topology_key.to_string(), t.to_string());
         }
     }
     pins

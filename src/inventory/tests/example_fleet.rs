@@ -91,7 +91,12 @@ fn example_fleet_reads_cleanly() {
     for n in inv.nodes.values() {
         for g in &n.groups {
             for (k, v) in &g.pin_labels {
-                assert_eq!(n.labels.get(k), Some(v), "{}: pin {k} not on node", n.name);
+                assert_eq!(
+                    n.labels.get(k),
+                    Some(v.as_str()),
+                    "{}: pin {k} not on node",
+                    n.name
+                );
             }
         }
     }
@@ -104,7 +109,7 @@ fn example_fleet_reads_cleanly() {
     let cpu_only = inv
         .nodes
         .values()
-        .filter(|n| n.labels.get("kaccel.io/pool").map(String::as_str) == Some("cpu"))
+        .filter(|n| n.labels.get("kaccel.io/pool") == Some("cpu"))
         .count();
     assert_eq!(cpu_only, 3);
 }

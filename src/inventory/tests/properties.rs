@@ -117,7 +117,7 @@ proptest! {
                 "{:?}", g.variant
             );
             for (k, v) in &g.pin_labels {
-                prop_assert_eq!(n.labels.get(k), Some(v));
+                prop_assert_eq!(n.labels.get(k), Some(v.as_str()));
             }
         }
         // Reading is a pure function of the Node.
