@@ -11,7 +11,7 @@ use std::fmt;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-#[derive(Clone, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct Labels {
     /// Key and value after key and value, in key order.
     text: Box<str>,
@@ -70,13 +70,6 @@ impl Labels {
             labels: self,
             next: 0..self.len(),
         }
-    }
-
-    /// The labels as a map (for code that builds on them, e.g. a Node in tests).
-    pub fn to_map(&self) -> BTreeMap<String, String> {
-        self.iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
     }
 
     /// From labels already in key order and unique (a `BTreeMap`'s iteration).
@@ -195,7 +188,6 @@ mod tests {
                 prop_assert_eq!(labels.get(key), map.get(key).map(String::as_str));
                 prop_assert_eq!(labels.contains_key(key), map.contains_key(key));
             }
-            prop_assert_eq!(labels.to_map(), map.clone());
             let json = serde_json::to_string(&labels).unwrap();
             prop_assert_eq!(&json, &serde_json::to_string(&map).unwrap());
             prop_assert_eq!(serde_json::from_str::<Labels>(&json).unwrap(), labels);

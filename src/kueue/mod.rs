@@ -218,8 +218,9 @@ pub struct ResourceUsage {
 #[derive(Deserialize, Clone, Debug, Default, PartialEq)]
 pub struct ClusterQueueReservations {
     pub metadata: NameAndLabels,
+    /// Of the status, only `flavorsReservation` is in the managed cache's text.
     #[serde(default)]
-    pub status: Option<ReservationStatus>,
+    pub status: Option<ClusterQueueStatus>,
 }
 
 #[derive(Deserialize, Clone, Debug, Default, PartialEq)]
@@ -230,13 +231,6 @@ pub struct NameAndLabels {
     pub labels: Option<BTreeMap<String, String>>,
 }
 
-#[derive(Deserialize, Clone, Debug, Default, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct ReservationStatus {
-    #[serde(default)]
-    pub flavors_reservation: Option<Vec<FlavorUsage>>,
-}
-
 impl ClusterQueueReservations {
     pub fn label(&self, key: &str) -> Option<&str> {
         self.metadata.labels.as_ref()?.get(key).map(String::as_str)
@@ -244,10 +238,7 @@ impl ClusterQueueReservations {
 
     /// What Kueue holds, flavor by flavor (empty before its first status write).
     pub fn flavors_reservation(&self) -> &[FlavorUsage] {
-        self.status
-            .as_ref()
-            .and_then(|s| s.flavors_reservation.as_deref())
-            .unwrap_or_default()
+        self.status.as_ref().map_or(&[], |s| &s.flavors_reservation)
     }
 }
 
