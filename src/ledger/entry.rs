@@ -135,6 +135,34 @@ pub struct LineRef<'a> {
 }
 
 impl Entry {
+    /// A blank to read a stored row into (every text empty, every number 0):
+    /// not an entry the ledger would accept (its key is empty).
+    pub(crate) fn empty() -> Entry {
+        Entry {
+            key: String::new(),
+            kind: EntryKind::Grant,
+            budget: String::new(),
+            team: String::new(),
+            namespace: String::new(),
+            workload: String::new(),
+            workload_uid: String::new(),
+            admission: 0,
+            class: String::new(),
+            flavor: String::new(),
+            resource: String::new(),
+            device_units: 0,
+            start: 0,
+            end: 0,
+            credits: 0,
+            rate_card: String::new(),
+            reason: String::new(),
+            created_at: 0,
+            rate: 0,
+            devices: Vec::new(),
+            cluster: String::new(),
+        }
+    }
+
     /// The content that must match when an idempotency key is replayed: all
     /// fields except `created_at` (a replay after a crash is written later) and
     /// `devices` (what the replay saw holding the devices).

@@ -7,7 +7,7 @@ use super::schema::{
 };
 use super::{
     AppendOutcome, EntryFilter, KindSums, LedgerStore, OpenReservation, PAGE, PageReader,
-    PageSender, StoreError, StoredEntry, now_unix, redact_url,
+    PageSender, SparePages, StoreError, StoredEntry, now_unix, redact_url,
 };
 use crate::ledger::entry::{Entry, key_workload_uid};
 
@@ -186,14 +186,17 @@ impl PostgresStore {
     }
 
     fn read_row(r: &tokio_postgres::Row) -> Result<StoredEntry, StoreError> {
+        Self::raw_row(r)?.into_entry()
+    }
+
+    fn raw_row(r: &tokio_postgres::Row) -> Result<RawRow<'_>, StoreError> {
         let id: i64 = r.try_get(0)?;
-        let text = |i: usize, column: &'static str| -> Result<String, StoreError> {
-            r.try_get::<_, String>(i)
-                .map_err(|e| StoreError::CorruptRow {
-                    id,
-                    column,
-                    detail: e.to_string(),
-                })
+        let text = |i: usize, column: &'static str| -> Result<&str, StoreError> {
+            r.try_get::<_, &str>(i).map_err(|e| StoreError::CorruptRow {
+                id,
+                column,
+                detail: e.to_string(),
+            })
         };
         let int = |i: usize, column: &'static str| -> Result<i64, StoreError> {
             r.try_get::<_, i64>(i).map_err(|e| StoreError::CorruptRow {
@@ -202,7 +205,23 @@ impl PostgresStore {
                 detail: e.to_string(),
             })
         };
-        RawRow::read(id, text, int)?.into_entry()
+        RawRow::read(id, text, int)
+    }
+
+    /// Decodes `rows` over the entries of `page` (a page the consumer is
+    /// done with), growing or shortening it to fit.
+    fn read_page_into(
+        rows: &[tokio_postgres::Row],
+        page: &mut Vec<StoredEntry>,
+    ) -> Result<(), StoreError> {
+        page.truncate(rows.len());
+        for (at, row) in rows.iter().enumerate() {
+            match page.get_mut(at) {
+                Some(reused) => Self::raw_row(row)?.fill(reused)?,
+                None => page.push(Self::read_row(row)?),
+            }
+        }
+        Ok(())
     }
 }
 
@@ -240,6 +259,7 @@ async fn read_pages(
     statement: tokio_postgres::Statement,
     filter: EntryFilter,
     pages: PageSender,
+    spare: SparePages,
 ) {
     let last_id: i64 = match client
         .query_one("SELECT COALESCE(MAX(id), 0)::BIGINT FROM entries", &[])
@@ -258,6 +278,7 @@ async fn read_pages(
     loop {
         while in_flight.0.len() < RANGES_IN_FLIGHT && next_after < last_id {
             let (client, statement, filter) = (client.clone(), statement.clone(), filter.clone());
+            let mut page = spare.take();
             let (after, upto) = (next_after, next_after.saturating_add(span).min(last_id));
             in_flight.0.push_back(tokio::spawn(async move {
                 let rows = client
@@ -266,9 +287,8 @@ async fn read_pages(
                         &[&after, &filter.from, &filter.to, &filter.team, &upto],
                     )
                     .await?;
-                rows.iter()
-                    .map(PostgresStore::read_row)
-                    .collect::<Result<Vec<StoredEntry>, StoreError>>()
+                PostgresStore::read_page_into(&rows, &mut page)?;
+                Ok(page)
             }));
             next_after = upto;
         }
@@ -466,15 +486,15 @@ impl LedgerStore for PostgresStore {
         rows.iter().map(Self::read_row).collect()
     }
 
-    async fn page_reader(&self, filter: &EntryFilter) -> Result<Option<PageReader>, StoreError> {
+    async fn page_reader(&self, filter: &EntryFilter) -> Result<PageReader, StoreError> {
         // A connection of its own, so a scan of millions of rows neither waits
         // for nor delays the appends on the store's connection.
         let client = std::sync::Arc::new(Self::dial(&self.url).await?);
         let statement = client.prepare(&id_range_sql()).await?;
         let filter = filter.clone();
-        Ok(Some(PageReader::spawn(move |pages| {
-            read_pages(client, statement, filter, pages)
-        })))
+        Ok(PageReader::spawn(move |pages, spare| {
+            read_pages(client, statement, filter, pages, spare)
+        }))
     }
 
     async fn schema_version(&self) -> Result<i64, StoreError> {

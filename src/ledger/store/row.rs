@@ -51,42 +51,45 @@ pub(super) fn group_kind(first_id: i64, kind: &str, budget: &str) -> Result<Entr
     })
 }
 
-/// Raw column values of a row, before checking (shared by both backends).
-pub(super) struct RawRow {
+/// Raw column values of a row, before checking (shared by both backends),
+/// borrowed from the backend's row: an export or verify of 10M rows decodes
+/// each into an entry it reuses ([`fill`](Self::fill)), so a page read into a
+/// recycled page allocates nothing once its strings are large enough.
+pub(super) struct RawRow<'r> {
     id: i64,
-    key: String,
-    kind: String,
-    budget: String,
-    team: String,
-    namespace: String,
-    workload: String,
-    uid: String,
+    key: &'r str,
+    kind: &'r str,
+    budget: &'r str,
+    team: &'r str,
+    namespace: &'r str,
+    workload: &'r str,
+    uid: &'r str,
     admission: i64,
-    class: String,
-    flavor: String,
-    resource: String,
+    class: &'r str,
+    flavor: &'r str,
+    resource: &'r str,
     units: i64,
     start: i64,
     end: i64,
     credits: i64,
-    rate_card: String,
-    reason: String,
+    rate_card: &'r str,
+    reason: &'r str,
     created_at: i64,
     rate: i64,
-    devices: String,
-    cluster: String,
+    devices: &'r str,
+    cluster: &'r str,
 }
 
-impl RawRow {
+impl<'r> RawRow<'r> {
     /// `id` then [`COLUMNS`] in order, through each backend's typed getters
     /// (which name the column when a row is corrupt).
     ///
     /// [`COLUMNS`]: super::schema::COLUMNS
     pub(super) fn read(
         id: i64,
-        text: impl Fn(usize, &'static str) -> Result<String, StoreError>,
+        text: impl Fn(usize, &'static str) -> Result<&'r str, StoreError>,
         int: impl Fn(usize, &'static str) -> Result<i64, StoreError>,
-    ) -> Result<RawRow, StoreError> {
+    ) -> Result<RawRow<'r>, StoreError> {
         Ok(RawRow {
             id,
             key: text(1, "idempotency_key")?,
@@ -114,6 +117,17 @@ impl RawRow {
     }
 
     pub(super) fn into_entry(self) -> Result<StoredEntry, StoreError> {
+        let mut stored = StoredEntry {
+            id: self.id,
+            entry: Entry::empty(),
+        };
+        self.fill(&mut stored)?;
+        Ok(stored)
+    }
+
+    /// Checks the row and writes it over `target`, reusing its strings'
+    /// buffers. On an error `target` is left part written.
+    pub(super) fn fill(self, target: &mut StoredEntry) -> Result<(), StoreError> {
         let id = self.id;
         let corrupt = |column, detail: String| StoreError::CorruptRow { id, column, detail };
         let kind: EntryKind = self
@@ -139,37 +153,46 @@ impl RawRow {
         }
         let rate = u64::try_from(self.rate)
             .map_err(|_| corrupt("rate", format!("{} is negative", self.rate)))?;
-        Ok(StoredEntry {
-            id,
-            entry: Entry {
-                key: self.key,
-                kind,
-                budget: self.budget,
-                team: self.team,
-                namespace: self.namespace,
-                workload: self.workload,
-                workload_uid: self.uid,
-                admission,
-                class: self.class,
-                flavor: self.flavor,
-                resource: self.resource,
-                device_units,
-                start: self.start,
-                end: self.end,
-                credits: self.credits,
-                rate_card: self.rate_card,
-                reason: self.reason,
-                created_at: self.created_at,
-                rate,
-                devices: self
-                    .devices
-                    .split(',')
-                    .filter(|d| !d.is_empty())
-                    .map(str::to_string)
-                    .collect(),
-                cluster: self.cluster,
-            },
-        })
+        target.id = id;
+        let e = &mut target.entry;
+        for (field, value) in [
+            (&mut e.key, self.key),
+            (&mut e.budget, self.budget),
+            (&mut e.team, self.team),
+            (&mut e.namespace, self.namespace),
+            (&mut e.workload, self.workload),
+            (&mut e.workload_uid, self.uid),
+            (&mut e.class, self.class),
+            (&mut e.flavor, self.flavor),
+            (&mut e.resource, self.resource),
+            (&mut e.rate_card, self.rate_card),
+            (&mut e.reason, self.reason),
+            (&mut e.cluster, self.cluster),
+        ] {
+            field.clear();
+            field.push_str(value);
+        }
+        e.kind = kind;
+        e.admission = admission;
+        e.device_units = device_units;
+        e.start = self.start;
+        e.end = self.end;
+        e.credits = self.credits;
+        e.created_at = self.created_at;
+        e.rate = rate;
+        let mut held = 0;
+        for device in self.devices.split(',').filter(|d| !d.is_empty()) {
+            match e.devices.get_mut(held) {
+                Some(reused) => {
+                    reused.clear();
+                    reused.push_str(device);
+                }
+                None => e.devices.push(device.to_string()),
+            }
+            held += 1;
+        }
+        e.devices.truncate(held);
+        Ok(())
     }
 }
 

@@ -11,8 +11,8 @@ use super::schema::{
     open_reservations_sql, pending_migrations, totals_of,
 };
 use super::{
-    AppendOutcome, EntryFilter, KindSums, LedgerStore, OpenReservation, PAGE, StoreError,
-    StoredEntry, now_unix,
+    AppendOutcome, EntryFilter, KindSums, LedgerStore, OpenReservation, PAGE, PageReader,
+    PageSender, SparePages, StoreError, StoredEntry, now_unix,
 };
 use crate::ledger::entry::{Entry, key_workload_uid};
 
@@ -213,11 +213,15 @@ impl SqliteStore {
     }
 
     fn read_row(r: &rusqlite::Row<'_>) -> Result<StoredEntry, StoreError> {
+        Self::raw_row(r)?.into_entry()
+    }
+
+    fn raw_row<'r>(r: &'r rusqlite::Row<'_>) -> Result<RawRow<'r>, StoreError> {
         let id: i64 = r.get(0)?;
-        let text = |i: usize, column: &'static str| -> Result<String, StoreError> {
+        let text = |i: usize, column: &'static str| -> Result<&'r str, StoreError> {
             match r.get_ref(i)? {
                 rusqlite::types::ValueRef::Text(t) => {
-                    String::from_utf8(t.to_vec()).map_err(|_| StoreError::CorruptRow {
+                    std::str::from_utf8(t).map_err(|_| StoreError::CorruptRow {
                         id,
                         column,
                         detail: "not UTF-8 text".into(),
@@ -240,7 +244,56 @@ impl SqliteStore {
                 }),
             }
         };
-        RawRow::read(id, text, int)?.into_entry()
+        RawRow::read(id, text, int)
+    }
+}
+
+/// The entries matching `filter` with an id up to the largest when it starts,
+/// as consecutive id ranges of [`PAGE`] ids, on a connection and thread of
+/// its own (a [`PageReader`]'s): the consumer writes one page while this
+/// decodes the next, into the pages the consumer handed back. Stops when the
+/// consumer is gone.
+fn read_pages(
+    conn: rusqlite::Connection,
+    filter: EntryFilter,
+    pages: PageSender,
+    spare: SparePages,
+) {
+    let read = || -> Result<(), StoreError> {
+        let last_id: i64 =
+            conn.query_row("SELECT COALESCE(MAX(id), 0) FROM entries", [], |r| r.get(0))?;
+        let mut statement = conn.prepare(&format!(
+            "SELECT id, {COLUMNS} FROM entries WHERE id > ?1 AND id <= ?5 AND (?2 IS NULL OR interval_start >= ?2) AND (?3 IS NULL OR interval_start < ?3) AND (?4 IS NULL OR team = ?4) ORDER BY id"
+        ))?;
+        let mut after = 0i64;
+        while after < last_id {
+            let upto = after.saturating_add(PAGE as i64).min(last_id);
+            let mut page = spare.take();
+            let mut rows = statement.query(rusqlite::params![
+                after,
+                filter.from,
+                filter.to,
+                filter.team,
+                upto
+            ])?;
+            let mut filled = 0;
+            while let Some(row) = rows.next()? {
+                match page.get_mut(filled) {
+                    Some(reused) => SqliteStore::raw_row(row)?.fill(reused)?,
+                    None => page.push(SqliteStore::read_row(row)?),
+                }
+                filled += 1;
+            }
+            page.truncate(filled);
+            after = upto;
+            if !page.is_empty() && pages.blocking_send(Ok(page)).is_err() {
+                return Ok(());
+            }
+        }
+        Ok(())
+    };
+    if let Err(e) = read() {
+        let _ = pages.blocking_send(Err(e));
     }
 }
 
@@ -371,6 +424,30 @@ impl LedgerStore for SqliteStore {
             Ok(out)
         })
         .await
+    }
+
+    async fn page_reader(&self, filter: &EntryFilter) -> Result<PageReader, StoreError> {
+        // A connection of its own, on a thread of its own, so a scan of
+        // millions of rows neither waits for nor delays the appends on the
+        // store's connection (WAL: readers and the writer do not block).
+        let path = self.path.clone();
+        let conn = tokio::task::spawn_blocking(move || Self::connect(&path))
+            .await
+            .map_err(|e| StoreError::Join(e.to_string()))??;
+        let filter = filter.clone();
+        Ok(PageReader::spawn(move |pages, spare| async move {
+            let failed = pages.clone();
+            let reading =
+                tokio::task::spawn_blocking(move || read_pages(conn, filter, pages, spare));
+            if let Err(e) = reading.await {
+                // A panic on the reading thread: an error, never a short export.
+                let _ = failed
+                    .send(Err(StoreError::Join(format!(
+                        "the page reader stopped: {e}"
+                    ))))
+                    .await;
+            }
+        }))
     }
 
     async fn schema_version(&self) -> Result<i64, StoreError> {
