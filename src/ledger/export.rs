@@ -154,6 +154,8 @@ pub struct Exporter<W: Write> {
     rows: u64,
     /// The buffer each computed field is built in (csv::Fields).
     scratch: String,
+    /// The billing period of the last FOCUS row.
+    billing_month: Option<focus::BillingMonth>,
 }
 
 impl<W: Write> Exporter<W> {
@@ -171,6 +173,7 @@ impl<W: Write> Exporter<W> {
             parties,
             rows: 0,
             scratch: String::with_capacity(256),
+            billing_month: None,
         })
     }
 
@@ -194,8 +197,6 @@ impl<W: Write> Exporter<W> {
     }
 }
 
-/// Streams the matching entries into `out` in `format`; returns the rows written.
-/// (`kaccel ledger export`, src/cli/ledger.rs, maps its `--format` onto this.)
 /// The device-hours of an entry's interval, in micro-device-hours, or the error
 /// naming the entry whose interval no arithmetic holds.
 fn entry_micro_device_hours(s: &StoredEntry) -> Result<i128, ExportError> {
@@ -211,6 +212,8 @@ fn entry_micro_device_hours(s: &StoredEntry) -> Result<i128, ExportError> {
     })
 }
 
+/// Streams the matching entries into `out` in `format`; returns the rows written.
+/// (`kaccel ledger export`, src/cli/ledger.rs, maps its `--format` onto this.)
 pub async fn export_entries<S: LedgerStore, W: Write>(
     store: &S,
     filter: &EntryFilter,

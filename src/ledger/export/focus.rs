@@ -62,7 +62,7 @@ use crate::ledger::entry::{Entry, EntryKind};
 use crate::ledger::store::StoredEntry;
 
 /// The UTC calendar month `[start, end)` containing `secs`, the last one
-/// asked remembered: an export's rows mostly fall in one month.
+/// asked remembered (a correction's month of writing).
 fn month_of(secs: i64) -> (i64, i64) {
     thread_local! {
         static LAST: std::cell::Cell<(i64, i64)> = const { std::cell::Cell::new((0, 0)) };
@@ -74,6 +74,38 @@ fn month_of(secs: i64) -> (i64, i64) {
     let month = compute_month_of(secs);
     LAST.set(month);
     month
+}
+
+/// A row's billing period, the UTC calendar month `[start, end)`, with its
+/// bounds as RFC 3339 text: the same for most rows of an export, so the
+/// exporter keeps the last one and writes its text without formatting it
+/// twice a row.
+pub(super) struct BillingMonth {
+    start: i64,
+    end: i64,
+    start_text: String,
+    end_text: String,
+}
+
+impl BillingMonth {
+    fn containing(secs: i64) -> BillingMonth {
+        let (start, end) = compute_month_of(secs);
+        let text = |secs| {
+            let mut text = String::with_capacity(20);
+            push_rfc3339(&mut text, secs);
+            text
+        };
+        BillingMonth {
+            start,
+            end,
+            start_text: text(start),
+            end_text: text(end),
+        }
+    }
+
+    fn contains(&self, secs: i64) -> bool {
+        self.start <= secs && secs < self.end
+    }
 }
 
 fn compute_month_of(secs: i64) -> (i64, i64) {
@@ -219,9 +251,12 @@ impl<W: Write> Exporter<W> {
             key: e.key.clone(),
             column,
         };
-        let (period_start, period_end) = month_of(e.start);
-        let (created_month, _) = month_of(e.created_at);
-        let class = (e.kind == EntryKind::Correction && period_start < created_month)
+        let billing_month = match &mut self.billing_month {
+            Some(month) if month.contains(e.start) => month,
+            slot => slot.insert(BillingMonth::containing(e.start)),
+        };
+        let period_start = billing_month.start;
+        let class = (e.kind == EntryKind::Correction && period_start < month_of(e.created_at).0)
             .then_some("Correction");
         let price = Fixed::micros(self.pricing.micro_price);
         let credits = Fixed::micros(e.credits);
@@ -249,9 +284,13 @@ impl<W: Write> Exporter<W> {
         // (`dra.kaccel.io/<flavor>`): finance sees the DeviceClass.
         let device_class = crate::plan::kueue_counting::device_class_of_resource(&e.resource);
         // The settlement Post of an evicted admission says why (lifecycle::EVICTED_PREFIX).
-        let eviction = e
-            .reason
-            .split_once(crate::ledger::lifecycle::EVICTED_PREFIX)
+        // (Most entries have no reason: no substring search for them.)
+        let eviction = (!e.reason.is_empty())
+            .then(|| {
+                e.reason
+                    .split_once(crate::ledger::lifecycle::EVICTED_PREFIX)
+            })
+            .flatten()
             .map(|(_, why)| why);
         let account = if e.team.is_empty() {
             &e.budget
@@ -264,14 +303,16 @@ impl<W: Write> Exporter<W> {
         let timestamp = |secs: i64| move |b: &mut String| push_rfc3339(b, secs);
         let parties = &self.parties;
         let mut row = Fields::new(&mut self.out, &mut self.scratch, &FOCUS_HEADER);
-        row.built("BilledCost", decimal(billed))?;
+        row.number("BilledCost", decimal(billed))?;
         row.text("BillingAccountId", account)?;
         row.text("BillingAccountName", account)?;
         row.text("BillingCurrency", &self.pricing.currency)?;
-        row.built("BillingPeriodEnd", timestamp(period_end))?;
-        row.built("BillingPeriodStart", timestamp(period_start))?;
-        row.text("ChargeCategory", category)?;
-        row.optional("ChargeClass", class)?;
+        row.number("BillingPeriodEnd", |b| b.push_str(&billing_month.end_text))?;
+        row.number("BillingPeriodStart", |b| {
+            b.push_str(&billing_month.start_text)
+        })?;
+        row.constant("ChargeCategory", category)?;
+        row.constant("ChargeClass", class)?;
         row.built("ChargeDescription", |b| {
             if usage {
                 push_usage_description(b, e, device_class.as_deref(), device_secs);
@@ -279,30 +320,30 @@ impl<W: Write> Exporter<W> {
                 push_correction_description(b, e, credits);
             }
         })?;
-        row.text("ChargeFrequency", "Usage-Based")?;
-        row.built("ChargePeriodEnd", timestamp(e.end))?;
-        row.built("ChargePeriodStart", timestamp(e.start))?;
-        row.built_if("ConsumedQuantity", usage, |b| {
+        row.constant("ChargeFrequency", "Usage-Based")?;
+        row.number("ChargePeriodEnd", timestamp(e.end))?;
+        row.number("ChargePeriodStart", timestamp(e.start))?;
+        row.number_if("ConsumedQuantity", usage, |b| {
             push_decimal(b, device_secs, 0)
         })?;
-        row.optional("ConsumedUnit", usage.then_some("Device-Seconds"))?;
-        row.built("ContractedCost", decimal(list_cost))?;
+        row.constant("ConsumedUnit", usage.then_some("Device-Seconds"))?;
+        row.number("ContractedCost", decimal(list_cost))?;
         optional_decimal(&mut row, "ContractedUnitPrice", unit_price)?;
-        row.built("EffectiveCost", decimal(billed))?;
+        row.number("EffectiveCost", decimal(billed))?;
         row.text("InvoiceIssuerName", &parties.invoice_issuer)?;
-        row.built("ListCost", decimal(list_cost))?;
+        row.number("ListCost", decimal(list_cost))?;
         optional_decimal(&mut row, "ListUnitPrice", unit_price)?;
-        row.optional("PricingCategory", usage.then_some("Standard"))?;
-        row.text("PricingCurrency", "CREDITS")?;
+        row.constant("PricingCategory", usage.then_some("Standard"))?;
+        row.constant("PricingCurrency", "CREDITS")?;
         optional_decimal(&mut row, "PricingCurrencyContractedUnitPrice", unit_credits)?;
-        row.built("PricingCurrencyEffectiveCost", decimal(credits))?;
+        row.number("PricingCurrencyEffectiveCost", decimal(credits))?;
         optional_decimal(&mut row, "PricingCurrencyListUnitPrice", unit_credits)?;
         optional_decimal(
             &mut row,
             "PricingQuantity",
             priced.as_ref().map(|p| p.quantity),
         )?;
-        row.optional("PricingUnit", priced.as_ref().map(|p| p.unit))?;
+        row.constant("PricingUnit", priced.as_ref().map(|p| p.unit))?;
         row.text("ProviderName", &parties.provider)?;
         row.text("PublisherName", &parties.publisher)?;
         row.optional("ResourceId", non_empty(&e.workload_uid))?;
@@ -311,13 +352,13 @@ impl<W: Write> Exporter<W> {
             b.push('/');
             b.push_str(&e.workload);
         })?;
-        row.optional("ResourceType", has_workload.then_some("Kueue Workload"))?;
-        row.text("ServiceCategory", "AI and Machine Learning")?;
-        row.text("ServiceName", "kaccel")?;
-        row.text("ServiceSubcategory", "AI Platforms")?;
+        row.constant("ResourceType", has_workload.then_some("Kueue Workload"))?;
+        row.constant("ServiceCategory", "AI and Machine Learning")?;
+        row.constant("ServiceName", "kaccel")?;
+        row.constant("ServiceSubcategory", "AI Platforms")?;
         row.optional("SkuId", non_empty(&e.flavor))?;
-        row.optional("SkuMeter", has_flavor.then_some("Accelerator Time"))?;
-        row.optional("SkuPriceDetails", None)?;
+        row.constant("SkuMeter", has_flavor.then_some("Accelerator Time"))?;
+        row.constant("SkuPriceDetails", None)?;
         row.built_if("SkuPriceId", has_flavor, |b| {
             b.push_str(&e.rate_card);
             b.push('/');
@@ -328,7 +369,7 @@ impl<W: Write> Exporter<W> {
         row.text("SubAccountId", &e.budget)?;
         row.text("SubAccountName", &e.budget)?;
         row.built("Tags", |b| push_tags(b, e, device_class.as_deref()))?;
-        row.built("x_LedgerEntryId", |b| push_int(b, s.id))?;
+        row.number("x_LedgerEntryId", |b| push_int(b, s.id))?;
         row.text("x_IdempotencyKey", &e.key)?;
         row.optional("x_Class", non_empty(&e.class))?;
         row.optional("x_Flavor", non_empty(&e.flavor))?;
@@ -358,7 +399,7 @@ fn optional_decimal<W: Write>(
     value: Option<Fixed>,
 ) -> std::io::Result<()> {
     match value {
-        Some(v) => row.built(column, |b| v.push_to(b)),
+        Some(v) => row.number(column, |b| v.push_to(b)),
         None => row.optional(column, None),
     }
 }
