@@ -3,7 +3,8 @@
 
 use kaccel::ledger::conformance as suite;
 use kaccel::ledger::store::{
-    EntryFilter, LedgerStore, SCHEMA_VERSION, SqliteStore, Store, StoreError, verify,
+    EntryFilter, LedgerStore, SCHEMA_VERSION, SqliteStore, Store, StoreError, for_each_entry,
+    verify,
 };
 
 async fn fresh() -> (tempfile::TempDir, SqliteStore) {
@@ -65,8 +66,7 @@ async fn corrupted_rows_are_named() {
         [],
     )
     .unwrap();
-    let err = store
-        .entries_page(&EntryFilter::default(), 0, 10)
+    let err = for_each_entry(&store, &EntryFilter::default(), |_| Ok::<_, StoreError>(()))
         .await
         .unwrap_err();
     assert!(err.to_string().contains("column kind"), "{err}");

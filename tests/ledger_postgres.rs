@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use kaccel::ledger::conformance as suite;
 use kaccel::ledger::store::{
-    Dialect, EntryFilter, LedgerStore, PostgresStore, SCHEMA_VERSION, StoreError, schema_up_to,
-    verify,
+    Dialect, EntryFilter, LedgerStore, PostgresStore, SCHEMA_VERSION, StoreError, for_each_entry,
+    schema_up_to, verify,
 };
 
 fn admin_url() -> String {
@@ -110,8 +110,7 @@ async fn corrupted_rows_are_named() {
     c.batch_execute("UPDATE entries SET kind = 'Gift' WHERE id = 3")
         .await
         .unwrap();
-    let err = store
-        .entries_page(&EntryFilter::default(), 0, 10)
+    let err = for_each_entry(&store, &EntryFilter::default(), |_| Ok::<_, StoreError>(()))
         .await
         .unwrap_err();
     match &err {

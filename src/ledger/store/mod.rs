@@ -176,13 +176,6 @@ pub trait LedgerStore: Send + Sync {
         &self,
         budget: Option<&str>,
     ) -> impl Future<Output = Result<KindSums, StoreError>> + Send;
-    /// Up to `limit` entries with id > `after_id`, in id order.
-    fn entries_page(
-        &self,
-        filter: &EntryFilter,
-        after_id: i64,
-        limit: usize,
-    ) -> impl Future<Output = Result<Vec<StoredEntry>, StoreError>> + Send;
     /// The schema version in force.
     fn schema_version(&self) -> impl Future<Output = Result<i64, StoreError>> + Send;
     /// Every entry of a workload (by uid, any budget and admission), in id order.
@@ -527,17 +520,6 @@ impl LedgerStore for Store {
         match self {
             Store::Sqlite(s) => s.kind_sums(budget).await,
             Store::Postgres(s) => s.kind_sums(budget).await,
-        }
-    }
-    async fn entries_page(
-        &self,
-        filter: &EntryFilter,
-        after_id: i64,
-        limit: usize,
-    ) -> Result<Vec<StoredEntry>, StoreError> {
-        match self {
-            Store::Sqlite(s) => s.entries_page(filter, after_id, limit).await,
-            Store::Postgres(s) => s.entries_page(filter, after_id, limit).await,
         }
     }
     async fn page_reader(&self, filter: &EntryFilter) -> Result<PageReader, StoreError> {

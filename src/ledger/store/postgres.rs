@@ -228,11 +228,6 @@ impl PostgresStore {
 /// An [`EntryFilter`] in SQL: $2 from, $3 to, $4 team.
 const FILTER_SQL: &str = "($2::BIGINT IS NULL OR interval_start >= $2) AND ($3::BIGINT IS NULL OR interval_start < $3) AND ($4::TEXT IS NULL OR team = $4)";
 
-/// The entries matching a filter after an id, in id order: $1 after, $5 limit.
-fn page_sql() -> String {
-    format!("SELECT id, {COLUMNS} FROM entries WHERE id > $1 AND {FILTER_SQL} ORDER BY id LIMIT $5")
-}
-
 /// The entries matching a filter with an id in `($1, $5]`, in id order: the
 /// page reader's pages (a range of ids, so several can be asked for at once).
 fn id_range_sql() -> String {
@@ -462,28 +457,6 @@ impl LedgerStore for PostgresStore {
             out.entry(b).or_default().insert(kind, sum);
         }
         Ok(out)
-    }
-
-    async fn entries_page(
-        &self,
-        filter: &EntryFilter,
-        after_id: i64,
-        limit: usize,
-    ) -> Result<Vec<StoredEntry>, StoreError> {
-        let client = self.client().await?;
-        let rows = client
-            .query(
-                &page_sql(),
-                &[
-                    &after_id,
-                    &filter.from,
-                    &filter.to,
-                    &filter.team,
-                    &(limit as i64),
-                ],
-            )
-            .await?;
-        rows.iter().map(Self::read_row).collect()
     }
 
     async fn page_reader(&self, filter: &EntryFilter) -> Result<PageReader, StoreError> {

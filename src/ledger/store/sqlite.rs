@@ -399,33 +399,6 @@ impl LedgerStore for SqliteStore {
         .await
     }
 
-    async fn entries_page(
-        &self,
-        filter: &EntryFilter,
-        after_id: i64,
-        limit: usize,
-    ) -> Result<Vec<StoredEntry>, StoreError> {
-        let filter = filter.clone();
-        self.with_conn(move |conn| {
-            let mut stmt = conn.prepare_cached(&format!(
-                "SELECT id, {COLUMNS} FROM entries WHERE id > ?1 AND (?2 IS NULL OR interval_start >= ?2) AND (?3 IS NULL OR interval_start < ?3) AND (?4 IS NULL OR team = ?4) ORDER BY id LIMIT ?5"
-            ))?;
-            let mut rows = stmt.query(rusqlite::params![
-                after_id,
-                filter.from,
-                filter.to,
-                filter.team,
-                limit as i64
-            ])?;
-            let mut out = Vec::with_capacity(limit.min(PAGE));
-            while let Some(r) = rows.next()? {
-                out.push(Self::read_row(r)?);
-            }
-            Ok(out)
-        })
-        .await
-    }
-
     async fn page_reader(&self, filter: &EntryFilter) -> Result<PageReader, StoreError> {
         // A connection of its own, on a thread of its own, so a scan of
         // millions of rows neither waits for nor delays the appends on the
