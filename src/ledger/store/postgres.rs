@@ -216,10 +216,7 @@ impl PostgresStore {
     ) -> Result<(), StoreError> {
         page.truncate(rows.len());
         for (at, row) in rows.iter().enumerate() {
-            match page.get_mut(at) {
-                Some(reused) => Self::raw_row(row)?.fill(reused)?,
-                None => page.push(Self::read_row(row)?),
-            }
+            Self::raw_row(row)?.put(page, at)?;
         }
         Ok(())
     }

@@ -125,9 +125,22 @@ impl<'r> RawRow<'r> {
         Ok(stored)
     }
 
+    /// Checks the row and puts it at position `at` of a page being decoded
+    /// (positions in order from 0): over the entry a recycled page holds
+    /// there, or pushed where the page is shorter.
+    pub(super) fn put(self, page: &mut Vec<StoredEntry>, at: usize) -> Result<(), StoreError> {
+        match page.get_mut(at) {
+            Some(reused) => self.fill(reused),
+            None => {
+                page.push(self.into_entry()?);
+                Ok(())
+            }
+        }
+    }
+
     /// Checks the row and writes it over `target`, reusing its strings'
     /// buffers. On an error `target` is left part written.
-    pub(super) fn fill(self, target: &mut StoredEntry) -> Result<(), StoreError> {
+    fn fill(self, target: &mut StoredEntry) -> Result<(), StoreError> {
         let id = self.id;
         let corrupt = |column, detail: String| StoreError::CorruptRow { id, column, detail };
         let kind: EntryKind = self

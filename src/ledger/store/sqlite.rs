@@ -278,10 +278,7 @@ fn read_pages(
             ])?;
             let mut filled = 0;
             while let Some(row) = rows.next()? {
-                match page.get_mut(filled) {
-                    Some(reused) => SqliteStore::raw_row(row)?.fill(reused)?,
-                    None => page.push(SqliteStore::read_row(row)?),
-                }
+                SqliteStore::raw_row(row)?.put(&mut page, filled)?;
                 filled += 1;
             }
             page.truncate(filled);
