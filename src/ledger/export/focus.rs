@@ -61,21 +61,6 @@ use crate::ledger::decimal::{push_decimal, push_int};
 use crate::ledger::entry::{Entry, EntryKind};
 use crate::ledger::store::StoredEntry;
 
-/// The UTC calendar month `[start, end)` containing `secs`, the last one
-/// asked remembered (a correction's month of writing).
-fn month_of(secs: i64) -> (i64, i64) {
-    thread_local! {
-        static LAST: std::cell::Cell<(i64, i64)> = const { std::cell::Cell::new((0, 0)) };
-    }
-    let (start, end) = LAST.get();
-    if start <= secs && secs < end {
-        return (start, end);
-    }
-    let month = compute_month_of(secs);
-    LAST.set(month);
-    month
-}
-
 /// A row's billing period, the UTC calendar month `[start, end)`, with its
 /// bounds as RFC 3339 text: the same for most rows of an export, so the
 /// exporter keeps the last one and writes its text without formatting it
@@ -108,6 +93,7 @@ impl BillingMonth {
     }
 }
 
+/// The UTC calendar month `[start, end)` containing `secs`.
 fn compute_month_of(secs: i64) -> (i64, i64) {
     let Ok(ts) = Timestamp::from_second(secs) else {
         return (secs, secs);
@@ -256,7 +242,8 @@ impl<W: Write> Exporter<W> {
             slot => slot.insert(BillingMonth::containing(e.start)),
         };
         let period_start = billing_month.start;
-        let class = (e.kind == EntryKind::Correction && period_start < month_of(e.created_at).0)
+        let class = (e.kind == EntryKind::Correction
+            && period_start < compute_month_of(e.created_at).0)
             .then_some("Correction");
         let price = Fixed::micros(self.pricing.micro_price);
         let credits = Fixed::micros(e.credits);
