@@ -11,6 +11,9 @@
 #   KACCEL_BENCH_BURST=1 bash e2e/bench-ledger.sh 2000
 #                                         # all 2N created at once (adds a fake
 #                                         # H100 node with N devices for room)
+#   KACCEL_BENCH_WORKLOAD_WEBHOOK=0 ...   # without kaccel's Workload webhook
+#                                         # (registered by default: the finalizer
+#                                         # on at creation)
 #
 # kaccel runs as built in release (as deployed).
 # Uses a run folder and ports of its own and tears its cluster down at the end.

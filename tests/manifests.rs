@@ -637,4 +637,25 @@ fn the_pod_webhook_is_wired_to_what_kaccel_serves() {
     let condition = hook["matchConditions"][0]["expression"].as_str().unwrap();
     assert!(condition.contains("'kaccel.io/accelerator' in c.resources.limits"));
     assert!(condition.contains("initContainers"));
+
+    // The Workload hook: new Workloads to kaccel's /mutate-workloads, never
+    // refused or held up when kaccel does not answer (the check writes the
+    // finalizer itself then).
+    let hook = &mwc["webhooks"][1];
+    assert_eq!(hook["name"], "workloads.credits.kaccel.io");
+    assert_eq!(hook["failurePolicy"], "Ignore");
+    assert_eq!(hook["sideEffects"], "None");
+    assert_eq!(
+        hook["clientConfig"]["service"]["name"],
+        service["metadata"]["name"]
+    );
+    assert_eq!(hook["clientConfig"]["service"]["path"], "/mutate-workloads");
+    assert_eq!(strings(&hook["rules"][0]["apiGroups"]), ["kueue.x-k8s.io"]);
+    assert_eq!(strings(&hook["rules"][0]["operations"]), ["CREATE"]);
+    assert_eq!(strings(&hook["rules"][0]["resources"]), ["workloads"]);
+    assert!(
+        hook["timeoutSeconds"].as_u64().is_some_and(|t| t <= 5),
+        "a Workload's creation waits at most this long for kaccel"
+    );
+    assert_eq!(mwc["webhooks"].as_sequence().map(Vec::len), Some(2));
 }

@@ -149,6 +149,9 @@ pub struct Metrics {
     pub webhook_answers: Family<AnswerLabel, Counter>,
     /// Seconds the pod webhook took per review (its Workload read included).
     pub webhook_latency: Histogram,
+    /// The Workload webhook's answers: `finalizer` (bound for a queue this
+    /// installation charges) or `allow` (left alone).
+    pub workload_webhook_answers: Family<AnswerLabel, Counter>,
     pub leader: Gauge,
     /// Events the API server refused or never got (a missing RBAC verb shows here).
     pub event_write_failures: Family<ReasonLabel, Counter>,
@@ -192,6 +195,7 @@ impl Metrics {
             foreign_queues_blocked: Family::default(),
             webhook_answers: Family::default(),
             webhook_latency: Histogram::new(exponential_buckets(0.0001, 2.0, 16)),
+            workload_webhook_answers: Family::default(),
             leader: Gauge::default(),
             event_write_failures: Family::default(),
             leader_election_failures: Family::default(),
@@ -300,6 +304,11 @@ impl Metrics {
             "kaccel_pod_webhook_seconds",
             "Seconds the pod webhook took per AdmissionReview",
             m.webhook_latency.clone(),
+        );
+        registry.register(
+            "kaccel_workload_webhook_answers",
+            "Workload webhook answers: finalizer (bound for a ClusterQueue this installation charges), allow",
+            m.workload_webhook_answers.clone(),
         );
         registry.register(
             "kaccel_class_devices",

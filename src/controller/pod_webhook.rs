@@ -1,6 +1,8 @@
-//! The pod webhook's I/O: HTTPS on `webhook.address`, served by every replica
+//! The webhooks' I/O: HTTPS on `webhook.address`, served by every replica
 //! (leader or not), answering the API server's AdmissionReviews for pods with
-//! [`crate::webhook`]'s rewrite.
+//! [`crate::webhook`]'s rewrite (`/mutate-pods`), and for new Workloads with the
+//! credit check's finalizer ([`crate::webhook::finalizer`], `/mutate-workloads`,
+//! while the ledger is on).
 //!
 //! Where the pod was placed comes from Kueue: the pod's `kueue.x-k8s.io/workload`
 //! annotation and `kueue.x-k8s.io/podset` label (Kueue puts both on the pod
@@ -43,9 +45,9 @@ use crate::k8s::labels::{
     CLASS_LABEL, DEVICE_RESOURCE_ANNOTATION, MANAGED_BY_LABEL, MODEL_ANNOTATION, VENDOR_ANNOTATION,
 };
 use crate::kueue::workload::Workload;
-use crate::kueue::{ClusterQueue, ResourceFlavor};
+use crate::kueue::{ClusterQueue, LocalQueue, ResourceFlavor};
 use crate::webhook::{
-    Answer, Placement, asks_for_class_resource, review_response, rewrite, settings_for,
+    Answer, Placement, asks_for_class_resource, finalizer, review_response, rewrite, settings_for,
 };
 
 /// Kueue's annotation naming a pod's Workload, and label naming its podSet.
@@ -104,6 +106,19 @@ struct WebhookState {
     /// This installation (config `instance`): the queues whose pods it places.
     instance: String,
     metrics: Metrics,
+    /// The credit check's finalizer and check name, with a cache of every
+    /// LocalQueue: while the ledger is on, new Workloads bound for a queue that
+    /// carries the check get the finalizer as they are created.
+    credits: Option<(CreditsHook, Store<LocalQueue>)>,
+}
+
+/// What the Workload webhook needs of the credit check.
+#[derive(Clone, Debug)]
+pub(super) struct CreditsHook {
+    /// The finalizer on a Workload this installation charges.
+    pub(super) finalizer: String,
+    /// The AdmissionCheck its ClusterQueues carry.
+    pub(super) check: String,
 }
 
 /// Serves the webhook until `shutdown`.
@@ -112,6 +127,7 @@ pub(super) async fn serve(
     config: Webhook,
     instance: String,
     metrics: Metrics,
+    credits: Option<CreditsHook>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
     let tls = if config.cert_dir.is_empty() {
@@ -144,18 +160,25 @@ pub(super) async fn serve(
         // kaccel installation's queue is that installation's webhook's to place.
         queues: cache(Api::all(client.clone()), watcher::Config::default()),
         classes: cache(Api::all(client.clone()), watcher::Config::default()),
+        // Every LocalQueue: one a team made by hand may point at kaccel's
+        // ClusterQueue too.
+        credits: credits.map(|hook| {
+            let queues = cache(Api::all(client.clone()), watcher::Config::default());
+            (hook, queues)
+        }),
         client,
         instance,
         metrics,
     };
     let app = Router::new()
         .route("/mutate-pods", post(mutate))
+        .route("/mutate-workloads", post(mutate_workload))
         .with_state(state);
     let address = config.address;
     let listener = tokio::net::TcpListener::bind(address)
         .await
         .map_err(|source| Error::Http { address, source })?;
-    tracing::info!(%address, "serving the pod webhook (HTTPS /mutate-pods)");
+    tracing::info!(%address, "serving the webhooks (HTTPS /mutate-pods, /mutate-workloads)");
     axum::serve(TlsListener { listener, acceptor }, app)
         .with_graceful_shutdown(shutdown)
         .await
@@ -266,6 +289,59 @@ async fn mutate(State(state): State<WebhookState>, Json(review): Json<Value>) ->
         .metrics
         .webhook_latency
         .observe(started.elapsed().as_secs_f64());
+    Json(review_response(uid, &answer))
+}
+
+/// Answers a Workload's creation: kaccel's finalizer when it is bound for a
+/// ClusterQueue this installation charges, else unchanged. Never refuses: with
+/// no finalizer the credit check writes it when Kueue reserves quota, as it
+/// does when this webhook is not registered or not reached (`failurePolicy:
+/// Ignore`).
+async fn mutate_workload(
+    State(state): State<WebhookState>,
+    Json(review): Json<Value>,
+) -> Json<Value> {
+    let request = &review["request"];
+    let uid = request["uid"].as_str().unwrap_or_default();
+    let namespace = request["namespace"].as_str().unwrap_or_default();
+    let answer = match &state.credits {
+        Some((hook, local_queues)) if request["operation"] == "CREATE" => {
+            let cluster_queue_of = |ns: &str, name: &str| {
+                local_queues
+                    .get(&reflector::ObjectRef::new(name).within(ns))
+                    .map(|q| q.spec.cluster_queue.clone())
+            };
+            let charges = |name: &str| {
+                state
+                    .queues
+                    .get(&reflector::ObjectRef::new(name))
+                    .is_some_and(|q| {
+                        instance::owns(&state.instance, q.labels())
+                            && q.spec.admission_checks_strategy.as_ref().is_some_and(|s| {
+                                s.admission_checks.iter().any(|c| c.name == hook.check)
+                            })
+                    })
+            };
+            let workload = &request["object"];
+            if finalizer::charged(workload, namespace, cluster_queue_of, charges) {
+                Answer::Patch(finalizer::add_finalizer(workload, &hook.finalizer))
+            } else {
+                Answer::Allow
+            }
+        }
+        _ => Answer::Allow,
+    };
+    let label = match &answer {
+        Answer::Patch(ops) if !ops.is_empty() => "finalizer",
+        _ => "allow",
+    };
+    state
+        .metrics
+        .workload_webhook_answers
+        .get_or_create(&AnswerLabel {
+            answer: label.into(),
+        })
+        .inc();
     Json(review_response(uid, &answer))
 }
 

@@ -51,14 +51,21 @@ pub async fn run(config: Config) -> Result<(), Error> {
     let webhook_task = config.webhook.enabled.then(|| {
         let (client, webhook, metrics) = (client.clone(), config.webhook.clone(), metrics.clone());
         let instance = config.instance.clone();
+        let credits = config.ledger.enabled.then(|| pod_webhook::CreditsHook {
+            finalizer: config.ledger.finalizer.clone(),
+            check: config.ledger.admission_check_name.clone(),
+        });
         let mut webhook_shutdown = shutdown_rx.clone();
         tokio::spawn(async move {
             // Fails closed: while it cannot serve, the API server refuses the pods
-            // it is registered for; planning and the ledger carry on.
-            if let Err(e) = pod_webhook::serve(client, webhook, instance, metrics, async move {
+            // it is registered for (and creates Workloads without the finalizer,
+            // which the credit check then writes itself); planning and the
+            // ledger carry on.
+            let shutdown = async move {
                 let _ = webhook_shutdown.wait_for(|s| *s).await;
-            })
-            .await
+            };
+            if let Err(e) =
+                pod_webhook::serve(client, webhook, instance, metrics, credits, shutdown).await
             {
                 tracing::error!(error = %e, "the pod webhook stopped");
             }

@@ -14,6 +14,8 @@
 
 use serde_json::{Value, json};
 
+pub mod finalizer;
+
 use crate::api::{self, Vendor, VendorPodSettings};
 use crate::k8s::names::glob_match;
 

@@ -471,9 +471,15 @@ fn mwc_ar() -> ApiResource {
 }
 
 /// manifests/webhook.yaml's MutatingWebhookConfiguration (its rules and
-/// matchConditions as shipped), named `name`, calling kaccel at `url` and only
-/// for pods of namespace `ns` (the cluster is shared with other tests).
-fn test_webhook_configuration(name: &str, url: &str, ns: &str) -> Result<Value> {
+/// matchConditions as shipped), named `name`, with only the webhooks named in
+/// `hooks`, each calling kaccel at `base_url` + its path, and only for objects
+/// of namespace `ns` (the cluster is shared with other tests).
+fn test_webhook_configuration(
+    name: &str,
+    base_url: &str,
+    ns: &str,
+    hooks: &[&str],
+) -> Result<Value> {
     let text = std::fs::read_to_string(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/webhook.yaml"),
     )?;
@@ -483,11 +489,31 @@ fn test_webhook_configuration(name: &str, url: &str, ns: &str) -> Result<Value> 
         .find(|v: &Value| v["kind"] == "MutatingWebhookConfiguration")
         .context("no MutatingWebhookConfiguration in manifests/webhook.yaml")?;
     mwc["metadata"]["name"] = json!(name);
-    let hook = &mut mwc["webhooks"][0];
-    hook["clientConfig"] = json!({"url": url});
-    hook["namespaceSelector"] = json!({"matchLabels": {"kubernetes.io/metadata.name": ns}});
+    let mut kept = Vec::new();
+    for mut hook in mwc["webhooks"].as_array().cloned().unwrap_or_default() {
+        if !hooks.iter().any(|h| hook["name"] == *h) {
+            continue;
+        }
+        let path = hook["clientConfig"]["service"]["path"]
+            .as_str()
+            .context("a webhook without a service path")?
+            .to_string();
+        hook["clientConfig"] = json!({"url": format!("{base_url}{path}")});
+        hook["namespaceSelector"] = json!({"matchLabels": {"kubernetes.io/metadata.name": ns}});
+        kept.push(hook);
+    }
+    anyhow::ensure!(
+        kept.len() == hooks.len(),
+        "manifests/webhook.yaml lacks one of {hooks:?}"
+    );
+    mwc["webhooks"] = Value::Array(kept);
     Ok(mwc)
 }
+
+/// The pod webhook's name in manifests/webhook.yaml.
+pub(crate) const POD_HOOK: &str = "pods.accelerator.kaccel.io";
+/// The Workload webhook's (the credit check's finalizer at creation).
+pub(crate) const WORKLOAD_HOOK: &str = "workloads.credits.kaccel.io";
 
 /// The test's copy of manifests/webhook.yaml, registered for namespace `ns`
 /// and calling a kaccel to be started with `config` (torn down by the cleanup).
@@ -498,8 +524,19 @@ pub(crate) struct TestWebhook {
 }
 
 impl TestWebhook {
+    /// The pod webhook alone.
     pub(crate) async fn register(env: &mut Env, ns: &str) -> Result<TestWebhook> {
         let client = env.client.clone();
+        TestWebhook::register_hooks(&client, &mut env.cleanup, ns, &[POD_HOOK]).await
+    }
+
+    /// The webhooks named in `hooks`.
+    pub(crate) async fn register_hooks(
+        client: &kube::Client,
+        cleanup: &mut support::Cleanup,
+        ns: &str,
+        hooks: &[&str],
+    ) -> Result<TestWebhook> {
         // The ServiceAccount admission plugin wants the namespace's default
         // account, which kube-controller-manager's ServiceAccount controller creates.
         let sas: Api<DynamicObject> = Api::namespaced_with(
@@ -512,20 +549,16 @@ impl TestWebhook {
         // The names manifests/ grants kaccel (its ClusterRole and Role): the
         // configuration and Secret of the shipped defaults. One test at a time.
         let name = "kaccel-pod-accelerator".to_string();
-        let mwcs: Api<DynamicObject> = Api::all_with(client, &mwc_ar());
+        let mwcs: Api<DynamicObject> = Api::all_with(client.clone(), &mwc_ar());
         if mwcs.get_opt(&name).await?.is_some() {
             mwcs.delete(&name, &Default::default()).await?;
         }
         support::create(
             &mwcs,
-            test_webhook_configuration(
-                &name,
-                &format!("https://127.0.0.1:{port}/mutate-pods"),
-                ns,
-            )?,
+            test_webhook_configuration(&name, &format!("https://127.0.0.1:{port}"), ns, hooks)?,
         )
         .await?;
-        env.cleanup.add(None, mwc_ar(), &name);
+        cleanup.add(None, mwc_ar(), &name);
         let config = format!(
             "webhook:\n  enabled: true\n  address: 127.0.0.1:{port}\n  secret: kaccel-system/kaccel-webhook-tls\n  \
              hosts: [\"127.0.0.1\", localhost]\n  configurationName: {name}\n"
@@ -533,13 +566,18 @@ impl TestWebhook {
         Ok(TestWebhook { name, config })
     }
 
-    /// kaccel writes its generated CA into the configuration once it serves.
+    /// kaccel writes its generated CA into every webhook of the configuration
+    /// once it serves.
     pub(crate) async fn wait_for_ca_bundle(&self, client: &kube::Client) -> Result<()> {
         let mwcs: Api<DynamicObject> = Api::all_with(client.clone(), &mwc_ar());
         wait_obj(&mwcs, &self.name, "caBundle written", |m| {
-            m["webhooks"][0]["clientConfig"]["caBundle"]
-                .as_str()
-                .is_some_and(|b| !b.is_empty())
+            m["webhooks"].as_array().is_some_and(|hooks| {
+                hooks.iter().all(|h| {
+                    h["clientConfig"]["caBundle"]
+                        .as_str()
+                        .is_some_and(|b| !b.is_empty())
+                })
+            })
         })
         .await?;
         Ok(())

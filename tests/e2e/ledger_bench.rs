@@ -152,15 +152,57 @@ async fn bench(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
     .await?;
     cleanup.add(Some(&ns), kueue("LocalQueue"), &plain);
 
+    // The Workload webhook as shipped (manifests/webhook.yaml), registered for
+    // the bench's namespace, so kaccel's Workloads carry the finalizer from
+    // their creation (both queues' Workloads are sent to it);
+    // KACCEL_BENCH_WORKLOAD_WEBHOOK=0 measures without it (the check writes
+    // the finalizer and record before it answers).
+    let workload_webhook =
+        std::env::var("KACCEL_BENCH_WORKLOAD_WEBHOOK").map_or(true, |v| v != "0");
+    let webhook = if workload_webhook {
+        Some(
+            crate::class_requests::TestWebhook::register_hooks(
+                client,
+                cleanup,
+                &ns,
+                &[crate::class_requests::WORKLOAD_HOOK],
+            )
+            .await?,
+        )
+    } else {
+        None
+    };
+    println!("MEASURE Workload webhook registered: {workload_webhook}");
     let controller = Controller::start(
         &id,
         free_port(),
         &format!(
             "rootCohort: {root}\nleaderElection: {{enabled: false}}\nwatchResourceSlices: false\n\
              debounceMs: 100\nmaxDelayMs: 500\nledger:\n  enabled: true\n  store: {store_url}\n  \
-             budgetIntervalSeconds: 2\n  retryAfterSeconds: 3\n  postIntervalSeconds: 60\n"
+             budgetIntervalSeconds: 2\n  retryAfterSeconds: 3\n  postIntervalSeconds: 60\n{}",
+            webhook.as_ref().map_or("", |w| w.config.as_str())
         ),
     );
+    if let Some(webhook) = &webhook {
+        webhook.wait_for_ca_bundle(client).await?;
+        // Measured only once kaccel's caches know the queue: a dry run's
+        // answer carries the finalizer.
+        let wls: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &kueue("Workload"));
+        let dry_run = PostParams {
+            dry_run: true,
+            ..PostParams::default()
+        };
+        let probe = support::object(workload(&ns, "probe", &class, &id));
+        wait_for(
+            "the Workload webhook answers",
+            Duration::from_secs(60),
+            || async {
+                let answered = serde_json::to_value(wls.create(&dry_run, &probe).await?)?;
+                Ok(ledger::has_finalizer(&answered).then_some(()))
+            },
+        )
+        .await?;
+    }
     for cq in [&checked_cq, &plain] {
         wait_for("ClusterQueue Active", Duration::from_secs(60), || async {
             Ok(cqs

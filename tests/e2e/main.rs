@@ -7,6 +7,7 @@
 
 mod class_requests;
 mod controller;
+mod credit_finalizer;
 mod dra;
 mod fleet_bench;
 mod health;

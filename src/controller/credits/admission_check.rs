@@ -323,15 +323,21 @@ impl LedgerRuntime {
                 &priced.lines,
             )
         });
-        // The finalizer and the record before the Reserve entry (once the entry
-        // exists, the Workload cannot go away unsettled), and before the lock:
-        // the lock serialises the balance check and the append of every
-        // reservation, and held across this API write it let a burst through at
-        // one admission per write. Written whether it reserves or waits; a
-        // Workload that waits keeps it and is not written again while its
-        // price stays.
+        // The finalizer before the Reserve entry (once the entry exists, the
+        // Workload cannot go away unsettled), and before the lock: the lock
+        // serialises the balance check and the append of every reservation, and
+        // held across this API write it let a burst through at one admission
+        // per write. Written whether it reserves or waits; a Workload that waits
+        // keeps it and is not written again while its price stays. The
+        // Workload webhook puts the finalizer on at creation: then this write
+        // is skipped, the Reserve entry goes first and the record follows once
+        // Kueue has admitted the Workload (rebuilt from the entry, step 3 of the
+        // reconcile), one API write fewer before the check is Ready. A record
+        // already on the Workload that differs (an earlier price, or an earlier
+        // admission) is rewritten first all the same: read back, it would
+        // charge the wrong lines.
         if let Some(record) = &record
-            && (!v.has_finalizer(&self.config.finalizer) || written != Some(record))
+            && needs_record_first(v.has_finalizer(&self.config.finalizer), written, record)
         {
             let written = std::time::Instant::now();
             self.set_record(v, record).await?;
@@ -801,6 +807,18 @@ impl LedgerRuntime {
         self.metrics.write("Workload", "finalizer");
         Ok(())
     }
+}
+
+/// Whether `record` must be written on the Workload before its Reserve entry:
+/// when kaccel's finalizer is not on it yet, or when the record `written` on it
+/// is another one. A Workload with the finalizer and no record (the Workload
+/// webhook's) gets its record after Kueue admits it, rebuilt from the entry.
+pub(super) fn needs_record_first(
+    has_finalizer: bool,
+    written: Option<&ReservationRecord>,
+    record: &ReservationRecord,
+) -> bool {
+    !has_finalizer || written.is_some_and(|w| w != record)
 }
 
 /// The JSON patch that drops kaccel's finalizer and reservation record, as

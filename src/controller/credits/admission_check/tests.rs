@@ -295,3 +295,31 @@ fn the_placement_note_names_the_flavor_model_and_the_fuller_flavors_tried_first(
         "large-training: on amd-mi300x (AMD_Instinct_MI300X_OAM); nvidia-h100 had no room for it (0/16 in use in this queue)"
     );
 }
+
+fn record(admission: u32, rate_card: &str) -> ReservationRecord {
+    ReservationRecord {
+        admission,
+        budget: "vision".into(),
+        team: "vision".into(),
+        cluster_queue: "vision-large-training".into(),
+        admitted_at: 1_000,
+        horizon_seconds: 100,
+        lines: vec![recorded("h100-a", rate_card)],
+    }
+}
+
+#[test]
+fn the_record_goes_first_unless_the_webhooks_finalizer_is_on_with_no_record() {
+    let now = record(1, "rc-1");
+    // No finalizer yet (no Workload webhook): finalizer and record first, as before.
+    assert!(needs_record_first(false, None, &now));
+    assert!(needs_record_first(false, Some(&now), &now));
+    // The webhook's finalizer, no record: the entry first, the record after Admitted.
+    assert!(!needs_record_first(true, None, &now));
+    // The same record already there (a Workload that waited): nothing to write.
+    assert!(!needs_record_first(true, Some(&now), &now));
+    // Another price, or an earlier admission's record: rewritten before the
+    // entry, or the next reconcile would read it back and charge the wrong lines.
+    assert!(needs_record_first(true, Some(&record(1, "rc-2")), &now));
+    assert!(needs_record_first(true, Some(&record(0, "rc-1")), &now));
+}
