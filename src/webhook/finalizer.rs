@@ -19,12 +19,19 @@ use serde_json::{Value, json};
 /// this installation charges: `cluster_queue_of(namespace, local_queue)` names
 /// the LocalQueue's ClusterQueue (none: no such LocalQueue seen), and
 /// `charges(cluster_queue)` says whether that queue carries kaccel's check.
+/// One created inactive (`spec.active: false`, job history or a suspended
+/// submission) is not: it may never run, and the finalizer would hold it and
+/// keep it in the credit check's cache; should it run, the check writes the
+/// finalizer when Kueue reserves quota.
 pub fn charged(
     workload: &Value,
     namespace: &str,
     cluster_queue_of: impl Fn(&str, &str) -> Option<String>,
     charges: impl Fn(&str) -> bool,
 ) -> bool {
+    if workload["spec"]["active"] == Value::Bool(false) {
+        return false;
+    }
     workload["spec"]["queueName"]
         .as_str()
         .filter(|q| !q.is_empty())
@@ -45,16 +52,9 @@ pub fn add_finalizer(workload: &Value, finalizer: &str) -> Vec<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::webhook::tests::applied as apply;
 
     const FINALIZER: &str = "kaccel.io/credits";
-
-    fn apply(workload: &Value, ops: &[Value]) -> Value {
-        let patch: json_patch::Patch =
-            serde_json::from_value(Value::Array(ops.to_vec())).expect("a JSON patch");
-        let mut out = workload.clone();
-        json_patch::patch(&mut out, &patch).expect("the patch applies");
-        out
-    }
 
     #[test]
     fn the_finalizer_is_added_once_beside_any_other() {
@@ -82,6 +82,9 @@ mod tests {
         let charges = |cq: &str| cq == "vision-h100";
         let to = |queue: Value| json!({"spec": {"queueName": queue}});
         assert!(charged(&to(json!("h100")), "vision", queues, charges));
+        let active = |active: bool| json!({"spec": {"queueName": "h100", "active": active}});
+        assert!(charged(&active(true), "vision", queues, charges));
+        assert!(!charged(&active(false), "vision", queues, charges));
         // A queue without kaccel's check, another namespace's LocalQueue of the
         // same name, a LocalQueue not seen (yet), and no queue at all.
         assert!(!charged(&to(json!("cpu")), "vision", queues, charges));

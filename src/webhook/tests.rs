@@ -64,7 +64,8 @@ fn placement(settings: Option<&VendorPodSettings>) -> Placement<'_> {
     }
 }
 
-fn applied(pod: &Value, ops: &[Value]) -> Value {
+/// `ops` applied to a copy of `pod` (also used by the finalizer's tests).
+pub(super) fn applied(pod: &Value, ops: &[Value]) -> Value {
     let patch: json_patch::Patch =
         serde_json::from_value(Value::Array(ops.to_vec())).expect("a JSON patch");
     let mut out = pod.clone();

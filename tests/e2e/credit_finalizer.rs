@@ -51,18 +51,23 @@ async fn workload_webhook(env: &mut Env, store: &str) -> Result<()> {
         dry_run: true,
         ..PostParams::default()
     };
-    let dry = |name: &str, queue: &str| {
+    let dry = |name: &str, queue: &str, active: bool| {
         let (wl, dry_run) = (wl.clone(), dry_run.clone());
-        let object = support::object(workload(&ns, name, queue, 60));
+        let mut object = workload(&ns, name, queue, 60);
+        object["spec"]["active"] = json!(active);
+        let object = support::object(object);
         async move { anyhow::Ok(serde_json::to_value(wl.create(&dry_run, &object).await?)?) }
     };
     wait_for("the webhook puts the finalizer on", WAIT, || async {
-        Ok(has_finalizer(&dry("probe", &class).await?).then_some(()))
+        Ok(has_finalizer(&dry("probe", &class, true).await?).then_some(()))
     })
     .await?;
-    // A Workload bound for a queue kaccel does not charge is left alone.
-    let elsewhere = dry("elsewhere", &format!("not-{class}")).await?;
+    // A Workload bound for a queue kaccel does not charge is left alone, and so
+    // is one created inactive (it may never run).
+    let elsewhere = dry("elsewhere", &format!("not-{class}"), true).await?;
     assert!(!has_finalizer(&elsewhere), "{elsewhere}");
+    let inactive = dry("inactive", &class, false).await?;
+    assert!(!has_finalizer(&inactive), "{inactive}");
 
     // W1 carries the finalizer from its creation, and no record yet.
     let created = env.workload(&ns, "w1", &class, 60).await?;
