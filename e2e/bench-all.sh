@@ -174,7 +174,7 @@ done
 row "fleet ($FLEET_NODES Nodes, $FLEET_WORKLOADS Workloads): change -> quota p50" "" "" \
   "$(after $F 'all changes -> quota' 'p50')" ms ""
 row "fleet: change -> quota p99" "< 100 ms" "" "$(after $F 'all changes -> quota' 'p99')" ms "<=100"
-row "fleet: kaccel CPU per Node label change" "proportional" "" "$(after $F 'per label change' 'CPU')" ms ""
+row "fleet: kaccel CPU per Node label change" "proportional" "" "$(after $F 'per label change:' 'CPU')" ms ""
 row "fleet: writes in a quiet minute" "0" "" "$(grab $F 'quiet [0-9]+ s:' 2)" writes "<=0"
 row "fleet: missed exporter polls" "0" "" "$(after $F 'quiet [0-9]+ s:' 'missed polls')" polls "<=0"
 row "fleet: RSS settled" "< 100 MiB" "" "$(after $F 'memory settled' 'VmRSS')" MiB "<=100"
