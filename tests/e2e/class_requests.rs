@@ -584,6 +584,36 @@ impl TestWebhook {
     }
 }
 
+/// What the API server answers a dry-run create of `workload` with: the
+/// webhooks are called, nothing is stored.
+pub(crate) async fn dry_run_create(wls: &Api<DynamicObject>, workload: &Value) -> Result<Value> {
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    Ok(serde_json::to_value(
+        wls.create(&dry_run, &support::object(workload.clone()))
+            .await?,
+    )?)
+}
+
+/// Waits until kaccel's Workload webhook puts the credit check's finalizer on
+/// `probe` (a dry run): its caches know the probe's LocalQueue and ClusterQueue
+/// from then on.
+pub(crate) async fn wait_for_workload_finalizer(
+    wls: &Api<DynamicObject>,
+    probe: &Value,
+) -> Result<()> {
+    wait_for(
+        "the Workload webhook puts the finalizer on",
+        WAIT,
+        || async {
+            Ok(crate::ledger::has_finalizer(&dry_run_create(wls, probe).await?).then_some(()))
+        },
+    )
+    .await
+}
+
 /// A pod as the Job controller creates it from a Job Kueue admitted: Kueue's
 /// podset label and workload annotation, and the flavor's nodeSelector.
 fn job_pod(name: &str, workload: Option<&str>, node_selector: Value, limits: Value) -> Value {

@@ -4,10 +4,12 @@
 //! reservation record once Kueue has admitted the Workload.
 
 use anyhow::Result;
-use kube::api::{DeleteParams, PostParams};
+use kube::api::DeleteParams;
 use serde_json::{Value, json};
 
-use crate::class_requests::{TestWebhook, WORKLOAD_HOOK};
+use crate::class_requests::{
+    TestWebhook, WORKLOAD_HOOK, dry_run_create, wait_for_workload_finalizer,
+};
 use crate::controller::{metric_sum, wait_for};
 use crate::ledger::{
     Env, WAIT, admitted, check_message, expect, export, finish, has_finalizer, transition, verify,
@@ -43,30 +45,18 @@ async fn workload_webhook(env: &mut Env, store: &str) -> Result<()> {
     webhook.wait_for_ca_bundle(&client).await?;
     wait_figures(&env.budgets, &budget, expect(100, 0, 0)).await?;
 
-    // The webhook's caches know the class's LocalQueue and ClusterQueue once a
-    // dry run's answer carries the finalizer (a dry run calls the webhook and
-    // stores nothing).
     let wl = env.workloads(&ns);
-    let dry_run = PostParams {
-        dry_run: true,
-        ..PostParams::default()
-    };
     let dry = |name: &str, queue: &str, active: bool| {
-        let (wl, dry_run) = (wl.clone(), dry_run.clone());
         let mut object = workload(&ns, name, queue, 60);
         object["spec"]["active"] = json!(active);
-        let object = support::object(object);
-        async move { anyhow::Ok(serde_json::to_value(wl.create(&dry_run, &object).await?)?) }
+        object
     };
-    wait_for("the webhook puts the finalizer on", WAIT, || async {
-        Ok(has_finalizer(&dry("probe", &class, true).await?).then_some(()))
-    })
-    .await?;
+    wait_for_workload_finalizer(&wl, &dry("probe", &class, true)).await?;
     // A Workload bound for a queue kaccel does not charge is left alone, and so
     // is one created inactive (it may never run).
-    let elsewhere = dry("elsewhere", &format!("not-{class}"), true).await?;
+    let elsewhere = dry_run_create(&wl, &dry("elsewhere", &format!("not-{class}"), true)).await?;
     assert!(!has_finalizer(&elsewhere), "{elsewhere}");
-    let inactive = dry("inactive", &class, false).await?;
+    let inactive = dry_run_create(&wl, &dry("inactive", &class, false)).await?;
     assert!(!has_finalizer(&inactive), "{inactive}");
 
     // W1 carries the finalizer from its creation, and no record yet.

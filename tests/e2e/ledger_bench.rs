@@ -185,23 +185,10 @@ async fn bench(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
     );
     if let Some(webhook) = &webhook {
         webhook.wait_for_ca_bundle(client).await?;
-        // Measured only once kaccel's caches know the queue: a dry run's
-        // answer carries the finalizer.
+        // Measured only once kaccel's caches know the queue.
         let wls: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &kueue("Workload"));
-        let dry_run = PostParams {
-            dry_run: true,
-            ..PostParams::default()
-        };
-        let probe = support::object(workload(&ns, "probe", &class, &id));
-        wait_for(
-            "the Workload webhook answers",
-            Duration::from_secs(60),
-            || async {
-                let answered = serde_json::to_value(wls.create(&dry_run, &probe).await?)?;
-                Ok(ledger::has_finalizer(&answered).then_some(()))
-            },
-        )
-        .await?;
+        let probe = workload(&ns, "probe", &class, &id);
+        crate::class_requests::wait_for_workload_finalizer(&wls, &probe).await?;
     }
     for cq in [&checked_cq, &plain] {
         wait_for("ClusterQueue Active", Duration::from_secs(60), || async {
