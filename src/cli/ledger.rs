@@ -141,6 +141,7 @@ async fn run_async(args: &LedgerArgs) -> Result<(), String> {
                 to: Some(to.as_second()),
                 team: team.clone(),
                 device: device.clone(),
+                kinds: None,
             };
             let stdout = std::io::stdout().lock();
             export(

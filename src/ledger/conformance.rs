@@ -455,6 +455,7 @@ pub async fn streams_by_period_and_team<S: LedgerStore>(s: &S) {
         to: Some(t0 + 7200),
         team: Some("vision".into()),
         device: None,
+        kinds: None,
     };
     let mut seen = 0u64;
     for_each_entry(s, &filter, |e| {
@@ -472,6 +473,40 @@ pub async fn streams_by_period_and_team<S: LedgerStore>(s: &S) {
         .count() as u64;
     assert_eq!(seen, expected);
     assert!(seen > 0);
+
+    // By kind: the store reads only the kinds asked for (what a FOCUS export
+    // asks for), every one of them, in id order; with a team too; none at all.
+    for (kinds, team) in [
+        (vec![EntryKind::Post], None),
+        (vec![EntryKind::Reserve, EntryKind::Void], None),
+        (vec![EntryKind::Post, EntryKind::Correction], Some("vision")),
+        (vec![], None),
+    ] {
+        let filter = EntryFilter {
+            team: team.map(String::from),
+            kinds: Some(kinds.clone()),
+            ..EntryFilter::default()
+        };
+        let mut streamed = Vec::new();
+        let mut last = 0;
+        for_each_entry(s, &filter, |e| {
+            assert!(e.id > last, "ids not increasing");
+            last = e.id;
+            streamed.push(e.entry.key.clone());
+            Ok::<_, StoreError>(())
+        })
+        .await
+        .unwrap();
+        streamed.sort();
+        let mut expected: Vec<String> = all
+            .iter()
+            .filter(|e| kinds.contains(&e.kind) && team.is_none_or(|t| e.team == t))
+            .map(|e| e.key.clone())
+            .collect();
+        expected.sort();
+        assert_eq!(streamed, expected, "kinds {kinds:?}, team {team:?}");
+        assert_eq!(expected.is_empty(), kinds.is_empty());
+    }
 }
 
 /// Entries streamed back in pages are the entries appended, field for field.

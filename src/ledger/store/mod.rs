@@ -118,6 +118,26 @@ pub struct EntryFilter {
     pub team: Option<String>,
     /// Only entries naming this device (UUID) among those their admission held.
     pub device: Option<String>,
+    /// Only entries of these kinds (`None`: every kind). The store leaves the
+    /// others out of what it reads, so a FOCUS export (charges only) does not
+    /// fetch and decode the reservations it would skip.
+    pub kinds: Option<Vec<EntryKind>>,
+}
+
+impl EntryFilter {
+    /// The kinds condition in SQL, the same on both stores. The kinds are the
+    /// enum's own names, written as literals: nothing a user typed.
+    pub(super) fn kinds_sql(&self) -> String {
+        match self.kinds.as_deref() {
+            None => "TRUE".to_string(),
+            Some([]) => "FALSE".to_string(),
+            Some(kinds) => {
+                let listed: Vec<String> =
+                    kinds.iter().map(|k| format!("'{}'", k.as_str())).collect();
+                format!("kind IN ({})", listed.join(", "))
+            }
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -227,9 +227,10 @@ const FILTER_SQL: &str = "($2::BIGINT IS NULL OR interval_start >= $2) AND ($3::
 
 /// The entries matching a filter with an id in `($1, $5]`, in id order: the
 /// page reader's pages (a range of ids, so several can be asked for at once).
-fn id_range_sql() -> String {
+fn id_range_sql(filter: &EntryFilter) -> String {
     format!(
-        "SELECT id, {COLUMNS} FROM entries WHERE id > $1 AND id <= $5 AND {FILTER_SQL} ORDER BY id"
+        "SELECT id, {COLUMNS} FROM entries WHERE id > $1 AND id <= $5 AND {FILTER_SQL} AND {} ORDER BY id",
+        filter.kinds_sql()
     )
 }
 
@@ -460,7 +461,7 @@ impl LedgerStore for PostgresStore {
         // A connection of its own, so a scan of millions of rows neither waits
         // for nor delays the appends on the store's connection.
         let client = std::sync::Arc::new(Self::dial(&self.url).await?);
-        let statement = client.prepare(&id_range_sql()).await?;
+        let statement = client.prepare(&id_range_sql(filter)).await?;
         let filter = filter.clone();
         Ok(PageReader::spawn(move |pages, spare| {
             read_pages(client, statement, filter, pages, spare)

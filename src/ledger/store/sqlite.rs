@@ -263,7 +263,8 @@ fn read_pages(
         let last_id: i64 =
             conn.query_row("SELECT COALESCE(MAX(id), 0) FROM entries", [], |r| r.get(0))?;
         let mut statement = conn.prepare(&format!(
-            "SELECT id, {COLUMNS} FROM entries WHERE id > ?1 AND id <= ?5 AND (?2 IS NULL OR interval_start >= ?2) AND (?3 IS NULL OR interval_start < ?3) AND (?4 IS NULL OR team = ?4) ORDER BY id"
+            "SELECT id, {COLUMNS} FROM entries WHERE id > ?1 AND id <= ?5 AND (?2 IS NULL OR interval_start >= ?2) AND (?3 IS NULL OR interval_start < ?3) AND (?4 IS NULL OR team = ?4) AND {} ORDER BY id",
+            filter.kinds_sql()
         ))?;
         let mut after = 0i64;
         while after < last_id {

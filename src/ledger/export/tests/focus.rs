@@ -454,3 +454,47 @@ fn a_dra_row_names_its_device_class_and_is_priced_as_the_device_plugin_row() {
         assert_eq!(rows[0][column], rows[1][column], "{column}");
     }
 }
+
+/// What a FOCUS export asks the store for (`Format::narrow`) is exactly what it
+/// writes rows for: a kind left out of `kinds_written` would be lost from the
+/// export, and one it writes no row for is read for nothing.
+#[test]
+fn focus_asks_the_store_for_exactly_the_kinds_it_writes() {
+    let written = Format::Focus.kinds_written().unwrap();
+    for kind in EntryKind::ALL {
+        let mut entry = post();
+        entry.entry.kind = kind;
+        let rows = table(&focus_export("0.5", &[entry]));
+        assert_eq!(rows.len(), usize::from(written.contains(&kind)), "{kind:?}");
+    }
+    let filter = EntryFilter {
+        from: Some(T0),
+        to: Some(T0 + 3600),
+        team: Some("vision".into()),
+        device: Some("GPU-1".into()),
+        kinds: None,
+    };
+    let narrowed = Format::Focus.narrow(&filter);
+    assert_eq!(narrowed.kinds.as_deref(), Some(written));
+    assert_eq!(
+        EntryFilter {
+            kinds: None,
+            ..narrowed
+        },
+        filter,
+        "only the kinds are narrowed"
+    );
+    // Asked for kinds: only those FOCUS writes stay.
+    let asked = EntryFilter {
+        kinds: Some(vec![EntryKind::Reserve, EntryKind::Correction]),
+        ..EntryFilter::default()
+    };
+    assert_eq!(
+        Format::Focus.narrow(&asked).kinds,
+        Some(vec![EntryKind::Correction])
+    );
+    // The row-per-entry formats read every kind.
+    for format in [Format::Csv, Format::Json] {
+        assert_eq!(format.narrow(&filter), filter);
+    }
+}
