@@ -37,7 +37,9 @@ fn field(out: &mut impl Write, s: &str) -> io::Result<()> {
     }
     out.write_all(b"\"")?;
     let mut rest = bytes;
-    while let Some(quote) = rest.iter().position(|&b| b == b'"') {
+    // (A byte-at-a-time search was a tenth of a FOCUS export's CPU: its
+    // description and Tags columns are quoted, and Tags is full of quotes.)
+    while let Some(quote) = memchr::memchr(b'"', rest) {
         out.write_all(&rest[..=quote])?;
         out.write_all(b"\"")?;
         rest = &rest[quote + 1..];
