@@ -29,12 +29,20 @@ async fn fresh() -> (String, PostgresStore) {
     (url, store)
 }
 
+/// Test databases are named `kaccel_test_<pid>_<n>_<created, Unix ms>`.
+const TEST_DATABASE_PREFIX: &str = "kaccel_test_";
+
+/// A test database older than this is a leftover of an earlier run (a run of
+/// the suite takes under a minute): dropped by the next run.
+const LEFTOVER_AFTER_MS: i64 = 60 * 60 * 1000;
+
 /// An empty database of its own (no kaccel schema yet); its URL.
 async fn fresh_database() -> String {
     static N: AtomicU32 = AtomicU32::new(0);
+    static LEFTOVERS_DROPPED: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
     let admin = admin_url();
     let name = format!(
-        "kaccel_test_{}_{}_{}",
+        "{TEST_DATABASE_PREFIX}{}_{}_{}",
         std::process::id(),
         N.fetch_add(1, Ordering::SeqCst),
         jiff::Timestamp::now().as_millisecond()
@@ -45,12 +53,65 @@ async fn fresh_database() -> String {
             panic!("cannot reach {admin}: {e}; is `e2e/postgres.sh start` running?")
         });
     tokio::spawn(conn);
+    // The tests leave their databases behind (a failed one is worth reading);
+    // the server's folder outlives the run (e2e/postgres.sh), so without this
+    // every run of the suite kept ~20 more, about 180 MB.
+    LEFTOVERS_DROPPED
+        .get_or_init(|| drop_leftover_databases(&client))
+        .await;
     client
         .batch_execute(&format!("CREATE DATABASE {name}"))
         .await
         .unwrap();
     let base = admin.rsplit_once('/').map(|(b, _)| b).unwrap_or(&admin);
     format!("{base}/{name}")
+}
+
+/// Drops the test databases created more than [`LEFTOVER_AFTER_MS`] ago.
+async fn drop_leftover_databases(admin: &tokio_postgres::Client) {
+    let now = jiff::Timestamp::now().as_millisecond();
+    let names: Vec<String> = column(
+        admin,
+        &format!(
+            "SELECT datname FROM pg_database WHERE starts_with(datname, '{TEST_DATABASE_PREFIX}')"
+        ),
+    )
+    .await;
+    for name in names {
+        if leftover(&name, now) {
+            admin
+                .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                .await
+                .unwrap_or_else(|e| panic!("cannot drop the leftover test database {name}: {e}"));
+        }
+    }
+}
+
+/// Whether `name` is a test database created more than [`LEFTOVER_AFTER_MS`]
+/// before `now` (Unix ms); a name not of that form is not the suite's.
+fn leftover(name: &str, now: i64) -> bool {
+    name.strip_prefix(TEST_DATABASE_PREFIX)
+        .and_then(|rest| rest.rsplit('_').next())
+        .and_then(|created| created.parse::<i64>().ok())
+        .is_some_and(|created| now - created > LEFTOVER_AFTER_MS)
+}
+
+#[test]
+fn only_the_suites_old_databases_are_leftovers() {
+    let now = 1_796_600_000_000;
+    let hour = 60 * 60 * 1000;
+    assert!(leftover(
+        &format!("kaccel_test_1907_3_{}", now - hour - 1),
+        now
+    ));
+    assert!(!leftover(
+        &format!("kaccel_test_1907_3_{}", now - hour + 1),
+        now
+    ));
+    assert!(!leftover(&format!("kaccel_test_1907_3_{now}"), now));
+    assert!(!leftover("kaccel", now));
+    assert!(!leftover(&format!("bench_{}", now - 10 * hour), now));
+    assert!(!leftover("kaccel_test_not_a_time", now));
 }
 
 async fn raw(url: &str) -> tokio_postgres::Client {
