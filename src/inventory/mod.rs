@@ -162,9 +162,12 @@ pub struct DeviceRecord {
     /// The device name inside its ResourceSlice, e.g. `gpu-0`.
     pub name: String,
     /// The DRA driver and the pool that publish it: with `name`, the device's
-    /// identity in the cluster (what a DeviceTaintRule selects).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub driver: String,
+    /// identity in the cluster (what a DeviceTaintRule selects). Read from a
+    /// ResourceSlice it is the driver's own constant name, not a copy per
+    /// device: the planner compares it on every device of the fleet, and a
+    /// constant is one cache line where 40,000 copies were 40,000 misses.
+    #[serde(default, skip_serializing_if = "is_empty")]
+    pub driver: std::borrow::Cow<'static, str>,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub pool: String,
     pub uuid: Option<String>,
@@ -745,4 +748,10 @@ impl<T: Clone> ByIdentity<T> {
         let by_uuid = uuid.and_then(|u| self.by_uuid.get(node)?.get(&uuid_key(u)));
         by_uuid.or_else(|| self.by_pci.get(node)?.get(&pci_key(pci?)))
     }
+}
+
+/// serde's `skip_serializing_if` for a text that is not a `String` (a
+/// [`Cow`](std::borrow::Cow)).
+fn is_empty<T: AsRef<str>>(text: &T) -> bool {
+    text.as_ref().is_empty()
 }

@@ -343,7 +343,8 @@ mod tests {
     }
 
     /// Two nodes publishing devices of one shape: the shapes are one allocation
-    /// each, fleet-wide, so the planner reads each once however many nodes carry it.
+    /// each, fleet-wide, so the planner reads each once however many nodes carry it;
+    /// and the driver's name is its constant, not a copy per device.
     #[test]
     fn devices_of_one_shape_share_it_across_the_fleet() {
         let name = "gaudi2-dra";
@@ -381,6 +382,14 @@ mod tests {
             &a.selector_values,
             &b.selector_values
         ));
+        for device in [&a, &b] {
+            assert_eq!(device.driver, "gaudi.intel.com");
+            assert!(
+                matches!(device.driver, std::borrow::Cow::Borrowed(_)),
+                "{:?} is a copy",
+                device.driver
+            );
+        }
     }
 
     /// Gaudi DRA (gaudi-v0.7.2 `GetResources`): one group of the healthy and

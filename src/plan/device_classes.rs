@@ -84,7 +84,7 @@ pub(super) fn build(
         let Some(first) = first else {
             continue;
         };
-        let of_driver = by_driver.entry(first.driver.as_str()).or_default();
+        let of_driver = by_driver.entry(first.driver.as_ref()).or_default();
         let start = of_driver.len();
         if dra_only {
             of_driver.extend(g.devices.iter());
@@ -121,7 +121,7 @@ pub(super) fn build(
             continue;
         }
         // One driver per DRA-only variant (its resource is the driver's class).
-        let Some(driver) = devices.first().map(|d| d.driver.as_str()) else {
+        let Some(driver) = devices.first().map(|d| d.driver.as_ref()) else {
             continue;
         };
         if devices.iter().any(|d| d.driver != driver) {

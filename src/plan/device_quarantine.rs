@@ -271,7 +271,7 @@ fn rule(
         },
         spec: DeviceTaintRuleSpec {
             device_selector: Some(DeviceTaintSelector {
-                driver: Some(device.driver.clone()),
+                driver: Some(device.driver.to_string()),
                 pool: Some(device.pool.clone()),
                 device: Some(device.name.clone()),
             }),

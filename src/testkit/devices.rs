@@ -21,7 +21,7 @@ pub fn whole_gpu(model: &str) -> DeviceVariant {
 pub fn dra_device(name: &str, driver: &str, pool: &str) -> DeviceRecord {
     DeviceRecord {
         name: name.into(),
-        driver: driver.into(),
+        driver: driver.to_string().into(),
         pool: pool.into(),
         uuid: None,
         serial: None,

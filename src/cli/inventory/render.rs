@@ -342,7 +342,7 @@ fn dra_device_rows(report: &InventoryReport) -> Vec<Vec<String>> {
         for d in group.devices.iter().filter(|d| !d.driver.is_empty()) {
             rows.push(vec![
                 node.name.clone(),
-                d.driver.clone(),
+                d.driver.to_string(),
                 d.pool.clone(),
                 d.name.clone(),
                 group.variant.model.clone(),

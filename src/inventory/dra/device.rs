@@ -123,7 +123,7 @@ impl DraDevice {
         DraDevice {
             record: DeviceRecord {
                 name: device.name.clone(),
-                driver: driver.name().to_string(),
+                driver: driver.name().into(),
                 pool: pool.to_string(),
                 // The TPU driver's uuid is one value per node, not per chip.
                 uuid: (driver != Driver::Tpu).then(|| get("uuid")).flatten(),
