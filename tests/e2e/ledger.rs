@@ -1426,6 +1426,22 @@ fn entries_of<'a>(entries: &'a [Value], uid: &str, kind: &str) -> Vec<&'a Value>
         .collect()
 }
 
+/// What the Workload `uid` was charged: its Posts, less the usage posted past
+/// an end Kueue stamped before kaccel saw it, which the settlement refunds with
+/// a `posted-past-end` Correction (a deactivation Kueue stamps late in one
+/// second, and kaccel's Post at the next second before the Workload shows it).
+fn charged(entries: &[Value], uid: &str) -> i64 {
+    let refunds: Vec<&Value> = entries_of(entries, uid, "Correction")
+        .into_iter()
+        .filter(|e| {
+            e["reason"]
+                .as_str()
+                .is_some_and(|r| r.starts_with(kaccel::ledger::charge::POSTED_PAST_END))
+        })
+        .collect();
+    sum_credits(&entries_of(entries, uid, "Post")) + sum_credits(&refunds)
+}
+
 fn sum_credits(entries: &[&Value]) -> i64 {
     entries
         .iter()
@@ -1629,7 +1645,11 @@ async fn renewal_short(env: &mut Env, store: &str) -> Result<()> {
         .await?;
         let held = evicted_at(&w)? - transition(&w, "QuotaReserved")?;
         let posts = entries_of(&entries, &uid, "Post");
-        assert_eq!(sum_credits(&posts), held * MICROS, "{budget}: held {held}s");
+        assert_eq!(
+            charged(&entries, &uid),
+            held * MICROS,
+            "{budget}: held {held}s"
+        );
         let reserves = entries_of(&entries, &uid, "Reserve");
         let overdrafts = reserves
             .iter()
