@@ -393,10 +393,13 @@ impl Reconciler {
 }
 
 /// Times the stages of one reconcile (`kaccel_reconcile_stage_seconds`): each lap
-/// is the time since the previous one.
+/// is the time since the previous one. When it ends (however the reconcile
+/// returns) it logs the laps at debug level (`kaccel::replan`), so a slow change
+/// can be traced to its stage, which the histograms' means cannot show.
 struct StageClock<'a> {
     stages: &'a StageHistograms,
     since: std::time::Instant,
+    laps: Vec<(&'static str, f64)>,
 }
 
 impl<'a> StageClock<'a> {
@@ -404,14 +407,30 @@ impl<'a> StageClock<'a> {
         StageClock {
             stages,
             since: std::time::Instant::now(),
+            laps: Vec::with_capacity(6),
         }
     }
 
     fn lap(&mut self, stage: &'static str) {
         let now = std::time::Instant::now();
+        let seconds = now.duration_since(self.since).as_secs_f64();
         self.stages
             .get_or_create(&StageLabel { stage })
-            .observe(now.duration_since(self.since).as_secs_f64());
+            .observe(seconds);
+        self.laps.push((stage, seconds * 1000.0));
         self.since = now;
+    }
+}
+
+impl Drop for StageClock<'_> {
+    fn drop(&mut self) {
+        if tracing::enabled!(target: "kaccel::replan", tracing::Level::DEBUG) {
+            let laps: Vec<String> = self
+                .laps
+                .iter()
+                .map(|(stage, ms)| format!("{stage} {ms:.1}"))
+                .collect();
+            tracing::debug!(target: "kaccel::replan", "re-plan stages (ms): {}", laps.join(", "));
+        }
     }
 }

@@ -559,6 +559,7 @@ async fn reconcile_loop(
                         .reconcile_stage
                         .get_or_create(&StageLabel { stage: "pending" })
                         .observe(started.saturating_duration_since(first).as_secs_f64());
+                    tracing::debug!(target: "kaccel::replan", "re-plan starts {:.1} ms after its first event", started.saturating_duration_since(first).as_secs_f64() * 1000.0);
                 }
                 last_start = Some(started);
                 reconciler.metrics.reconciles.inc();

@@ -43,7 +43,12 @@ impl Controller {
             .env("HOSTNAME", name)
             // Its own ServiceAccount and the manifests' RBAC, never the admin's.
             .env("KUBECONFIG", crate::support::controller_kubeconfig())
-            .env("RUST_LOG", "info,kube=warn")
+            // KACCEL_E2E_RUST_LOG: more of kaccel's log (a measurement tracing
+            // its slow re-plans: `info,kube=warn,kaccel::replan=debug`).
+            .env(
+                "RUST_LOG",
+                std::env::var("KACCEL_E2E_RUST_LOG").unwrap_or_else(|_| "info,kube=warn".into()),
+            )
             .stdin(Stdio::null())
             .stdout(out.try_clone().unwrap())
             .stderr(out)

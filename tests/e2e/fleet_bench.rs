@@ -474,10 +474,15 @@ async fn bench(client: &Client) -> Result<()> {
             .expect("perf starts")
     });
     let mut label_ms = Vec::new();
+    // Each change's time to quota, what it was and when: the slowest are printed
+    // with kaccel's log, whose `kaccel::replan` lines (KACCEL_E2E_RUST_LOG) say
+    // which stage held them.
+    let mut traced: Vec<(f64, String)> = Vec::new();
     for node in h100.iter().take(changes) {
         tokio::time::sleep(Duration::from_millis(500)).await;
         let patch = json!({"metadata": {"labels": l40s_labels}});
         let sent = Instant::now();
+        let sent_at = jiff::Timestamp::now();
         nodes_api
             .patch(
                 &node.name_any(),
@@ -488,7 +493,9 @@ async fn bench(client: &Client) -> Result<()> {
         let at = cohort
             .next_change(&format!("relabelling {}", node.name_any()))
             .await?;
-        label_ms.push((at - sent).as_secs_f64() * 1000.0);
+        let ms = (at - sent).as_secs_f64() * 1000.0;
+        label_ms.push(ms);
+        traced.push((ms, format!("{} relabelled at {sent_at}", node.name_any())));
     }
     if let Some(mut perf) = perf {
         let _ = std::process::Command::new("kill")
@@ -533,7 +540,11 @@ async fn bench(client: &Client) -> Result<()> {
                 break (at, polled);
             }
         };
-        health_ms.push((at - polled).as_secs_f64() * 1000.0);
+        let ms = (at - polled).as_secs_f64() * 1000.0;
+        health_ms.push(ms);
+        let polled_at = jiff::Timestamp::now()
+            - jiff::SignedDuration::try_from(polled.elapsed()).unwrap_or_default();
+        traced.push((ms, format!("{node}'s GPU failed, polled at {polled_at}")));
         // The failed GPU's node may be cordoned or tainted next (a second quota
         // change for the same failure): let it land before the next change.
         cohort.settle(Duration::from_millis(1500)).await;
@@ -555,6 +566,11 @@ async fn bench(client: &Client) -> Result<()> {
     let mut all = label_ms;
     all.extend(health_ms);
     println!("MEASURE all changes -> quota written: {}", summary(all));
+    traced.sort_by(|a, b| b.0.total_cmp(&a.0));
+    for (ms, what) in traced.iter().take(3) {
+        println!("MEASURE slow change: {ms:.1} ms, {what}");
+    }
+    println!("MEASURE kaccel's log: {}", kaccel.log.display());
     sampler.abort();
     println!(
         "MEASURE memory during the changes: most VmRSS {:.1} MiB",
