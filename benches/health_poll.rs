@@ -3,13 +3,16 @@
 //! exporters serve, as dcgm-exporter writes them) parsed, read into devices and
 //! observed by a tracker that already knows them, as every 5 s poll of a quiet
 //! fleet does. Only public parsing and tracker calls: builds of older commits
-//! run it unchanged, for a same-machine comparison.
+//! run it unchanged, for a same-machine comparison. And the planner's view that
+//! every re-plan takes of the tracker (`Tracker::snapshot`): the 5,000-node
+//! synthetic fleet, 500 of its NVIDIA nodes watched by an exporter each.
 //!
 //!   cargo bench --bench health_poll
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use kaccel::health::exporters::{ExporterKind, readings};
 use kaccel::health::policy::{Policy, Tracker};
+use kaccel::inventory::{Inventory, Vendor, synthetic::generate_fleet};
 
 const EXPORTERS: usize = 500;
 const GPUS: usize = 8;
@@ -58,5 +61,29 @@ fn poll(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, poll);
+fn snapshot(c: &mut Criterion) {
+    let policy = Policy::default();
+    let fleet = generate_fleet(5_000, 42);
+    let inventory = Inventory::from_nodes(&fleet);
+    let watched: Vec<String> = inventory
+        .nodes
+        .values()
+        .filter(|n| n.groups.iter().any(|g| g.variant.vendor == Vendor::Nvidia))
+        .take(EXPORTERS)
+        .map(|n| n.name.clone())
+        .collect();
+    let mut tracker = Tracker::default();
+    let now = 1_000_000;
+    for node in &watched {
+        let samples = kaccel::health::prom::parse(&answer(node)).expect("parses");
+        let found = readings(ExporterKind::DcgmExporter, &samples, None);
+        tracker.observe(&format!("dcgm-{node}"), found, now, &policy);
+    }
+    c.bench_function(
+        "health/snapshot of 5,000 nodes, 500 watched by an exporter",
+        |b| b.iter(|| std::hint::black_box(tracker.snapshot(&inventory, now).groups.len())),
+    );
+}
+
+criterion_group!(benches, poll, snapshot);
 criterion_main!(benches);
