@@ -110,7 +110,8 @@ pub fn spawn_pollers(
     wake: UnboundedSender<()>,
 ) {
     let scraper = Scraper::default();
-    for source in config.sources.clone() {
+    let count = config.sources.len();
+    for (index, source) in config.sources.iter().cloned().enumerate() {
         let poller = Poller {
             scraper: scraper.clone(),
             tracker: tracker.clone(),
@@ -121,13 +122,20 @@ pub fn spawn_pollers(
         };
         let client = client.clone();
         tokio::spawn(async move {
+            // Every source is polled at once at start (the first plan waits for
+            // their answers), then at its own phase of the interval.
+            let period = Duration::from_secs(poller.source.interval_seconds);
+            let start = tokio::time::Instant::now();
             let mut tick =
-                tokio::time::interval(Duration::from_secs(poller.source.interval_seconds));
+                tokio::time::interval_at(start + poll_phase(index, count, period), period);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut first = true;
             // Nodes a prometheus / pods source has states for.
             let mut known = BTreeSet::new();
             loop {
-                tick.tick().await;
+                if !std::mem::take(&mut first) {
+                    tick.tick().await;
+                }
                 let awake = match poller.source.endpoint() {
                     Some(SourceEndpoint::Url(url)) => poller.poll_url(url).await,
                     Some(SourceEndpoint::Prometheus(p)) => {
@@ -145,6 +153,17 @@ pub fn spawn_pollers(
             }
         });
     }
+}
+
+/// When source `index` of `count` polls the second time, after its first poll at
+/// start: its share of the interval, so that the sources' polls are spread over
+/// it (as Prometheus spreads its scrapes), never more than an interval after the
+/// first. Polled all at once, 500 exporters were a burst of parsing every
+/// interval, and a change that met it (a failure is read in one) waited on it.
+fn poll_phase(index: usize, count: usize, period: Duration) -> Duration {
+    let count = count.max(1) as u32;
+    let index = (index as u32).min(count - 1);
+    period * (index + 1) / count
 }
 
 struct Poller {
@@ -229,6 +248,25 @@ mod tests {
     use crate::controller::config::{PodsSource, PrometheusSource};
     use crate::health::exporters::ExporterKind;
     use crate::health::policy::testing;
+
+    #[test]
+    fn sources_poll_at_their_own_phase_of_the_interval() {
+        let period = Duration::from_secs(5);
+        // 500 exporters: one poll every 10 ms, not 500 at once every 5 s.
+        let phases: Vec<Duration> = (0..500).map(|i| poll_phase(i, 500, period)).collect();
+        assert_eq!(phases[0], Duration::from_millis(10));
+        assert_eq!(phases[1], Duration::from_millis(20));
+        assert!(
+            phases
+                .windows(2)
+                .all(|w| w[1] - w[0] == Duration::from_millis(10))
+        );
+        // Never more than an interval after the first poll at start.
+        assert_eq!(phases[499], period);
+        // One source polls at its interval, as it always did.
+        assert_eq!(poll_phase(0, 1, period), period);
+        assert_eq!(poll_phase(0, 0, period), period);
+    }
 
     fn source(name: &str) -> HealthSource {
         HealthSource {
