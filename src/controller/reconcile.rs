@@ -203,6 +203,7 @@ impl Reconciler {
                 in_sync.skips(&desired, target, version, &mut skipped)
             });
             let compared = desired.values_except(&skipped);
+            clock.note("compared", compared.len());
             let actions = diff::diff(&compared, &live, &self.config.instance);
             in_sync.record(&desired, &live, &actions);
             (live, actions)
@@ -220,6 +221,7 @@ impl Reconciler {
         self.namespaces_missing
             .store(!missing_namespaces.is_empty(), Ordering::Relaxed);
         self.names_taken.store(!taken.is_empty(), Ordering::Relaxed);
+        clock.note("actions", actions.len());
         clock.lap("apply");
         let name_conflicts = name_conflicts(&taken, &held_up, &desired, &planned);
         self.record_metrics(&planned, &desired);
@@ -400,6 +402,8 @@ struct StageClock<'a> {
     stages: &'a StageHistograms,
     since: std::time::Instant,
     laps: Vec<(&'static str, f64)>,
+    /// Counts logged beside the laps (objects the diff compared, its actions).
+    notes: Vec<(&'static str, usize)>,
 }
 
 impl<'a> StageClock<'a> {
@@ -408,7 +412,12 @@ impl<'a> StageClock<'a> {
             stages,
             since: std::time::Instant::now(),
             laps: Vec::with_capacity(6),
+            notes: Vec::new(),
         }
+    }
+
+    fn note(&mut self, what: &'static str, count: usize) {
+        self.notes.push((what, count));
     }
 
     fn lap(&mut self, stage: &'static str) {
@@ -429,6 +438,7 @@ impl Drop for StageClock<'_> {
                 .laps
                 .iter()
                 .map(|(stage, ms)| format!("{stage} {ms:.1}"))
+                .chain(self.notes.iter().map(|(what, n)| format!("{what}: {n}")))
                 .collect();
             tracing::debug!(target: "kaccel::replan", "re-plan stages (ms): {}", laps.join(", "));
         }
