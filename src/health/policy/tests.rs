@@ -627,3 +627,66 @@ fn each_sources_devices_are_indexed_through_takeovers_hold_outs_and_removals() {
     }
     assert!(held_out > 0, "the sequence held failed devices out");
 }
+
+/// The snapshot visits only the nodes a source covers or a tracked device sits
+/// on: a covered node its source reports nothing for is Unknown (never made up
+/// healthy), a node with readings but no covering source is counted from them,
+/// and every other node keeps the Node's own view (no entry).
+#[test]
+fn the_snapshot_speaks_for_watched_nodes_only() {
+    use super::testing::{NODE, SOURCE, fleet, watched};
+    let inventory = fleet();
+    let p = Policy::default();
+    let mut t = watched();
+    // The covering source answers, about no GPU at all.
+    t.observe(SOURCE, Vec::new(), 100, &p);
+    // Readings of another node's GPUs, through a source that names no nodes
+    // and no vendor (covers nothing).
+    t.sources.insert(
+        "loose".into(),
+        SourceState {
+            name: "loose".into(),
+            stale_after_seconds: 30,
+            ..Default::default()
+        },
+    );
+    let other = inventory
+        .nodes
+        .values()
+        .find(|n| {
+            n.name != NODE
+                && n.groups
+                    .iter()
+                    .any(|g| g.variant.vendor == Vendor::Nvidia && g.capacity > 0)
+        })
+        .expect("a second NVIDIA node");
+    t.observe(
+        "loose",
+        vec![
+            reading(&other.name, "0"),
+            reading("not-in-the-inventory", "0"),
+        ],
+        100,
+        &p,
+    );
+    let snap = t.snapshot(inventory, 100);
+    let node = &inventory.nodes[NODE];
+    let gpus = node
+        .groups
+        .iter()
+        .find(|g| g.variant.vendor == Vendor::Nvidia)
+        .expect("NODE has GPUs");
+    let covered = snap.groups[NODE][&gpus.variant.resource_name];
+    assert_eq!(covered.unknown, gpus.capacity, "{covered:?}");
+    assert_eq!(covered.healthy, 0);
+    let read = snap.groups[&other.name]
+        .values()
+        .map(|c| c.healthy)
+        .sum::<u32>();
+    assert!(read >= 1, "{:?}", snap.groups[&other.name]);
+    let mut visited: Vec<&str> = snap.groups.keys().map(String::as_str).collect();
+    visited.sort_unstable();
+    let mut want = vec![NODE, other.name.as_str()];
+    want.sort_unstable();
+    assert_eq!(visited, want);
+}
