@@ -129,13 +129,9 @@ pub fn spawn_pollers(
             let mut tick =
                 tokio::time::interval_at(start + poll_phase(index, count, period), period);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            let mut first = true;
             // Nodes a prometheus / pods source has states for.
             let mut known = BTreeSet::new();
             loop {
-                if !std::mem::take(&mut first) {
-                    tick.tick().await;
-                }
                 let awake = match poller.source.endpoint() {
                     Some(SourceEndpoint::Url(url)) => poller.poll_url(url).await,
                     Some(SourceEndpoint::Prometheus(p)) => {
@@ -150,6 +146,7 @@ pub fn spawn_pollers(
                 if !awake {
                     return;
                 }
+                tick.tick().await;
             }
         });
     }

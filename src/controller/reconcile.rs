@@ -205,6 +205,7 @@ impl Reconciler {
             let compared = desired.values_except(&skipped);
             clock.note("compared", compared.len());
             let actions = diff::diff(&compared, &live, &self.config.instance);
+            clock.note("actions", actions.len());
             in_sync.record(&desired, &live, &actions);
             (live, actions)
         };
@@ -221,7 +222,6 @@ impl Reconciler {
         self.namespaces_missing
             .store(!missing_namespaces.is_empty(), Ordering::Relaxed);
         self.names_taken.store(!taken.is_empty(), Ordering::Relaxed);
-        clock.note("actions", actions.len());
         clock.lap("apply");
         let name_conflicts = name_conflicts(&taken, &held_up, &desired, &planned);
         self.record_metrics(&planned, &desired);

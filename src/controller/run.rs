@@ -554,12 +554,13 @@ async fn reconcile_loop(
             _ = sleep => {
                 let started = Instant::now();
                 if let Some(first) = dirty_since.take() {
+                    let pending = started.saturating_duration_since(first).as_secs_f64();
                     reconciler
                         .metrics
                         .reconcile_stage
                         .get_or_create(&StageLabel { stage: "pending" })
-                        .observe(started.saturating_duration_since(first).as_secs_f64());
-                    tracing::debug!(target: "kaccel::replan", "re-plan starts {:.1} ms after its first event", started.saturating_duration_since(first).as_secs_f64() * 1000.0);
+                        .observe(pending);
+                    tracing::debug!(target: "kaccel::replan", "re-plan starts {:.1} ms after its first event", pending * 1000.0);
                 }
                 last_start = Some(started);
                 reconciler.metrics.reconciles.inc();
