@@ -11,6 +11,7 @@
 
 use std::collections::BTreeMap;
 
+use kube::api::DynamicObject;
 use serde_json::Value;
 
 use crate::k8s::labels::MANAGED_BY_LABEL;
@@ -267,65 +268,87 @@ pub fn is_managed(live: &Value, instance: &str) -> bool {
     live["metadata"]["labels"][MANAGED_BY_LABEL].as_str() == Some(instance)
 }
 
+/// A hash of what [`diff`] reads of a live object kaccel wants: the parts a
+/// planned object sets (its labels, annotations, owner references and spec,
+/// everything but the metadata and status). Not its resourceVersion: Kueue writes
+/// the status of every queue kaccel creates soon after, and of a ClusterQueue at
+/// every admission, and none of that moves what the diff compares. Keyed on the
+/// resourceVersion, the first re-plan after start-up compared 1,865 of the 2,612
+/// objects of the fleet bench again (a 73-176 ms diff, against 6-8 ms).
+pub fn live_fingerprint(object: &DynamicObject) -> u64 {
+    let meta = &object.metadata;
+    let spec_and_the_rest: Option<Vec<(&String, &Value)>> = object
+        .data
+        .as_object()
+        .map(|data| data.iter().filter(|(key, _)| *key != "status").collect());
+    let read = (
+        &object.types,
+        &meta.labels,
+        &meta.annotations,
+        &meta.owner_references,
+        spec_and_the_rest,
+    );
+    let mut text = Vec::with_capacity(1024);
+    serde_json::to_writer(&mut text, &read).expect("a watched object serialises");
+    FINGERPRINTS.hash_one(text.as_slice())
+}
+
 /// Objects found in sync at the last diff: the fingerprint of the object kaccel
-/// wanted and the live resourceVersion it was compared at. While neither moved the
-/// object is in sync still, so a re-plan after one Node's change compares (and
-/// builds as JSON) the few objects that change, not every object kaccel manages.
+/// wanted and the [`live_fingerprint`] it was compared at. While neither moved
+/// the object is in sync still, so a re-plan after one Node's change compares
+/// (and builds as JSON) the few objects that change, not every object kaccel
+/// manages.
 #[derive(Debug, Default)]
 pub struct InSync {
-    at: std::collections::HashMap<ObjectRef, (u64, String)>,
+    at: std::collections::HashMap<ObjectRef, (u64, u64)>,
 }
 
 impl InSync {
-    /// Whether `target`, live at `live_version`, is still in sync with what
+    /// Whether `target`, live with `live_fingerprint`, is still in sync with what
     /// `desired` wants: it was at the last diff, and neither moved since. If so
     /// `desired`'s key for it joins `skipped` (not built as JSON, not compared).
     pub fn skips<'d>(
         &self,
         desired: &'d DesiredObjects,
         target: &ObjectRef,
-        live_version: Option<&str>,
+        live_fingerprint: u64,
         skipped: &mut std::collections::HashSet<&'d ObjectRef>,
     ) -> bool {
-        let (Some((fingerprint, version)), Some((key, want)), Some(live_version)) = (
-            self.at.get(target),
-            desired.objects.get_key_value(target),
-            live_version,
-        ) else {
+        let (Some((fingerprint, compared_at)), Some((key, want))) =
+            (self.at.get(target), desired.objects.get_key_value(target))
+        else {
             return false;
         };
-        let holds = version == live_version && *fingerprint == want.fingerprint;
+        let holds = *compared_at == live_fingerprint && *fingerprint == want.fingerprint;
         if holds {
             skipped.insert(key);
         }
         holds
     }
 
-    /// After a diff: objects wanted, compared (present in `live`) and left
-    /// without an action are in sync at their live version; the rest is forgotten
-    /// (compared again next time), as is anything no longer wanted.
-    pub fn record(
+    /// After a diff: objects wanted, compared (in `compared`, with their
+    /// [`live_fingerprint`]) and left without an action are in sync as they are
+    /// live; the rest is forgotten (compared again next time), as is anything no
+    /// longer wanted.
+    pub fn record<'l>(
         &mut self,
         desired: &DesiredObjects,
-        live: &BTreeMap<ObjectRef, Value>,
+        compared: impl IntoIterator<Item = (&'l ObjectRef, u64)>,
         actions: &[Action],
     ) {
         let acted: std::collections::HashSet<&ObjectRef> =
             actions.iter().map(Action::target).collect();
         self.at
             .retain(|target, _| desired.contains(target) && !acted.contains(target));
-        for (target, current) in live {
+        for (target, live_fingerprint) in compared {
             if acted.contains(target) {
                 continue;
             }
-            let (Some(want), Some(version)) = (
-                desired.get(target),
-                current["metadata"]["resourceVersion"].as_str(),
-            ) else {
+            let Some(want) = desired.get(target) else {
                 continue;
             };
             self.at
-                .insert(target.clone(), (want.fingerprint, version.to_string()));
+                .insert(target.clone(), (want.fingerprint, live_fingerprint));
         }
     }
 }
@@ -622,16 +645,20 @@ mod tests {
         let mut skipped = std::collections::HashSet::new();
         let live: BTreeMap<ObjectRef, Value> = stored
             .iter()
-            .filter(|(r, v)| {
-                let version = v["metadata"]["resourceVersion"].as_str();
-                !in_sync.skips(desired, r, version, &mut skipped)
-            })
+            .filter(|(r, v)| !in_sync.skips(desired, r, fingerprint(v), &mut skipped))
             .map(|(r, v)| (r.clone(), v.clone()))
             .collect();
         let compared = desired.values_except(&skipped);
         let actions = diff(&compared, &live, "kaccel");
-        in_sync.record(desired, &live, &actions);
+        let compared_live = live.iter().map(|(r, v)| (r, fingerprint(v)));
+        in_sync.record(desired, compared_live, &actions);
         (actions, live.len())
+    }
+
+    /// The live fingerprint of a stored object, as the watch cache takes it.
+    fn fingerprint(stored: &Value) -> u64 {
+        let watched: DynamicObject = serde_json::from_value(stored.clone()).unwrap();
+        live_fingerprint(&watched)
     }
 
     #[test]
@@ -649,7 +676,42 @@ mod tests {
         let (actions, compared) = diff_with(&mut in_sync, &desired, &stored);
         assert_eq!((actions, compared), (vec![], 0));
 
-        // A hand edit moves the live object's resourceVersion: compared, restored.
+        // Kueue's status writes (its first status, every admission) and its
+        // in-use finalizer move the resourceVersion and managedFields, not what
+        // the diff reads: still in sync, nothing compared.
+        for (target, object) in stored.iter_mut() {
+            object["metadata"]["resourceVersion"] = json!("250");
+            object["metadata"]["managedFields"] =
+                json!([{"manager": "kaccel"}, {"manager": "kueue", "subresource": "status"}]);
+            object["metadata"]["finalizers"] = json!(["kueue.x-k8s.io/resource-in-use"]);
+            object["status"] = json!({"pendingWorkloads": target.name.len()});
+        }
+        let (actions, compared) = diff_with(&mut in_sync, &desired, &stored);
+        assert_eq!((actions, compared), (vec![], 0));
+
+        // A label or annotation edited by hand: compared, and put back.
+        let rf = desired
+            .keys()
+            .find(|r| r.kind == Kind::ResourceFlavor)
+            .unwrap()
+            .clone();
+        let before_edit = stored[&rf].clone();
+        for (edit, key) in [
+            ("labels", MANAGED_BY_LABEL),
+            ("annotations", APPLIED_HASH_ANNOTATION),
+        ] {
+            stored.get_mut(&rf).unwrap()["metadata"][edit][key] = json!("edited");
+            let (actions, compared) = diff_with(&mut in_sync, &desired, &stored);
+            assert_eq!(compared, 1, "{edit}");
+            assert!(
+                matches!(&actions[..], [Action::Apply { target, create: false, .. }] if *target == rf),
+                "{edit}: {actions:?}"
+            );
+            stored.insert(rf.clone(), before_edit.clone());
+            diff_with(&mut in_sync, &desired, &stored);
+        }
+
+        // A hand edit of the spec: compared, restored.
         let cq = desired
             .keys()
             .find(|r| r.kind == Kind::ClusterQueue)

@@ -19,12 +19,16 @@ use kube::api::DynamicObject;
 use kube::runtime::watcher;
 use serde_json::Value;
 
+use super::diff::live_fingerprint;
+
 /// One object: what identifies it, and the rest as text.
 #[derive(Debug)]
 pub struct LiveObject {
     pub namespace: Option<String>,
     pub name: String,
-    pub resource_version: Option<String>,
+    /// [`live_fingerprint`]: moves when what the diff reads moves, not at a
+    /// status write.
+    pub fingerprint: u64,
     json: Box<str>,
 }
 
@@ -33,7 +37,7 @@ impl LiveObject {
         LiveObject {
             namespace: object.metadata.namespace.clone(),
             name: object.metadata.name.clone().unwrap_or_default(),
-            resource_version: object.metadata.resource_version.clone(),
+            fingerprint: live_fingerprint(object),
             // A DynamicObject is JSON already: it always serialises.
             json: serde_json::to_string(object)
                 .expect("a watched object serialises")
@@ -187,7 +191,7 @@ mod tests {
         writer.apply(&watcher::Event::InitDone);
         let held = cache.get(None, "cq-a").expect("held");
         assert_eq!(held.value(), serde_json::to_value(&watched).unwrap());
-        assert_eq!(held.resource_version.as_deref(), Some("41"));
+        assert_eq!(held.fingerprint, live_fingerprint(&watched));
         assert_eq!(
             held.read::<DynamicObject>().unwrap().data,
             watched.data,
@@ -237,7 +241,7 @@ mod tests {
         let b = cache.get(Some("ns"), "b").unwrap();
         assert_eq!(
             (
-                b.resource_version.as_deref(),
+                b.value()["metadata"]["resourceVersion"].as_str(),
                 b.value()["spec"]["clusterQueue"].as_str()
             ),
             (Some("2"), Some("x"))

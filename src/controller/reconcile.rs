@@ -199,14 +199,15 @@ impl Reconciler {
         let (live, actions) = {
             let mut in_sync = self.in_sync.lock().expect("in-sync lock");
             let mut skipped = std::collections::HashSet::new();
-            let live = caches.live_objects(|target, version| {
-                in_sync.skips(&desired, target, version, &mut skipped)
+            let (live, live_fingerprints) = caches.live_objects(|target, fingerprint| {
+                in_sync.skips(&desired, target, fingerprint, &mut skipped)
             });
             let compared = desired.values_except(&skipped);
             clock.note("compared", compared.len());
             let actions = diff::diff(&compared, &live, &self.config.instance);
             clock.note("actions", actions.len());
-            in_sync.record(&desired, &live, &actions);
+            let compared_live = live_fingerprints.iter().map(|(t, f)| (t, *f));
+            in_sync.record(&desired, compared_live, &actions);
             (live, actions)
         };
 

@@ -551,14 +551,16 @@ impl Caches {
         }
     }
 
-    /// The managed objects as JSON, but those `skip` says are known in sync at
-    /// their resourceVersion (turning 2,600 queues with their status into JSON at
-    /// every re-plan was most of its cost at fleet scale).
+    /// The managed objects as JSON, with their [`super::diff::live_fingerprint`]s, but
+    /// those `skip` says are known in sync at their fingerprint (turning 2,600
+    /// queues with their status into JSON at every re-plan was most of its cost
+    /// at fleet scale).
     pub(super) fn live_objects(
         &self,
-        mut skip: impl FnMut(&ObjectRef, Option<&str>) -> bool,
-    ) -> BTreeMap<ObjectRef, Value> {
+        mut skip: impl FnMut(&ObjectRef, u64) -> bool,
+    ) -> (BTreeMap<ObjectRef, Value>, BTreeMap<ObjectRef, u64>) {
         let mut live = BTreeMap::new();
+        let mut fingerprints = BTreeMap::new();
         for (kind, store) in &self.kueue {
             for obj in store.state() {
                 let target = ObjectRef {
@@ -566,13 +568,14 @@ impl Caches {
                     namespace: obj.namespace.clone(),
                     name: obj.name.clone(),
                 };
-                if skip(&target, obj.resource_version.as_deref()) {
+                if skip(&target, obj.fingerprint) {
                     continue;
                 }
+                fingerprints.insert(target.clone(), obj.fingerprint);
                 live.insert(target, obj.value());
             }
         }
-        live
+        (live, fingerprints)
     }
 }
 
