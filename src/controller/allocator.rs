@@ -5,8 +5,15 @@
 //! is deleted, the caches shrink but RSS stays where the peak left it
 //! (`e2e/bench-memory.sh`: 50 MiB after deleting 20,000 Workloads, from 28 MiB
 //! before them). `malloc_trim` returns every free page of every arena; it costs
-//! a walk over the free chunks, so kaccel calls it after each re-plan (which
-//! frees the most at once) and on a slow tick, never after each free.
+//! a walk over the free chunks, so kaccel calls it after a re-plan (which frees
+//! the most at once) and on a slow tick, never after each free.
+//!
+//! Not after every re-plan: the next one faults the pages it needs in again
+//! (`cargo bench --bench plan -- "nodes 5000"`: 17.1 ms warm against 25.6 ms
+//! right after a trim, for 8 MiB of transient heap). So the heap a re-plan
+//! leaves free is kept for the next while the process stays within
+//! [`WARM_RESERVE_KIB`] of the size the last trim left it, and given back once
+//! re-plans pause for a tick's length.
 
 use std::time::Duration;
 
@@ -29,6 +36,32 @@ pub const TRIM_INTERVAL: Duration = Duration::from_secs(30);
 /// The least time between two trims, however often they are asked for.
 pub const TRIM_SPACING: Duration = Duration::from_secs(1);
 
+/// How much a re-plan may leave the process above its size after the last trim
+/// before a trim follows it: a re-plan of 5,000 Nodes holds about 8 MiB while it
+/// runs (the plan alone; `VmRSS` around one in `cargo bench --bench plan`), and
+/// the controller's tokio threads each allocate from their own arena.
+pub const WARM_RESERVE_KIB: u64 = 16 * 1024;
+
+/// Whether to trim now. `asked` when a re-plan just ended: only if the process
+/// grew more than [`WARM_RESERVE_KIB`] since the last trim left it at
+/// `after_last_trim_kib`. On the tick: only once re-plans have paused for
+/// [`TRIM_INTERVAL`] (a cache that shrank, as a deleted Workload history, frees
+/// heap no re-plan asks to trim). Unknown sizes trim, as before.
+pub fn should_trim(
+    asked: bool,
+    rss_kib: Option<u64>,
+    after_last_trim_kib: Option<u64>,
+    since_last_replan: Duration,
+) -> bool {
+    if !asked {
+        return since_last_replan >= TRIM_INTERVAL;
+    }
+    match (rss_kib, after_last_trim_kib) {
+        (Some(rss), Some(after_trim)) => rss > after_trim + WARM_RESERVE_KIB,
+        _ => true,
+    }
+}
+
 /// Returns the allocator's free pages to the system; true when some were.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 pub fn release_free_memory() -> bool {
@@ -43,8 +76,8 @@ pub fn release_free_memory() -> bool {
     false
 }
 
-/// Asks the trim task for a trim soon, as a re-plan ends: one allocates and
-/// frees tens of MiB (the plan, the JSON of the objects it compares; every
+/// Tells the trim task a re-plan ended, which may call for a trim
+/// ([`should_trim`]): one allocates and frees tens of MiB (the plan, the JSON of the objects it compares; every
 /// desired object's JSON when this was measured), and between 30 s trims a
 /// burst of Node or health changes held them resident
 /// (`e2e/bench-controller.sh scale`: 90.9 MiB settled, 181.3 MiB after 20
@@ -60,15 +93,24 @@ impl TrimRequests {
     }
 }
 
-/// Trims when asked and on every [`TRIM_INTERVAL`] tick, at most once per
-/// [`TRIM_SPACING`], until the process ends, timing each.
+/// Trims when asked and on every [`TRIM_INTERVAL`] tick as [`should_trim`]
+/// says, at most once per [`TRIM_SPACING`], until the process ends, timing each.
 pub async fn trim_when_asked(requests: TrimRequests, metrics: super::metrics::Metrics) {
     let mut tick = tokio::time::interval(TRIM_INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut after_last_trim_kib = memory_kib("VmRSS");
+    let mut last_replan = std::time::Instant::now();
     loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = requests.0.notified() => {}
+        let asked = tokio::select! {
+            _ = tick.tick() => false,
+            _ = requests.0.notified() => true,
+        };
+        if asked {
+            last_replan = std::time::Instant::now();
+        }
+        let rss_kib = memory_kib("VmRSS");
+        if !should_trim(asked, rss_kib, after_last_trim_kib, last_replan.elapsed()) {
+            continue;
         }
         // Blocking: it walks the free chunks only, so it is short for a heap of
         // kaccel's size; `kaccel_allocator_trim_seconds` shows how short.
@@ -76,8 +118,50 @@ pub async fn trim_when_asked(requests: TrimRequests, metrics: super::metrics::Me
         let released = release_free_memory();
         let took = started.elapsed();
         metrics.allocator_trim.observe(took.as_secs_f64());
-        tracing::debug!(released, took = ?took, "returned free heap to the system");
+        after_last_trim_kib = memory_kib("VmRSS");
+        tracing::debug!(
+            released,
+            took = ?took,
+            asked,
+            rss_kib,
+            after_kib = after_last_trim_kib,
+            "returned free heap to the system"
+        );
         tokio::time::sleep(TRIM_SPACING).await;
+    }
+}
+
+#[cfg(test)]
+mod policy_tests {
+    use super::*;
+
+    const MIB: u64 = 1024;
+
+    #[test]
+    fn a_replan_keeps_its_heap_warm_within_the_reserve_and_a_pause_gives_it_back() {
+        let just_now = Duration::ZERO;
+        let after_trim = Some(80 * MIB);
+        // A re-plan that left the process within the reserve: kept warm.
+        assert!(!should_trim(true, Some(80 * MIB), after_trim, just_now));
+        assert!(!should_trim(true, Some(96 * MIB), after_trim, just_now));
+        // Past it (a burst held more, a cache grew): trimmed.
+        assert!(should_trim(true, Some(96 * MIB + 1), after_trim, just_now));
+        // The tick trims once re-plans have paused for an interval, not during them.
+        assert!(!should_trim(
+            false,
+            Some(200 * MIB),
+            after_trim,
+            TRIM_INTERVAL / 2
+        ));
+        assert!(should_trim(
+            false,
+            Some(80 * MIB),
+            after_trim,
+            TRIM_INTERVAL
+        ));
+        // Sizes unknown (no /proc): every re-plan trims, as before.
+        assert!(should_trim(true, None, after_trim, just_now));
+        assert!(should_trim(true, Some(80 * MIB), None, just_now));
     }
 }
 
