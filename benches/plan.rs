@@ -66,19 +66,20 @@ fn bench_plan(c: &mut Criterion) {
     {
         let fleet = generate_fleet(5_000, 42);
         let inventory = Inventory::from_nodes(&fleet);
+        let input = PlanInput {
+            classes: &classes,
+            budgets: &budgets,
+            inventory: &inventory,
+            health: &health,
+            options: &options,
+        };
         group.bench_function("nodes 5000 after a trim", |b| {
             b.iter_custom(|iterations| {
                 let mut took = std::time::Duration::ZERO;
                 for _ in 0..iterations {
                     trim();
                     let started = std::time::Instant::now();
-                    let plan = plan(&PlanInput {
-                        classes: &classes,
-                        budgets: &budgets,
-                        inventory: &inventory,
-                        health: &health,
-                        options: &options,
-                    });
+                    let plan = plan(&input);
                     black_box(plan.cluster_queues.len());
                     drop(plan);
                     took += started.elapsed();

@@ -269,10 +269,11 @@ pub fn is_managed(live: &Value, instance: &str) -> bool {
 }
 
 /// A hash of what [`diff`] reads of a live object kaccel wants: the parts a
-/// planned object sets (its labels, annotations, owner references and spec,
-/// everything but the metadata and status). Not its resourceVersion: Kueue writes
-/// the status of every queue kaccel creates soon after, and of a ClusterQueue at
-/// every admission, and none of that moves what the diff compares. Keyed on the
+/// planned object sets (its kind, labels, annotations and owner references, and
+/// its spec: all outside the metadata but the status). Not its resourceVersion,
+/// managedFields or finalizers: Kueue writes the status of every queue kaccel
+/// creates soon after (and its in-use finalizer), and of a ClusterQueue at every
+/// admission, and none of that moves what the diff compares. Keyed on the
 /// resourceVersion, the first re-plan after start-up compared 1,865 of the 2,612
 /// objects of the fleet bench again (a 73-176 ms diff, against 6-8 ms).
 pub fn live_fingerprint(object: &DynamicObject) -> u64 {
