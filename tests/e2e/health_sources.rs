@@ -335,8 +335,12 @@ async fn phases(
         Ok(h100_quota(client).await?.filter(|q| *q < quota_before))
     })
     .await?;
-    let d = class_devices(&classes, class).await?;
-    assert!(d.failed >= 1, "{d:?}");
+    // The class's status is written after the quota and the cordon, in the same
+    // re-plan: wait for it rather than read it the moment the quota moved.
+    wait_for("the class counts the failed GPU", wait, || async {
+        Ok((class_devices(&classes, class).await?.failed >= 1).then_some(()))
+    })
+    .await?;
     eprintln!(
         "ECC fault via Prometheus: node {n0} cordoned, quota {quota_before} -> {quota_fault}"
     );
