@@ -331,10 +331,10 @@ impl InSync {
     /// [`live_fingerprint`]) and left without an action are in sync as they are
     /// live; the rest is forgotten (compared again next time), as is anything no
     /// longer wanted.
-    pub fn record<'l>(
+    pub fn record(
         &mut self,
         desired: &DesiredObjects,
-        compared: impl IntoIterator<Item = (&'l ObjectRef, u64)>,
+        compared: &BTreeMap<ObjectRef, u64>,
         actions: &[Action],
     ) {
         let acted: std::collections::HashSet<&ObjectRef> =
@@ -349,7 +349,7 @@ impl InSync {
                 continue;
             };
             self.at
-                .insert(target.clone(), (want.fingerprint, live_fingerprint));
+                .insert(target.clone(), (want.fingerprint, *live_fingerprint));
         }
     }
 }
@@ -651,8 +651,8 @@ mod tests {
             .collect();
         let compared = desired.values_except(&skipped);
         let actions = diff(&compared, &live, "kaccel");
-        let compared_live = live.iter().map(|(r, v)| (r, fingerprint(v)));
-        in_sync.record(desired, compared_live, &actions);
+        let compared_live = live.iter().map(|(r, v)| (r.clone(), fingerprint(v)));
+        in_sync.record(desired, &compared_live.collect(), &actions);
         (actions, live.len())
     }
 

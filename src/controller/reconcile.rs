@@ -206,8 +206,7 @@ impl Reconciler {
             clock.note("compared", compared.len());
             let actions = diff::diff(&compared, &live, &self.config.instance);
             clock.note("actions", actions.len());
-            let compared_live = live_fingerprints.iter().map(|(t, f)| (t, *f));
-            in_sync.record(&desired, compared_live, &actions);
+            in_sync.record(&desired, &live_fingerprints, &actions);
             (live, actions)
         };
 
