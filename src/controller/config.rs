@@ -432,7 +432,7 @@ impl Default for Config {
             instance: crate::k8s::instance::DEFAULT_INSTANCE.into(),
             field_manager: String::new(),
             root_cohort: String::new(),
-            quiet_ms: 10,
+            quiet_ms: 2,
             debounce_ms: 250,
             max_delay_ms: 2000,
             resync_seconds: 300,
