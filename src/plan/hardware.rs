@@ -9,7 +9,7 @@ use crate::k8s::names;
 
 /// Hardware properties that decide whether a device group can join a class. Groups
 /// with equal signatures are matched once, not once per node.
-#[derive(Clone, PartialEq, Eq, Hash)]
+#[derive(Clone, PartialEq, Eq)]
 pub(super) struct Signature<'a> {
     pub(super) variant: &'a DeviceVariant,
     pub(super) memory_mib: Option<u64>,
@@ -18,6 +18,21 @@ pub(super) struct Signature<'a> {
     pub(super) driver_version: Option<&'a str>,
     pub(super) cuda_version: Option<&'a str>,
     pub(super) pins: &'a BTreeMap<String, String>,
+}
+
+/// Hashes part of a signature: every device group of the fleet is hashed at each
+/// plan, and hashing all of it (the pin labels' keys and values, five version
+/// strings) was a seventh of the plan. Equal signatures still hash equal; the few
+/// that share these fields but differ in the rest (two driver versions of a model
+/// during a rollout) are told apart by `Eq`.
+impl std::hash::Hash for Signature<'_> {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.variant.vendor.hash(state);
+        self.variant.sharing.hash(state);
+        self.variant.model.hash(state);
+        self.memory_mib.hash(state);
+        self.pins.len().hash(state);
+    }
 }
 
 impl<'a> Signature<'a> {
