@@ -20,7 +20,6 @@ use super::pricing_snapshot::pricing_snapshot;
 use super::status_writes::share_limited;
 use super::watches::Caches;
 use super::{Config, Error, credits, health_poller};
-use crate::api::{AcceleratorClass, CreditBudget};
 use crate::health::policy::apply_node_conditions;
 use crate::inventory::Inventory;
 use crate::k8s::instance;
@@ -72,54 +71,6 @@ pub(super) struct Reconciler {
     pub(super) workers: super::multikueue::Workers,
     /// Asked after each reconcile: what a re-plan freed goes back to the system.
     pub(super) trim: super::allocator::TrimRequests,
-    /// The classes and budgets this installation serves, as of the last reconcile.
-    pub(super) served: std::sync::Mutex<ServedMemo>,
-}
-
-/// The classes and budgets served, copied out of the caches once per change of
-/// theirs: copying 50 classes and 200 budgets (statuses included) at every
-/// re-plan took most of the observe stage, and a Node's change moves neither.
-#[derive(Default)]
-pub(super) struct ServedMemo {
-    /// The cache entries the copy was made from: held, so none is freed and its
-    /// address reused by a later entry while the copy stands.
-    classes: Vec<Arc<AcceleratorClass>>,
-    budgets: Vec<Arc<CreditBudget>>,
-    served: Option<Arc<Served>>,
-}
-
-impl ServedMemo {
-    /// What `instance` serves of these cache entries: the last copy while the
-    /// caches hold the same entries (a watch event replaces an entry's `Arc`).
-    fn of(
-        &mut self,
-        instance: &str,
-        classes: Vec<Arc<AcceleratorClass>>,
-        budgets: Vec<Arc<CreditBudget>>,
-    ) -> Arc<Served> {
-        if let Some(served) = &self.served
-            && same_entries(&self.classes, &classes)
-            && same_entries(&self.budgets, &budgets)
-        {
-            return served.clone();
-        }
-        let served = Arc::new(served_by(
-            instance,
-            classes.iter().map(|c| c.as_ref()),
-            budgets.iter().map(|b| b.as_ref()),
-        ));
-        *self = ServedMemo {
-            classes,
-            budgets,
-            served: Some(served.clone()),
-        };
-        served
-    }
-}
-
-/// The same cache entries, in the same order.
-fn same_entries<T>(held: &[Arc<T>], now: &[Arc<T>]) -> bool {
-    held.len() == now.len() && held.iter().zip(now).all(|(a, b)| Arc::ptr_eq(a, b))
 }
 
 /// The ledger's tasks and what they share with the planner loop.
@@ -151,16 +102,15 @@ impl Reconciler {
         let mut clock = StageClock::start(&self.metrics.reconcile_stage);
         // Observe: the classes and budgets this installation serves
         // (`kaccel.io/instance`); another installation's are not even read.
-        let served = self.served.lock().expect("served lock").of(
-            &self.config.instance,
-            caches.classes.state(),
-            caches.budgets.state(),
-        );
         let Served {
             classes,
             budgets,
             classes_elsewhere,
-        } = &*served;
+        } = served_by(
+            &self.config.instance,
+            caches.classes.state().iter().map(|c| c.as_ref()),
+            caches.budgets.state().iter().map(|b| b.as_ref()),
+        );
         // With MultiKueue workers, only their Nodes are planned: every admission
         // is dispatched to a worker, none runs here.
         let unreachable_workers = self.workers.unreachable();
@@ -207,7 +157,7 @@ impl Reconciler {
             .map(|b| (b.name_any(), b.spec.on_exhaustion))
             .collect();
         options.kueue_configuration = self.observe_kueue_configuration(caches);
-        options.classes_elsewhere = classes_elsewhere.clone();
+        options.classes_elsewhere = classes_elsewhere;
         options.unreachable_workers = unreachable_workers;
         options.foreign_cluster_queues = caches
             .all_cluster_queues
@@ -223,8 +173,8 @@ impl Reconciler {
         let mut health = health;
         apply_node_conditions(&mut health, inventory, &self.config.health.node_conditions);
         let mut planned = plan(&PlanInput {
-            classes,
-            budgets,
+            classes: &classes,
+            budgets: &budgets,
             inventory,
             health: &health,
             options: &options,
@@ -239,7 +189,7 @@ impl Reconciler {
             .collect();
 
         if let Some(l) = &self.ledger {
-            l.shared.set_pricing(pricing_snapshot(&planned, budgets));
+            l.shared.set_pricing(pricing_snapshot(&planned, &budgets));
         }
 
         clock.lap("plan");
@@ -300,10 +250,10 @@ impl Reconciler {
 
         // Status.
         let limited = share_limited(&decided.held_back);
-        self.write_class_status(classes, &planned, &limited, &name_conflicts.classes)
+        self.write_class_status(&classes, &planned, &limited, &name_conflicts.classes)
             .await?;
         self.write_budget_status(
-            budgets,
+            &budgets,
             &planned,
             &missing_namespaces,
             &ledger_views,
@@ -492,36 +442,5 @@ impl Drop for StageClock<'_> {
                 .collect();
             tracing::debug!(target: "kaccel::replan", "re-plan stages (ms): {}", laps.join(", "));
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::api::synthetic;
-
-    #[test]
-    fn the_served_copy_is_kept_while_the_caches_hold_the_same_entries() {
-        let classes: Vec<Arc<AcceleratorClass>> =
-            synthetic::classes(3).into_iter().map(Arc::new).collect();
-        let mut budgets: Vec<Arc<CreditBudget>> =
-            synthetic::budgets(4, 3).into_iter().map(Arc::new).collect();
-        let mut memo = ServedMemo::default();
-        let instance = instance::DEFAULT_INSTANCE;
-        let first = memo.of(instance, classes.clone(), budgets.clone());
-        assert_eq!((first.classes.len(), first.budgets.len()), (3, 4));
-        // Nothing moved: the same copy, not a new one.
-        let again = memo.of(instance, classes.clone(), budgets.clone());
-        assert!(Arc::ptr_eq(&first, &again));
-        // A budget's watch event replaces its entry: copied again, with the change.
-        let mut edited = (*budgets[1]).clone();
-        edited.spec.team = "edited".into();
-        budgets[1] = Arc::new(edited);
-        let moved = memo.of(instance, classes.clone(), budgets.clone());
-        assert!(!Arc::ptr_eq(&first, &moved));
-        assert_eq!(moved.budgets[1].spec.team, "edited");
-        // A class gone: copied again without it.
-        let fewer = memo.of(instance, classes[..2].to_vec(), budgets.clone());
-        assert_eq!(fewer.classes.len(), 2);
     }
 }

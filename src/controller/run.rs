@@ -154,7 +154,6 @@ pub async fn run(config: Config) -> Result<(), Error> {
         node_reads_seen: Default::default(),
         trim,
         in_sync: Default::default(),
-        served: Default::default(),
         own_writes,
         // Each source's first poll ends within its timeout (plus the poller's
         // start): until then, or until every source answered or failed, the
