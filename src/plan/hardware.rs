@@ -22,10 +22,10 @@ pub(super) struct Signature<'a> {
 
 /// Hashes part of a signature: every device group of the fleet is hashed at each
 /// plan, and hashing all of it (every pin label's key and value, the resource
-/// name, architecture, compute capability, driver and CUDA versions) was a seventh
-/// of the plan. Equal signatures still hash equal; the few that share the hashed
-/// fields but differ in the rest (two driver versions of a model during a rollout)
-/// are told apart by `Eq`.
+/// name, partition profile, architecture, compute capability, driver and CUDA
+/// versions) was a seventh of the plan. Equal signatures still hash equal; the few
+/// that share the hashed fields but differ in the rest (two driver versions of a
+/// model during a rollout) are told apart by `Eq`.
 impl std::hash::Hash for Signature<'_> {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
         self.variant.vendor.hash(state);
