@@ -78,11 +78,10 @@ pub fn release_free_memory() -> bool {
 
 /// Tells the trim task a re-plan ended, which may call for a trim
 /// ([`should_trim`]): one allocates and frees tens of MiB (the plan, the JSON of
-/// the objects it compares; every desired object's JSON when this was
-/// measured), and between 30 s trims a
-/// burst of Node or health changes held them resident
-/// (`e2e/bench-controller.sh scale`: 90.9 MiB settled, 181.3 MiB after 20
-/// changes in a row).
+/// the objects it compares; every desired object's JSON when this was measured),
+/// and between 30 s trims a burst of Node or health changes held them resident
+/// (`e2e/bench-controller.sh scale`: 90.9 MiB settled, 181.3 MiB after 20 changes
+/// in a row).
 #[derive(Clone, Default)]
 pub struct TrimRequests(std::sync::Arc<tokio::sync::Notify>);
 
