@@ -174,6 +174,12 @@ done
 row "fleet ($FLEET_NODES Nodes, $FLEET_WORKLOADS Workloads): change -> quota p50" "" "" \
   "$(after $F 'all changes -> quota' 'p50')" ms ""
 row "fleet: change -> quota p99" "< 100 ms" "" "$(after $F 'all changes -> quota' 'p99')" ms "<=100"
+# The label changes split, same run: the control plane's delivery of the change
+# (the bench's own Node watch), then kaccel's part (its write included).
+row "fleet: Node label change -> on a watch (the control plane's part), p50 / p99" "" "" \
+  "$(after $F "bench's own Node watch" 'p50') / $(after $F "bench's own Node watch" 'p99')" ms ""
+row "fleet: on a watch -> quota written (kaccel's part, its write included), p50 / p99" "" "" \
+  "$(after $F "seen on the bench's watch ->" 'p50') / $(after $F "seen on the bench's watch ->" 'p99')" ms ""
 row "fleet: kaccel CPU per Node label change" "proportional" "" "$(after $F 'per label change:' 'CPU')" ms ""
 row "fleet: writes in a quiet minute" "0" "" "$(grab $F 'quiet [0-9]+ s:' 2)" writes "<=0"
 row "fleet: missed exporter polls" "0" "" "$(after $F 'quiet [0-9]+ s:' 'missed polls')" polls "<=0"
