@@ -6,7 +6,9 @@
 //! with Topology Aware Scheduling on; and 4 MultiKueue workers of 2,500 nodes
 //! pooled, against one cluster of 10,000 (target: within 2x); and what a re-plan
 //! of the 5,000 nodes does after planning: every desired object as JSON (before),
-//! against fingerprints and the JSON of the one object a relabelled Node moves.
+//! against fingerprints and the JSON of the one object a relabelled Node moves;
+//! and a re-plan after one Node change, given the last plan's LocalQueues, as the
+//! controller plans (device-plugin and DRA fleets).
 
 use std::hint::black_box;
 
@@ -18,7 +20,7 @@ use kaccel::api::{SharingMode, synthetic};
 use kaccel::controller::diff::{DesiredObjects, Kind, ObjectRef, desired_objects};
 use kaccel::health::HealthSnapshot;
 use kaccel::inventory::{Inventory, synthetic::generate_fleet};
-use kaccel::plan::{PlanInput, PlanOptions, plan};
+use kaccel::plan::{PlanInput, PlanOptions, plan, plan_reusing};
 use serde_json::json;
 
 /// Returns the allocator's free pages to the system, as the controller does.
@@ -28,6 +30,27 @@ fn trim() {
     unsafe {
         libc::malloc_trim(0);
     }
+}
+
+/// `inventory` with the first Node of `fleet` cordoned, read again alone: the
+/// other nodes shared, as the controller's Node index changes one node.
+fn one_node_cordoned(
+    inventory: &Inventory,
+    fleet: &[k8s_openapi::api::core::v1::Node],
+    slices: &[k8s_openapi::api::resource::v1::ResourceSlice],
+) -> Inventory {
+    let mut node = fleet[0].clone();
+    node.spec.get_or_insert_with(Default::default).unschedulable = Some(true);
+    let name = node.metadata.name.clone().unwrap_or_default();
+    let its_slices: Vec<_> = slices
+        .iter()
+        .filter(|s| s.spec.node_name.as_deref() == Some(name.as_str()))
+        .cloned()
+        .collect();
+    let read = Inventory::from_nodes_and_slices(&[node], &its_slices);
+    let mut changed = inventory.clone();
+    changed.nodes.extend(read.nodes);
+    changed
 }
 
 fn bench_plan(c: &mut Criterion) {
@@ -85,6 +108,43 @@ fn bench_plan(c: &mut Criterion) {
                     took += started.elapsed();
                 }
                 took
+            })
+        });
+    }
+    // A re-plan after one Node change, as the controller makes it: the same
+    // 5,000 nodes with one of them cordoned, then not, in turn, each plan given
+    // the last one's LocalQueues (which a Node change leaves as they were).
+    {
+        let fleet = generate_fleet(5_000, 42);
+        let inventory = Inventory::from_nodes(&fleet);
+        let inventories = [
+            inventory.clone(),
+            one_node_cordoned(&inventory, &fleet, &[]),
+        ];
+        group.bench_function("nodes 5000 after a Node change", |b| {
+            let mut turn = 0;
+            let mut kept = plan(&PlanInput {
+                classes: &classes,
+                budgets: &budgets,
+                inventory: &inventories[1],
+                health: &health,
+                options: &options,
+            })
+            .local_queues;
+            b.iter(|| {
+                turn ^= 1;
+                let planned = plan_reusing(
+                    &PlanInput {
+                        classes: &classes,
+                        budgets: &budgets,
+                        inventory: &inventories[turn],
+                        health: &health,
+                        options: &options,
+                    },
+                    Some(&kept),
+                );
+                kept = planned.local_queues.clone();
+                black_box(planned.cluster_queues.len())
             })
         });
     }
@@ -313,6 +373,31 @@ fn bench_plan_dra(c: &mut Criterion) {
     group.sample_size(30);
     group.bench_function("dra nodes 5000", |b| {
         b.iter(|| black_box(plan_fleet().device_classes.len()))
+    });
+    // After one Node change, as the controller re-plans (see "nodes 5000 after
+    // a Node change"): one node cordoned, then not, the last LocalQueues kept.
+    let inventories = [
+        inventory.clone(),
+        one_node_cordoned(&inventory, &fleet, &slices),
+    ];
+    group.bench_function("dra nodes 5000 after a Node change", |b| {
+        let mut turn = 0;
+        let mut kept = planned.local_queues.clone();
+        b.iter(|| {
+            turn ^= 1;
+            let replanned = plan_reusing(
+                &PlanInput {
+                    classes: &classes,
+                    budgets: &budgets,
+                    inventory: &inventories[turn],
+                    health: &health,
+                    options: &options,
+                },
+                Some(&kept),
+            );
+            kept = replanned.local_queues.clone();
+            black_box(replanned.device_classes.len())
+        })
     });
     group.finish();
     c.bench_function("inventory/read 5000 DRA nodes and slices", |b| {

@@ -733,7 +733,7 @@ mod tests {
         stored.insert(cq.clone(), as_stored(&desired.get(&cq).unwrap().value()));
         diff_with(&mut in_sync, &desired, &stored);
         let mut moved_plan = plan.clone();
-        let moved_queue = &mut moved_plan.local_queues[0];
+        let moved_queue = &mut moved_plan.local_queues.make_mut()[0];
         let lq = ObjectRef {
             kind: Kind::LocalQueue,
             namespace: moved_queue.metadata.namespace.clone(),
@@ -754,7 +754,7 @@ mod tests {
 
         // An object no longer planned is still deleted.
         let mut fewer_plan = plan.clone();
-        fewer_plan.local_queues.remove(0);
+        fewer_plan.local_queues.make_mut().remove(0);
         let fewer = DesiredObjects::of(&fewer_plan);
         let (actions, _) = diff_with(&mut in_sync, &fewer, &stored);
         assert_eq!(actions, vec![Action::Delete { target: lq }]);

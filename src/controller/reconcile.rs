@@ -25,7 +25,7 @@ use crate::inventory::Inventory;
 use crate::k8s::instance;
 use crate::kueue::config::{Configuration, ObservedConfiguration};
 use crate::plan::device_quarantine::{self, DeviceHealth, Quarantine};
-use crate::plan::{Plan, PlanInput, Served, plan, served_by};
+use crate::plan::{LocalQueues, Plan, PlanInput, Served, plan_reusing, served_by};
 use k8s_openapi::api::resource::v1alpha3::DeviceTaintRule;
 
 /// Everything one reconcile needs besides the caches.
@@ -71,6 +71,9 @@ pub(super) struct Reconciler {
     pub(super) workers: super::multikueue::Workers,
     /// Asked after each reconcile: what a re-plan freed goes back to the system.
     pub(super) trim: super::allocator::TrimRequests,
+    /// The last plan's LocalQueues, reused by the next plan while the budgets,
+    /// their namespaces and the classes' validity call for the same ones.
+    pub(super) last_local_queues: std::sync::Mutex<LocalQueues>,
 }
 
 /// The ledger's tasks and what they share with the planner loop.
@@ -172,13 +175,21 @@ impl Reconciler {
         };
         let mut health = health;
         apply_node_conditions(&mut health, inventory, &self.config.health.node_conditions);
-        let mut planned = plan(&PlanInput {
-            classes: &classes,
-            budgets: &budgets,
-            inventory,
-            health: &health,
-            options: &options,
-        });
+        let mut planned = {
+            let mut kept = self.last_local_queues.lock().expect("local queues lock");
+            let planned = plan_reusing(
+                &PlanInput {
+                    classes: &classes,
+                    budgets: &budgets,
+                    inventory,
+                    health: &health,
+                    options: &options,
+                },
+                Some(&kept),
+            );
+            *kept = planned.local_queues.clone();
+            planned
+        };
         // One failed DRA device out by a DeviceTaintRule, not its node.
         let quarantine = self.quarantine(caches, inventory, &planned);
         planned.device_taint_rules = quarantine.rules.clone();

@@ -64,7 +64,8 @@ use crate::api::{
 };
 use crate::health::HealthSnapshot;
 use crate::inventory::{Inventory, NodeInventory};
-use crate::kueue::{ClusterQueue, Cohort, LocalQueue, ResourceFlavor, Topology};
+use crate::kueue::{ClusterQueue, Cohort, ResourceFlavor, Topology};
+pub use objects::LocalQueues;
 pub use purity::ImpureFlavor;
 pub use quota::{Demand, allocate};
 
@@ -210,7 +211,7 @@ pub struct Plan {
     pub resource_flavors: Vec<ResourceFlavor>,
     pub cohorts: Vec<Cohort>,
     pub cluster_queues: Vec<ClusterQueue>,
-    pub local_queues: Vec<LocalQueue>,
+    pub local_queues: LocalQueues,
     #[serde(skip)]
     pub classes: BTreeMap<String, ClassReport>,
     #[serde(skip)]
@@ -304,6 +305,13 @@ pub struct FlavorReport {
 }
 
 pub fn plan(input: &PlanInput<'_>) -> Plan {
+    plan_reusing(input, None)
+}
+
+/// [`plan`], given the last plan's LocalQueues (`Plan::local_queues`): they are
+/// reused, not built again, when the inputs call for exactly those (a Node or
+/// health change leaves them as they were). The plan is the same either way.
+pub fn plan_reusing(input: &PlanInput<'_>, kept_local_queues: Option<&LocalQueues>) -> Plan {
     let options = input.options;
     let nodes: Vec<&NodeInventory> = input.inventory.nodes.values().map(|n| &**n).collect();
 
@@ -362,6 +370,7 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
             input_budgets: input.budgets,
             namespaces: &budgets.namespaces,
             options,
+            kept_local_queues,
         },
         &mut budgets.reports,
     );

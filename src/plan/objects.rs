@@ -2,6 +2,7 @@
 
 use crate::api::parsed::ParsedBudget;
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
@@ -39,6 +40,8 @@ pub(super) struct ObjectsInput<'a> {
     pub(super) input_budgets: &'a [CreditBudget],
     pub(super) namespaces: &'a BTreeMap<String, Vec<String>>,
     pub(super) options: &'a PlanOptions,
+    /// The last plan's LocalQueues, reused when these inputs call for the same.
+    pub(super) kept_local_queues: Option<&'a LocalQueues>,
 }
 
 /// The Kueue objects, each list sorted by name (LocalQueues by namespace, name).
@@ -47,7 +50,7 @@ pub(super) struct KueueObjects {
     pub(super) resource_flavors: Vec<ResourceFlavor>,
     pub(super) cohorts: Vec<Cohort>,
     pub(super) cluster_queues: Vec<ClusterQueue>,
-    pub(super) local_queues: Vec<LocalQueue>,
+    pub(super) local_queues: LocalQueues,
     /// ClusterQueue -> (budget, class); see [`super::Plan::priced_queues`].
     pub(super) priced_queues: BTreeMap<String, (String, String)>,
 }
@@ -76,6 +79,7 @@ pub(super) fn build(
     objects
         .cohorts
         .push(build_root_cohort(options, input.flavor_reports));
+    let mut wanted_queues: Vec<WantedQueue<'_>> = Vec::new();
 
     for &budget in input.budgets {
         let bname = name_of(&budget.metadata);
@@ -117,7 +121,11 @@ pub(super) fn build(
                 ),
             ));
         }
-        let namespaces = input.namespaces.get(&bname).cloned().unwrap_or_default();
+        let namespaces: &[String] = input
+            .namespaces
+            .get(&bname)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
         for grant in &budget.spec.classes {
             let Some(class) = input.class_by_name.get(&grant.name) else {
                 continue;
@@ -139,7 +147,7 @@ pub(super) fn build(
                 &order,
                 input.flavor_reports,
                 &report.grants,
-                &namespaces,
+                namespaces,
                 held,
                 options,
             );
@@ -150,18 +158,12 @@ pub(super) fn build(
                 .priced_queues
                 .insert(cq_name.clone(), (bname.clone(), grant.name.clone()));
             report.cluster_queues.push(cq_name.clone());
-            for ns in &namespaces {
-                objects.local_queues.push(LocalQueue {
-                    metadata: meta(
-                        &grant.name,
-                        Some(ns),
-                        labels_for(&options.instance, Some(budget), Some(&grant.name)),
-                        owner_ref(budget),
-                    ),
-                    spec: LocalQueueSpec {
-                        cluster_queue: cq_name.clone(),
-                        stop_policy: None,
-                    },
+            for ns in namespaces {
+                wanted_queues.push(WantedQueue {
+                    class: &grant.name,
+                    namespace: ns,
+                    budget,
+                    cluster_queue: objects.cluster_queues.len() - 1,
                 });
                 report.local_queues.push(format!("{ns}/{}", grant.name));
             }
@@ -170,6 +172,12 @@ pub(super) fn build(
         let ready = status::budget_ready(report);
         report.conditions.insert(0, ready);
     }
+    objects.local_queues = LocalQueues::of(
+        &wanted_queues,
+        &objects.cluster_queues,
+        &options.instance,
+        input.kept_local_queues,
+    );
     price_invalid_class_queues(
         &mut objects.priced_queues,
         input.input_budgets,
@@ -181,10 +189,126 @@ pub(super) fn build(
     objects
         .cluster_queues
         .sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-    objects.local_queues.sort_by(|a, b| {
-        (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name))
-    });
     objects
+}
+
+/// A LocalQueue the budgets call for: the class's queue in one of the budget's
+/// namespaces, pointing at the ClusterQueue at `cluster_queue` (in build order).
+struct WantedQueue<'a> {
+    class: &'a str,
+    namespace: &'a str,
+    budget: &'a CreditBudget,
+    cluster_queue: usize,
+}
+
+/// The planned LocalQueues, sorted by namespace and name, kept whole between
+/// plans: they follow from the budgets, their namespaces and the classes' validity
+/// alone, so a Node or health change leaves every one as it was, and building them
+/// afresh (1,600 in the fleet bench, each with its labels and owner reference)
+/// was a fifth of a plan. [`super::plan_reusing`] takes the last plan's and reuses
+/// them, unchanged, when the inputs call for exactly those.
+#[derive(Clone, Debug, Default)]
+pub struct LocalQueues {
+    queues: Arc<Vec<LocalQueue>>,
+    /// For each queue in the order the inputs produced it, where the sort put it;
+    /// empty once the queues were edited (then never reused).
+    sorted_at: Arc<Vec<u32>>,
+}
+
+impl std::ops::Deref for LocalQueues {
+    type Target = [LocalQueue];
+
+    fn deref(&self) -> &[LocalQueue] {
+        &self.queues
+    }
+}
+
+impl serde::Serialize for LocalQueues {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.queues.serialize(serializer)
+    }
+}
+
+impl LocalQueues {
+    /// The queues to edit (tests, and callers that adjust a plan): no longer
+    /// reusable by a later plan.
+    pub fn make_mut(&mut self) -> &mut Vec<LocalQueue> {
+        self.sorted_at = Arc::default();
+        Arc::make_mut(&mut self.queues)
+    }
+
+    /// Whether `self` and `other` share their queues (one was reused from the other).
+    pub fn shared_with(&self, other: &LocalQueues) -> bool {
+        Arc::ptr_eq(&self.queues, &other.queues)
+    }
+
+    fn of(
+        wanted: &[WantedQueue<'_>],
+        cluster_queues: &[ClusterQueue],
+        instance: &str,
+        kept: Option<&LocalQueues>,
+    ) -> Self {
+        let cluster_queue_of = |w: &WantedQueue<'_>| {
+            cluster_queues
+                .get(w.cluster_queue)
+                .and_then(|q| q.metadata.name.as_deref())
+                .unwrap_or_default()
+        };
+        if let Some(kept) = kept
+            && kept.queues.len() == wanted.len()
+            && kept.sorted_at.len() == wanted.len()
+            && wanted.iter().zip(kept.sorted_at.iter()).all(|(w, &at)| {
+                kept.queues.get(at as usize).is_some_and(|q| {
+                    q.metadata.name.as_deref() == Some(w.class)
+                        && q.metadata.namespace.as_deref() == Some(w.namespace)
+                        && q.spec.cluster_queue == cluster_queue_of(w)
+                        && labels_are(
+                            q.metadata.labels.as_ref(),
+                            label_pairs(instance, Some(w.budget), Some(w.class)),
+                        )
+                        && owned_by(q.metadata.owner_references.as_ref(), w.budget)
+                })
+            })
+        {
+            // Each queue the inputs produce is the kept one at its sorted place,
+            // so building and sorting them again would give the kept list.
+            return kept.clone();
+        }
+        let built: Vec<LocalQueue> = wanted
+            .iter()
+            .map(|w| LocalQueue {
+                metadata: meta(
+                    w.class,
+                    Some(w.namespace),
+                    labels_for(instance, Some(w.budget), Some(w.class)),
+                    owner_ref(w.budget),
+                ),
+                spec: LocalQueueSpec {
+                    cluster_queue: cluster_queue_of(w).to_string(),
+                    stop_policy: None,
+                },
+            })
+            .collect();
+        // A stable sort of positions: equal names keep their input order.
+        let mut order: Vec<usize> = (0..built.len()).collect();
+        order.sort_by(|&a, &b| {
+            let (a, b) = (&built[a].metadata, &built[b].metadata);
+            (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name))
+        });
+        let mut sorted_at = vec![0u32; built.len()];
+        for (at, &from) in order.iter().enumerate() {
+            sorted_at[from] = at as u32;
+        }
+        let mut slots: Vec<Option<LocalQueue>> = built.into_iter().map(Some).collect();
+        let queues = order
+            .into_iter()
+            .filter_map(|from| slots.get_mut(from).and_then(Option::take))
+            .collect();
+        LocalQueues {
+            queues: Arc::new(queues),
+            sorted_at: Arc::new(sorted_at),
+        }
+    }
 }
 
 /// Adds the queues of grants whose class is invalid, which are not planned (kaccel
@@ -229,15 +353,59 @@ fn labels_for(
     budget: Option<&CreditBudget>,
     class: Option<&str>,
 ) -> BTreeMap<String, String> {
-    let mut labels = BTreeMap::from([(MANAGED_BY_LABEL.to_string(), instance.to_string())]);
-    if let Some(b) = budget {
-        labels.insert(BUDGET_LABEL.into(), name_of(&b.metadata));
-        labels.insert(TEAM_LABEL.into(), b.spec.team.clone());
+    label_pairs(instance, budget, class)
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// The labels of a planned object, as pairs (their keys differ): what
+/// `labels_for` builds and `labels_are` checks.
+fn label_pairs<'a>(
+    instance: &'a str,
+    budget: Option<&'a CreditBudget>,
+    class: Option<&'a str>,
+) -> impl Iterator<Item = (&'static str, &'a str)> {
+    let of_budget = budget.into_iter().flat_map(|b| {
+        [
+            (BUDGET_LABEL, b.metadata.name.as_deref().unwrap_or_default()),
+            (TEAM_LABEL, b.spec.team.as_str()),
+        ]
+    });
+    std::iter::once((MANAGED_BY_LABEL, instance))
+        .chain(of_budget)
+        .chain(class.map(|c| (CLASS_LABEL, c)))
+}
+
+/// `labels` are exactly `pairs`.
+fn labels_are<'a>(
+    labels: Option<&BTreeMap<String, String>>,
+    pairs: impl Iterator<Item = (&'static str, &'a str)>,
+) -> bool {
+    let Some(labels) = labels else {
+        return false;
+    };
+    let mut count = 0;
+    pairs
+        .inspect(|_| count += 1)
+        .all(|(k, v)| labels.get(k).map(String::as_str) == Some(v))
+        && labels.len() == count
+}
+
+/// `owners` are what `owner_ref(obj)` gives (as `meta` stores it).
+fn owned_by<K: Resource<DynamicType = ()>>(owners: Option<&Vec<OwnerReference>>, obj: &K) -> bool {
+    let meta = obj.meta();
+    match (&meta.uid, &meta.name, owners.map(Vec::as_slice)) {
+        (Some(uid), Some(name), Some([o])) => {
+            o.uid == *uid
+                && o.name == *name
+                && o.api_version == K::api_version(&())
+                && o.kind == K::kind(&())
+                && o.controller == Some(true)
+                && o.block_owner_deletion.is_none()
+        }
+        (Some(_), Some(_), _) => false,
+        (_, _, owners) => owners.is_none(),
     }
-    if let Some(c) = class {
-        labels.insert(CLASS_LABEL.into(), c.to_string());
-    }
-    labels
 }
 
 /// Owner reference to a kaccel object, when it came from the API server (has a UID).

@@ -125,7 +125,7 @@ async fn plan_apply_admit(client: &Client, cleanup: &mut Cleanup) -> Result<()> 
         let (_, name) = apply("ClusterQueue", serde_json::to_value(q)?).await?;
         cleanup.add(None, kueue("ClusterQueue"), &name);
     }
-    for q in &planned.local_queues {
+    for q in planned.local_queues.iter() {
         let (ns, name) = apply("LocalQueue", serde_json::to_value(q)?).await?;
         cleanup.add(ns.as_deref(), kueue("LocalQueue"), &name);
     }

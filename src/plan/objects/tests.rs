@@ -172,3 +172,135 @@ proptest::proptest! {
         proptest::prop_assert!((exact - rounded) as f64 <= exact as f64 / 256.0);
     }
 }
+
+/// The plan of `classes`, `budgets` and `nodes`, given `kept` LocalQueues.
+fn plan_of(
+    classes: &[AcceleratorClass],
+    budgets: &[CreditBudget],
+    nodes: &[k8s_openapi::api::core::v1::Node],
+    kept: Option<&LocalQueues>,
+) -> Plan {
+    crate::plan::plan_reusing(
+        &PlanInput {
+            classes,
+            budgets,
+            inventory: &Inventory::from_nodes(nodes),
+            health: &HealthSnapshot::default(),
+            options: &PlanOptions::default(),
+        },
+        kept,
+    )
+}
+
+fn json_of(planned: &Plan) -> serde_json::Value {
+    serde_json::to_value(planned).expect("a plan serialises")
+}
+
+#[test]
+fn a_node_change_reuses_the_local_queues_a_budget_change_builds_them() {
+    let loaded = crate::testkit::examples();
+    let (classes, mut budgets, mut nodes) = (loaded.classes, loaded.budgets, loaded.nodes);
+    for (i, b) in budgets.iter_mut().enumerate() {
+        b.metadata.uid = Some(format!("uid-{i}")); // owner references too
+    }
+    let before = plan_of(&classes, &budgets, &nodes, None);
+    assert!(!before.local_queues.is_empty());
+
+    // A Node relabelled (its GPUs gone): quota moves, the queues do not.
+    let node = nodes
+        .iter_mut()
+        .find(|n| n.labels().keys().any(|k| k.starts_with("nvidia.com/")))
+        .expect("an NVIDIA node in the examples");
+    node.labels_mut()
+        .retain(|k, _| !k.starts_with("nvidia.com/"));
+    let reused = plan_of(&classes, &budgets, &nodes, Some(&before.local_queues));
+    assert!(reused.local_queues.shared_with(&before.local_queues));
+    assert_eq!(
+        json_of(&reused),
+        json_of(&plan_of(&classes, &budgets, &nodes, None))
+    );
+
+    // Each input a queue is built from, changed: built again, as a fresh plan has it.
+    type Edit = (&'static str, fn(&mut CreditBudget));
+    let edits: [Edit; 4] = [
+        ("namespace", |b| {
+            b.spec.namespaces = vec!["elsewhere".into()]
+        }),
+        ("team label", |b| b.spec.team = "another-team".into()),
+        ("owner", |b| b.metadata.uid = Some("uid-recreated".into())),
+        ("grants", |b| b.spec.classes.truncate(0)),
+    ];
+    for (what, edit) in edits {
+        let mut changed = budgets.clone();
+        edit(&mut changed[0]);
+        let replanned = plan_of(&classes, &changed, &nodes, Some(&before.local_queues));
+        assert!(
+            !replanned.local_queues.shared_with(&before.local_queues),
+            "{what} changed, the queues reused"
+        );
+        assert_eq!(
+            json_of(&replanned),
+            json_of(&plan_of(&classes, &changed, &nodes, None)),
+            "{what} changed"
+        );
+    }
+
+    // Queues edited after planning are never reused, even unchanged.
+    let mut edited = before.local_queues.clone();
+    edited.make_mut();
+    let replanned = plan_of(&classes, &budgets, &nodes, Some(&edited));
+    assert!(!replanned.local_queues.shared_with(&edited));
+    assert_eq!(
+        json_of(&replanned),
+        json_of(&plan_of(&classes, &budgets, &nodes, None))
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// Reusing the last plan's LocalQueues never changes a plan, whatever changed
+    /// since; and with the budgets and classes unchanged they are reused whenever
+    /// the same queues are called for.
+    #[test]
+    fn reused_local_queues_never_change_the_plan(
+        (classes, budgets) in arb_classes().prop_flat_map(|c| { let n = c.len(); (Just(c), arb_budgets(n)) }),
+        fleet_size in 5usize..30,
+        (seed_before, seed_after) in (any::<u64>(), any::<u64>()),
+        edit in 0u8..8,
+        which in any::<prop::sample::Index>(),
+        with_uids in any::<bool>(),
+    ) {
+        let mut budgets = budgets;
+        if with_uids {
+            for (i, b) in budgets.iter_mut().enumerate() {
+                b.metadata.uid = Some(format!("uid-{i}"));
+            }
+        }
+        let before = plan_of(&classes, &budgets, &generate_fleet(fleet_size, seed_before), None);
+        let (mut classes_after, mut budgets_after) = (classes.clone(), budgets.clone());
+        let b = which.index(budgets_after.len());
+        match edit {
+            1 => budgets_after[b].metadata.uid = Some("uid-new".into()),
+            2 => budgets_after[b].spec.team = "team-renamed".into(),
+            3 => budgets_after[b].spec.namespaces = vec!["ns-moved".into()],
+            4 => budgets_after[b].spec.classes.truncate(1),
+            5 => {
+                let c = which.index(classes_after.len());
+                classes_after[c].spec.credits.per_device_hour = "-1".into();
+            }
+            6 => budgets_after.reverse(),
+            7 => budgets_after[b].metadata.name = Some("team-renamed".into()),
+            _ => {}
+        }
+        let nodes_after = generate_fleet(fleet_size, seed_after);
+        let reused = plan_of(&classes_after, &budgets_after, &nodes_after, Some(&before.local_queues));
+        let fresh = plan_of(&classes_after, &budgets_after, &nodes_after, None);
+        prop_assert_eq!(json_of(&reused), json_of(&fresh));
+        if edit == 0 && serde_json::to_value(&*fresh.local_queues).ok()
+            == serde_json::to_value(&*before.local_queues).ok()
+        {
+            prop_assert!(reused.local_queues.shared_with(&before.local_queues));
+        }
+    }
+}
