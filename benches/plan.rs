@@ -16,7 +16,7 @@ use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 
 use std::collections::HashSet;
 
-use kaccel::api::{SharingMode, synthetic};
+use kaccel::api::{AcceleratorClass, CreditBudget, SharingMode, synthetic};
 use kaccel::controller::diff::{DesiredObjects, Kind, ObjectRef, desired_objects};
 use kaccel::health::HealthSnapshot;
 use kaccel::inventory::{Inventory, synthetic::generate_fleet};
@@ -51,6 +51,33 @@ fn one_node_cordoned(
     let mut changed = inventory.clone();
     changed.nodes.extend(read.nodes);
     changed
+}
+
+/// Plans `inventories` (one Node apart) in turn, each plan given the last one's
+/// LocalQueues, as the controller re-plans after a Node change.
+fn replan_in_turn(
+    b: &mut criterion::Bencher<'_>,
+    inventories: &[Inventory; 2],
+    classes: &[AcceleratorClass],
+    budgets: &[CreditBudget],
+    health: &HealthSnapshot,
+    options: &PlanOptions,
+) {
+    let input = |turn: usize| PlanInput {
+        classes,
+        budgets,
+        inventory: &inventories[turn],
+        health,
+        options,
+    };
+    let mut kept = plan(&input(1)).local_queues;
+    let mut turn = 0;
+    b.iter(|| {
+        turn ^= 1;
+        let planned = plan_reusing(&input(turn), Some(&kept));
+        kept = planned.local_queues.clone();
+        black_box(planned.cluster_queues.len())
+    })
 }
 
 fn bench_plan(c: &mut Criterion) {
@@ -122,30 +149,7 @@ fn bench_plan(c: &mut Criterion) {
             one_node_cordoned(&inventory, &fleet, &[]),
         ];
         group.bench_function("nodes 5000 after a Node change", |b| {
-            let mut turn = 0;
-            let mut kept = plan(&PlanInput {
-                classes: &classes,
-                budgets: &budgets,
-                inventory: &inventories[1],
-                health: &health,
-                options: &options,
-            })
-            .local_queues;
-            b.iter(|| {
-                turn ^= 1;
-                let planned = plan_reusing(
-                    &PlanInput {
-                        classes: &classes,
-                        budgets: &budgets,
-                        inventory: &inventories[turn],
-                        health: &health,
-                        options: &options,
-                    },
-                    Some(&kept),
-                );
-                kept = planned.local_queues.clone();
-                black_box(planned.cluster_queues.len())
-            })
+            replan_in_turn(b, &inventories, &classes, &budgets, &health, &options)
         });
     }
     // The same 5,000 nodes with Topology Aware Scheduling on (every flavor's
@@ -381,23 +385,7 @@ fn bench_plan_dra(c: &mut Criterion) {
         one_node_cordoned(&inventory, &fleet, &slices),
     ];
     group.bench_function("dra nodes 5000 after a Node change", |b| {
-        let mut turn = 0;
-        let mut kept = planned.local_queues.clone();
-        b.iter(|| {
-            turn ^= 1;
-            let replanned = plan_reusing(
-                &PlanInput {
-                    classes: &classes,
-                    budgets: &budgets,
-                    inventory: &inventories[turn],
-                    health: &health,
-                    options: &options,
-                },
-                Some(&kept),
-            );
-            kept = replanned.local_queues.clone();
-            black_box(replanned.device_classes.len())
-        })
+        replan_in_turn(b, &inventories, &classes, &budgets, &health, &options)
     });
     group.finish();
     c.bench_function("inventory/read 5000 DRA nodes and slices", |b| {

@@ -187,6 +187,11 @@ impl Reconciler {
                 },
                 Some(&kept),
             );
+            // 1 when a Node or health change left the queues as they were.
+            clock.note(
+                "local queues kept",
+                usize::from(planned.local_queues.shared_with(&kept)),
+            );
             *kept = planned.local_queues.clone();
             planned
         };
