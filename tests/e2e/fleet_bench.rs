@@ -12,8 +12,10 @@
 //! - Node label changes (an H100 node relabelled as an L40S one and back, as GPU
 //!   feature discovery does after a card swap) and device health changes (one GPU
 //!   of an exporter's node turns failed): change -> the root Cohort's quota
-//!   written (seen on a watch), p50 / p99 / max; kaccel's CPU, re-plans and Node
-//!   reads per change; the most memory kaccel held while they ran, and after.
+//!   written (seen on a watch), p50 / p99 / max, each label change also split at
+//!   the moment the bench's own Node watch saw it (the control plane's delivery,
+//!   then kaccel's part); kaccel's CPU, re-plans and Node reads per change; the
+//!   most memory kaccel held while they ran, and after.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
