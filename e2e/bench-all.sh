@@ -9,7 +9,8 @@
 #
 # Steps (each one's whole output is kept in the output folder):
 #   plan       cargo bench --bench plan (criterion): 5,000 device-plugin Nodes,
-#              the DRA fleet of 5,000 Nodes
+#              the DRA fleet of 5,000 Nodes; each also re-planned after one Node
+#              change (the last LocalQueues kept, as the controller re-plans)
 #   ledger     kaccel ledger bench on SQLite and on PostgreSQL (e2e/postgres.sh):
 #              batched append rate over the last tenth, single-entry append p99,
 #              CSV and FOCUS export rows/s and peak RSS, verify time
@@ -73,7 +74,7 @@ fi
 KACCEL="$CARGO_TARGET_DIR/release/kaccel"
 
 if runs plan; then
-  step plan cargo bench --quiet --bench plan -- "plan/nodes/5000|plan/dra nodes" --noplot
+  step plan cargo bench --quiet --bench plan -- "plan/nodes/5000|plan/nodes 5000 after a Node|plan/dra nodes" --noplot
 fi
 if runs ledger; then
   rm -f "$OUT/ledger.db" "$OUT/ledger.db-wal" "$OUT/ledger.db-shm"
@@ -186,6 +187,11 @@ row "fleet: missed exporter polls" "0" "" "$(after $F 'quiet [0-9]+ s:' 'missed 
 row "fleet: RSS settled" "< 100 MiB" "" "$(after $F 'memory settled' 'VmRSS')" MiB "<=100"
 row "plan: 5,000 device-plugin Nodes, median" "" "" "$(criterion plan.log 'plan/nodes/5000')" ms ""
 row "plan: DRA fleet, 5,000 Nodes, median (the DRA issue's target)" "20 ms" "" "$(criterion plan.log 'plan/dra nodes')" ms "<=20"
+# As the controller re-plans after one Node change (the last LocalQueues kept).
+row "plan: 5,000 device-plugin Nodes after a Node change, median" "" "" \
+  "$(criterion plan.log 'plan/nodes 5000 after a Node change')" ms ""
+row "plan: DRA fleet after a Node change, median" "20 ms" "" \
+  "$(criterion plan.log 'plan/dra nodes 5000 after a Node change')" ms "<=20"
 {
   echo "Benchmarks ($(basename "$OUT")), $(date -u +%Y-%m-%dT%H:%MZ), $(git -C "$REPO_DIR" rev-parse --short HEAD), $(nproc) cores"
   echo
