@@ -99,6 +99,9 @@ pub struct Metrics {
     pub check_decisions: Family<DecisionLabel, Counter>,
     /// Seconds from Kueue reserving quota to kaccel setting the check Ready.
     pub check_latency: Histogram,
+    /// Checks answered before Kueue listed them on the Workload (quota
+    /// reserved, its Workload controller behind; see the reconcile's step 2).
+    pub check_answered_unlisted: Counter,
     /// Seconds per stage of a reservation on the admission path, in order:
     /// `record` (annotation + finalizer write, before the lock; skipped when
     /// already written), `lock` (waiting for other reservations), `balances`,
@@ -170,6 +173,7 @@ impl Metrics {
             ledger_drift: Family::default(),
             check_decisions: Family::default(),
             check_latency: Histogram::new(exponential_buckets(0.005, 2.0, 14)),
+            check_answered_unlisted: Counter::default(),
             check_stage: Family::new_with_constructor(stage_histogram),
             budget_pass_duration: Histogram::new(exponential_buckets(0.0005, 2.0, 14)),
             budget_pass_cpu: Histogram::new(exponential_buckets(0.0005, 2.0, 14)),
@@ -234,6 +238,11 @@ impl Metrics {
             "kaccel_admission_check_latency_seconds",
             "Time from Kueue reserving quota to the credit check set Ready",
             m.check_latency.clone(),
+        );
+        registry.register(
+            "kaccel_admission_check_answered_unlisted",
+            "Credit checks answered before Kueue listed the check on the Workload",
+            m.check_answered_unlisted.clone(),
         );
         registry.register(
             "kaccel_admission_check_stage_seconds",

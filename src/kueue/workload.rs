@@ -327,6 +327,55 @@ impl Workload {
         self.status.admission_checks.iter().find(|c| c.name == name)
     }
 
+    /// Whether ClusterQueue `cluster_queue` (its JSON as the API server serves
+    /// it) calls for AdmissionCheck `check` on this Workload's admission, as
+    /// Kueue decides it (`workload.AdmissionChecksForWorkload`, v0.16 and
+    /// v0.17): a rule of `spec.admissionChecksStrategy` names the check, and its
+    /// `onFlavors` (every flavor of the queue when empty) share one with the
+    /// admission; an admission without flavors gets every check. False while
+    /// the Workload has no admission, or one to another queue.
+    pub fn check_called_for(&self, cluster_queue: &Value, check: &str) -> bool {
+        let Some(admission) = &self.status.admission else {
+            return false;
+        };
+        if cluster_queue["metadata"]["name"].as_str() != Some(admission.cluster_queue.as_str()) {
+            return false;
+        }
+        let spec = &cluster_queue["spec"];
+        let names = |list: &Value| -> Vec<String> {
+            list.as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|f| f.as_str().or_else(|| f["name"].as_str()))
+                .map(str::to_string)
+                .collect()
+        };
+        let Some(rule) = spec["admissionChecksStrategy"]["admissionChecks"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|rule| rule["name"].as_str() == Some(check))
+        else {
+            return false;
+        };
+        let mut rule_flavors = names(&rule["onFlavors"]);
+        if rule_flavors.is_empty() {
+            rule_flavors = spec["resourceGroups"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .flat_map(|group| names(&group["flavors"]))
+                .collect();
+        }
+        let mut admitted_on = admission
+            .pod_set_assignments
+            .iter()
+            .flat_map(|a| a.flavors.iter().flatten())
+            .map(|(_, flavor)| flavor)
+            .peekable();
+        admitted_on.peek().is_none() || admitted_on.any(|f| rule_flavors.contains(f))
+    }
+
     /// Annotation `key`, if set.
     pub fn annotation(&self, key: &str) -> Option<&str> {
         self.metadata
@@ -582,5 +631,67 @@ mod tests {
         .unwrap();
         assert_eq!(w.spec.active, Some(false));
         assert_eq!(w.to_value()["status"], json!({}));
+    }
+
+    /// A ClusterQueue as the API server serves it (Kueue v0.17's
+    /// `apis/kueue/v1beta2/clusterqueue_types.go`: `onFlavors` is a list of
+    /// flavor names), with the given admission-check rules.
+    fn queue(rules: Value) -> Value {
+        json!({
+            "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
+            "metadata": {"name": "vision"},
+            "spec": {
+                "resourceGroups": [
+                    {"coveredResources": ["cpu"], "flavors": [{"name": "default", "resources": []}]},
+                    {"coveredResources": ["nvidia.com/gpu"], "flavors": [
+                        {"name": "h100", "resources": []}, {"name": "a100", "resources": []}]}
+                ],
+                "admissionChecksStrategy": {"admissionChecks": rules}
+            }
+        })
+    }
+
+    #[test]
+    fn a_check_is_called_for_as_kueue_lists_it() {
+        // Slimmed, as the credit check caches it: the flavors must survive.
+        let mut w: Workload = serde_json::from_value(finished()).unwrap();
+        w.slim("kaccel.io/", |r| r.contains('/'));
+        let check = "kaccel-credits";
+        // As kaccel generates its queues: the rule alone, every flavor.
+        assert!(w.check_called_for(&queue(json!([{"name": check}])), check));
+        assert!(w.check_called_for(&queue(json!([{"name": "other"}, {"name": check}])), check));
+        assert!(!w.check_called_for(&queue(json!([{"name": "other"}])), check));
+        assert!(!w.check_called_for(&queue(json!([])), check));
+        let mut no_strategy = queue(json!([]));
+        no_strategy["spec"]
+            .as_object_mut()
+            .unwrap()
+            .remove("admissionChecksStrategy");
+        assert!(!w.check_called_for(&no_strategy, check));
+        // onFlavors: only an admission on one of them.
+        let on = |flavors: Value| queue(json!([{"name": check, "onFlavors": flavors}]));
+        assert!(w.check_called_for(&on(json!(["h100"])), check));
+        assert!(!w.check_called_for(&on(json!(["a100"])), check));
+        assert!(w.check_called_for(&on(json!([])), check));
+        // Another queue's spec says nothing about this admission.
+        let mut other = queue(json!([{"name": check}]));
+        other["metadata"]["name"] = json!("robotics");
+        assert!(!w.check_called_for(&other, check));
+        // An admission without flavors gets every check the queue lists.
+        let mut flavorless = w.clone();
+        for a in &mut flavorless
+            .status
+            .admission
+            .as_mut()
+            .unwrap()
+            .pod_set_assignments
+        {
+            a.flavors = None;
+        }
+        assert!(flavorless.check_called_for(&on(json!(["a100"])), check));
+        // No admission: Kueue has not reserved quota.
+        let mut waiting = w.clone();
+        waiting.status.admission = None;
+        assert!(!waiting.check_called_for(&queue(json!([{"name": check}])), check));
     }
 }

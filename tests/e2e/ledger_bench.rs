@@ -439,6 +439,10 @@ async fn bench(client: &Client, cleanup: &mut Cleanup) -> Result<()> {
             "kaccel_admission_check_latency_seconds_count",
         ))
         .chain(metric_lines(&metrics, "kaccel_admission_check_decisions"))
+        .chain(metric_lines(
+            &metrics,
+            "kaccel_admission_check_answered_unlisted",
+        ))
         .chain(
             metric_lines(&metrics, "kaccel_writes_total")
                 .into_iter()

@@ -18,6 +18,7 @@ impl LedgerRuntime {
         let deleting = deletion_time(v).is_some();
         let pricing = self.shared.pricing();
         let has_finalizer = obj.has_finalizer(&self.config.finalizer);
+        tracing::debug!(target: "kaccel::credit_check", workload = %shown, check = ?check.map(|c| c.0), quota = holds_quota(v), "reconcile");
         if check.is_none() && !has_finalizer {
             return Ok(Action::await_change());
         }
@@ -114,12 +115,21 @@ impl LedgerRuntime {
             }
         }
 
-        // 2. Answer a Pending check of a Workload holding quota.
-        if !matches!(check, Some(("Pending", _))) || finished || deleting {
+        // 2. Answer a Pending check of a Workload holding quota, or one Kueue has
+        // not listed yet on a Workload kaccel charges (its finalizer, from the
+        // webhook) whose queue calls for it: in a burst Kueue's scheduler
+        // reserves quota well before its Workload controller gets round to
+        // listing the check (a write of its own, queued behind every other
+        // Workload's), and once kaccel's answer is there that controller skips
+        // the listing and admits in the same pass. Kueue's listing is a
+        // resourceVersion-checked update, so it cannot overwrite the answer.
+        let question = open_question(check, has_finalizer, holds_quota(v), || {
+            self.queue_calls_for_check(v)
+        });
+        if question.is_none() || finished || deleting {
             self.forget_answered(&uid);
         }
-        if let Some((state, message)) = check
-            && matches!(state, "Pending")
+        if let Some(message) = question
             && holds_quota(v)
             && !finished
             && !deleting
@@ -375,6 +385,9 @@ impl LedgerRuntime {
                 let answered = std::time::Instant::now();
                 self.set_check(v, "Ready", &note, None).await?;
                 stage("status", answered);
+                if v.check(&self.config.admission_check_name).is_none() {
+                    self.metrics.check_answered_unlisted.inc();
+                }
                 self.note_answered(uid, admission);
                 if let Some(placed) = &placed {
                     self.owner_event(v, "Placed", placed).await;
@@ -627,6 +640,20 @@ impl LedgerRuntime {
         })
     }
 
+    /// Whether the ClusterQueue `v` holds quota in is one of kaccel's, as its
+    /// cache has it, and calls for kaccel's check on `v`'s admission.
+    fn queue_calls_for_check(&self, v: &Workload) -> bool {
+        let Some(name) = v.cluster_queue() else {
+            return false;
+        };
+        self.cluster_queues
+            .get()
+            .and_then(|cache| cache.get(None, name))
+            .is_some_and(|queue| {
+                v.check_called_for(&queue.value(), &self.config.admission_check_name)
+            })
+    }
+
     /// Per flavor, the devices the other open Workloads of `cluster_queue` hold,
     /// as kaccel's own cache has them (each counted once, as the ledger does).
     fn devices_held_in(&self, cluster_queue: &str, except: &Workload) -> BTreeMap<String, u64> {
@@ -806,6 +833,24 @@ impl LedgerRuntime {
         }
         self.metrics.write("Workload", "finalizer");
         Ok(())
+    }
+}
+
+/// What kaccel's check is asked on a Workload, if anything: the message of its
+/// Pending check; or, on a Workload kaccel charges (`charged`: its finalizer)
+/// that holds quota while Kueue has not listed the check yet, an empty
+/// question when the queue calls for the check (`queue_calls_for_it`, asked
+/// only then). A check in any other state is answered already.
+pub(super) fn open_question<'a>(
+    check: Option<(&str, &'a str)>,
+    charged: bool,
+    holds_quota: bool,
+    queue_calls_for_it: impl FnOnce() -> bool,
+) -> Option<&'a str> {
+    match check {
+        Some(("Pending", message)) => Some(message),
+        None if charged && holds_quota && queue_calls_for_it() => Some(""),
+        _ => None,
     }
 }
 

@@ -323,3 +323,29 @@ fn the_record_goes_first_unless_the_webhooks_finalizer_is_on_with_no_record() {
     assert!(needs_record_first(true, Some(&record(1, "rc-2")), &now));
     assert!(needs_record_first(true, Some(&record(0, "rc-1")), &now));
 }
+
+#[test]
+fn the_check_is_asked_while_pending_or_before_kueue_lists_it_on_a_charged_workload() {
+    let calls = || true;
+    assert_eq!(
+        open_question(Some(("Pending", "waiting")), false, true, calls),
+        Some("waiting")
+    );
+    // Answered already, whatever else holds.
+    for state in ["Ready", "Retry", "Rejected"] {
+        assert_eq!(open_question(Some((state, "m")), true, true, calls), None);
+    }
+    // Not listed yet: asked only of a charged Workload holding quota in a
+    // queue that calls for the check.
+    assert_eq!(open_question(None, true, true, calls), Some(""));
+    assert_eq!(open_question(None, false, true, calls), None);
+    assert_eq!(open_question(None, true, false, calls), None);
+    assert_eq!(open_question(None, true, true, || false), None);
+    // The queue is read only when the rest holds.
+    let unread = || -> bool { panic!("the queue was read") };
+    assert_eq!(open_question(None, false, true, unread), None);
+    assert_eq!(
+        open_question(Some(("Ready", "m")), true, true, unread),
+        None
+    );
+}
