@@ -206,6 +206,13 @@ pub(super) fn ledger_relevant(w: &Workload, ours: &Ours) -> bool {
     w.has_finalizer(&ours.finalizer) || (w.counted_by_kueue() && w.has_check(&ours.check))
 }
 
+/// Whether a Workload of the open work may be waiting for credits: its check
+/// is not answered Ready (pending, retrying, or not listed yet). Only those are
+/// looked at again when credits come back.
+pub(super) fn may_wait_for_credits(w: &Workload, ours: &Ours) -> bool {
+    w.check(&ours.check).is_none_or(|c| c.state != "Ready")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -289,6 +296,31 @@ mod tests {
         index.observe(&watcher::Event::InitApply(charged.clone()), &ours());
         index.observe(&watcher::Event::InitDone, &ours());
         assert_eq!(names(&index), ["charged"]);
+    }
+
+    #[test]
+    fn only_workloads_not_answered_ready_may_wait_for_credits() {
+        let held = json!([{"type": "QuotaReserved", "status": "True", "lastTransitionTime": "2026-12-01T00:00:00Z"}]);
+        let with = |state: &str| {
+            workload(
+                held.clone(),
+                json!([{"name": "kaccel-credits", "state": state, "message": ""}]),
+                json!([FINALIZER]),
+            )
+        };
+        assert!(!may_wait_for_credits(&with("Ready"), &ours()));
+        for state in ["Pending", "Retry"] {
+            assert!(may_wait_for_credits(&with(state), &ours()), "{state}");
+        }
+        let unlisted = workload(held.clone(), json!([]), json!([FINALIZER]));
+        assert!(may_wait_for_credits(&unlisted, &ours()));
+        // Another check's Ready says nothing about kaccel's.
+        let other = workload(
+            held,
+            json!([{"name": "other", "state": "Ready", "message": ""}]),
+            json!([FINALIZER]),
+        );
+        assert!(may_wait_for_credits(&other, &ours()));
     }
 
     #[test]
