@@ -99,7 +99,7 @@ pub struct Metrics {
     pub check_decisions: Family<DecisionLabel, Counter>,
     /// Seconds from Kueue reserving quota to kaccel setting the check Ready.
     pub check_latency: Histogram,
-    /// Checks answered before Kueue listed them on the Workload (quota
+    /// Checks set Ready before Kueue listed them on the Workload (quota
     /// reserved, its Workload controller behind; see the reconcile's step 2).
     pub check_answered_unlisted: Counter,
     /// Seconds per stage of a reservation on the admission path, in order:
@@ -241,7 +241,7 @@ impl Metrics {
         );
         registry.register(
             "kaccel_admission_check_answered_unlisted",
-            "Credit checks answered before Kueue listed the check on the Workload",
+            "Credit checks set Ready before Kueue listed the check on the Workload",
             m.check_answered_unlisted.clone(),
         );
         registry.register(
