@@ -390,7 +390,8 @@ impl LedgerRuntime {
         let relevant = Arc::new(RelevantWorkloads::default());
         let _ = self.open_work.set((workloads.clone(), relevant.clone()));
         let index = relevant.clone();
-        let (slim_ours, index_ours, trigger_ours) = (ours.clone(), ours.clone(), ours.clone());
+        let (slim_ours, index_ours, trigger_ours, waiting_ours) =
+            (ours.clone(), ours.clone(), ours.clone(), ours.clone());
         let mut cache = CompactingWriter::new(writer, ours);
         let ends = self.ends_seen.clone();
         let watched = watcher(api, watcher::Config::default())
@@ -409,7 +410,6 @@ impl LedgerRuntime {
         // 2,000 was settled, every budget pass re-queued all that were still
         // open, about 70,000 reconciles in all, each a ledger read.
         let (open_work, open_cache) = (relevant.clone(), workloads.clone());
-        let waiting_ours = Ours::of(&self.config);
         let retriggered = super::receiver_stream(trigger_rx).flat_map(move |()| {
             let open: Vec<Result<Workload, watcher::Error>> = open_work
                 .keys()
