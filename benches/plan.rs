@@ -20,7 +20,7 @@ use kaccel::api::{AcceleratorClass, CreditBudget, SharingMode, synthetic};
 use kaccel::controller::diff::{DesiredObjects, Kind, ObjectRef, desired_objects};
 use kaccel::health::HealthSnapshot;
 use kaccel::inventory::{Inventory, synthetic::generate_fleet};
-use kaccel::plan::{PlanInput, PlanOptions, plan, plan_reusing};
+use kaccel::plan::{Carried, PlanInput, PlanOptions, plan, plan_carrying};
 use serde_json::json;
 
 /// Returns the allocator's free pages to the system, as the controller does.
@@ -53,8 +53,9 @@ fn one_node_cordoned(
     changed
 }
 
-/// Plans `inventories` (one Node apart) in turn, each plan given the last one's
-/// LocalQueues, as the controller re-plans after a Node change.
+/// Plans `inventories` (one Node apart) in turn, each plan given what the last
+/// one left (its LocalQueues and purity verdicts), as the controller re-plans
+/// after a Node change.
 fn replan_in_turn(
     b: &mut criterion::Bencher<'_>,
     inventories: &[Inventory; 2],
@@ -70,12 +71,12 @@ fn replan_in_turn(
         health,
         options,
     };
-    let mut kept = plan(&input(1)).local_queues;
+    let mut carried = Carried::default();
+    plan_carrying(&input(1), &mut carried);
     let mut turn = 0;
     b.iter(|| {
         turn ^= 1;
-        let planned = plan_reusing(&input(turn), Some(&kept));
-        kept = planned.local_queues.clone();
+        let planned = plan_carrying(&input(turn), &mut carried);
         black_box(planned.cluster_queues.len())
     })
 }
@@ -140,7 +141,8 @@ fn bench_plan(c: &mut Criterion) {
     }
     // A re-plan after one Node change, as the controller makes it: the same
     // 5,000 nodes with one of them cordoned, then not, in turn, each plan given
-    // the last one's LocalQueues (which a Node change leaves as they were).
+    // what the last one left (its LocalQueues, which a Node change leaves as
+    // they were, and its purity verdicts).
     {
         let fleet = generate_fleet(5_000, 42);
         let inventory = Inventory::from_nodes(&fleet);
@@ -379,7 +381,7 @@ fn bench_plan_dra(c: &mut Criterion) {
         b.iter(|| black_box(plan_fleet().device_classes.len()))
     });
     // After one Node change, as the controller re-plans (see "nodes 5000 after
-    // a Node change"): one node cordoned, then not, the last LocalQueues kept.
+    // a Node change"): one node cordoned, then not, what the last plan left kept.
     let inventories = [
         inventory.clone(),
         one_node_cordoned(&inventory, &fleet, &slices),

@@ -25,7 +25,7 @@ use crate::inventory::Inventory;
 use crate::k8s::instance;
 use crate::kueue::config::{Configuration, ObservedConfiguration};
 use crate::plan::device_quarantine::{self, DeviceHealth, Quarantine};
-use crate::plan::{LocalQueues, Plan, PlanInput, Served, plan_reusing, served_by};
+use crate::plan::{Carried, Plan, PlanInput, Served, plan_carrying, served_by};
 use k8s_openapi::api::resource::v1alpha3::DeviceTaintRule;
 
 /// Everything one reconcile needs besides the caches.
@@ -71,9 +71,10 @@ pub(super) struct Reconciler {
     pub(super) workers: super::multikueue::Workers,
     /// Asked after each reconcile: what a re-plan freed goes back to the system.
     pub(super) trim: super::allocator::TrimRequests,
-    /// The last plan's LocalQueues, reused by the next plan while the budgets,
-    /// their namespaces and the classes' validity call for the same ones.
-    pub(super) last_local_queues: std::sync::Mutex<LocalQueues>,
+    /// What the last plan left for the next: its LocalQueues (reused while the
+    /// budgets, their namespaces and the classes' validity call for the same
+    /// ones) and its purity verdicts (a Node change re-checks that Node).
+    pub(super) carried: std::sync::Mutex<Carried>,
 }
 
 /// The ledger's tasks and what they share with the planner loop.
@@ -176,8 +177,9 @@ impl Reconciler {
         let mut health = health;
         apply_node_conditions(&mut health, inventory, &self.config.health.node_conditions);
         let mut planned = {
-            let mut kept = self.last_local_queues.lock().expect("local queues lock");
-            let planned = plan_reusing(
+            let mut carried = self.carried.lock().expect("carried plan lock");
+            let last_local_queues = carried.local_queues.clone();
+            let planned = plan_carrying(
                 &PlanInput {
                     classes: &classes,
                     budgets: &budgets,
@@ -185,14 +187,18 @@ impl Reconciler {
                     health: &health,
                     options: &options,
                 },
-                Some(&kept),
+                &mut carried,
             );
             // 1 when a Node or health change left the queues as they were.
             clock.note(
                 "local queues kept",
-                usize::from(planned.local_queues.shared_with(&kept)),
+                usize::from(planned.local_queues.shared_with(&last_local_queues)),
             );
-            *kept = planned.local_queues.clone();
+            // The Nodes the purity check looked at (the fleet's when all).
+            clock.note(
+                "purity nodes checked",
+                carried.nodes_rechecked().unwrap_or(inventory.nodes.len()),
+            );
             planned
         };
         // One failed DRA device out by a DeviceTaintRule, not its node.

@@ -154,7 +154,7 @@ pub async fn run(config: Config) -> Result<(), Error> {
         node_reads_seen: Default::default(),
         trim,
         in_sync: Default::default(),
-        last_local_queues: Default::default(),
+        carried: Default::default(),
         own_writes,
         // Each source's first poll ends within its timeout (plus the poller's
         // start): until then, or until every source answered or failed, the

@@ -305,13 +305,55 @@ pub struct FlavorReport {
 }
 
 pub fn plan(input: &PlanInput<'_>) -> Plan {
-    plan_reusing(input, None)
+    plan_with(input, None, None)
 }
 
-/// [`plan`], given the last plan's LocalQueues (`Plan::local_queues`): they are
-/// reused, not built again, when the inputs call for exactly those (a Node or
-/// health change leaves them as they were). The plan is the same either way.
-pub fn plan_reusing(input: &PlanInput<'_>, kept_local_queues: Option<&LocalQueues>) -> Plan {
+/// What a plan leaves for the next one, so that a re-plan after a Node or
+/// health change does work for what changed rather than for the fleet: the
+/// LocalQueues (which such a change leaves as they were, see [`LocalQueues`])
+/// and the purity check's verdicts (see [`purity::Verdicts`]). A plan is the
+/// same with or without it; the controller keeps one between re-plans.
+#[derive(Debug, Default)]
+pub struct Carried {
+    /// The last plan's LocalQueues: reused, not built again, when the inputs
+    /// call for exactly those.
+    pub local_queues: LocalQueues,
+    purity: purity::Verdicts,
+}
+
+impl Carried {
+    /// Carrying `local_queues` (the last plan's) and nothing else.
+    pub fn with_local_queues(local_queues: LocalQueues) -> Self {
+        Carried {
+            local_queues,
+            ..Carried::default()
+        }
+    }
+
+    /// The Nodes the last plan's purity check looked at one by one (those
+    /// that changed since the plan before); None when it checked the fleet.
+    pub fn nodes_rechecked(&self) -> Option<usize> {
+        self.purity.last_rechecked
+    }
+}
+
+/// [`plan`], given what the last plan left ([`Carried`]), which it then
+/// replaces with what this plan leaves.
+pub fn plan_carrying(input: &PlanInput<'_>, carried: &mut Carried) -> Plan {
+    let planned = plan_with(
+        input,
+        Some(&carried.local_queues),
+        Some(&mut carried.purity),
+    );
+    carried.local_queues = planned.local_queues.clone();
+    planned
+}
+
+fn plan_with(
+    input: &PlanInput<'_>,
+    kept_local_queues: Option<&LocalQueues>,
+    purity_verdicts: Option<&mut purity::Verdicts>,
+) -> Plan {
     let options = input.options;
     let nodes: Vec<&NodeInventory> = input.inventory.nodes.values().map(|n| &**n).collect();
 
@@ -322,7 +364,13 @@ pub fn plan_reusing(input: &PlanInput<'_>, kept_local_queues: Option<&LocalQueue
     // 2. Resolve flavors: the devices each class pools, grouped into flavors.
     let mut resolved = flavors::resolve(&classes, &nodes, input.health, &mut class_reports);
     // 3. Purity: refuse flavors whose node labels also select other hardware.
-    let impure_flavors = purity::refuse_impure(&mut resolved, &nodes, &mut class_reports);
+    let impure_flavors = purity::refuse_impure(
+        &mut resolved,
+        &input.inventory.nodes,
+        &nodes,
+        purity_verdicts,
+        &mut class_reports,
+    );
     // 4. Name the flavors and measure their health and healthy capacity.
     let flavor_names = flavors::name_flavors(&resolved.flavors);
     let mut flavor_reports = capacity::measure(

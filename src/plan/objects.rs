@@ -205,7 +205,7 @@ struct WantedQueue<'a> {
 /// plans: they follow from the budgets, their namespaces and the classes' validity
 /// alone, so a Node or health change leaves every one as it was, and building them
 /// afresh (1,600 in the fleet bench, each with its labels and owner reference)
-/// was a fifth of a plan's heap allocations. [`super::plan_reusing`] takes the
+/// was a fifth of a plan's heap allocations. [`super::plan_carrying`] takes the
 /// last plan's and reuses them, unchanged, when the inputs call for exactly those.
 #[derive(Clone, Debug, Default)]
 pub struct LocalQueues {

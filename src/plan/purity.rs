@@ -17,6 +17,7 @@
 //! Stage 3 of the planner, `refuse_impure`, applies the check to the resolved flavors.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use foldhash::{HashMap, HashMapExt};
 
@@ -24,7 +25,7 @@ use crate::api::{self, DesiredCondition};
 use crate::inventory::{DeviceVariant, NodeInventory, SharingMode, Vendor};
 
 use super::ClassReport;
-use super::flavors::ResolvedFlavors;
+use super::flavors::{FlavorKey, ResolvedFlavors};
 
 /// At most this many offending nodes are named in a report.
 const NAMED_NODES: usize = 5;
@@ -189,88 +190,217 @@ pub(crate) fn same_device_kind(a: &DeviceVariant, b: &DeviceVariant) -> bool {
         && a.partition_profile == b.partition_profile
 }
 
-/// The nodes `labels` select that carry no device of `variant`'s kind.
-pub(crate) fn foreign_nodes(
-    index: &LabelIndex<'_>,
-    variant: &DeviceVariant,
-    labels: &BTreeMap<String, String>,
-) -> Vec<String> {
-    foreign_among(index, variant, labels, None)
-}
-
-/// For a DRA-only variant (its resource is a DeviceClass): the nodes `labels` select
-/// that publish devices of that DeviceClass but none of `variant`'s kind under it. A
-/// node without such devices cannot satisfy the flavor's claims, whatever its labels:
-/// the scheduler places a claim by ResourceSlice, on top of the flavor's nodeLabels.
-pub(crate) fn foreign_nodes_of_class(
-    index: &LabelIndex<'_>,
-    variant: &DeviceVariant,
-    labels: &BTreeMap<String, String>,
-) -> Vec<String> {
-    foreign_among(index, variant, labels, Some(variant.resource_name.as_str()))
-}
-
-/// `class`: only the devices a claim of this DeviceClass can be given count.
-fn foreign_among(
-    index: &LabelIndex<'_>,
+/// Whether `node` would make a flavor of `variant` with `labels` impure: the
+/// labels select it and it carries no device of the variant's kind. `class`: a
+/// DRA-only flavor's DeviceClass, for which only nodes publishing devices of that
+/// class count (a node without such devices cannot satisfy the flavor's claims,
+/// whatever its labels: the scheduler places a claim by ResourceSlice, on top of
+/// the flavor's nodeLabels), and only the devices a claim of it can be given.
+fn is_foreign(
+    node: &NodeInventory,
     variant: &DeviceVariant,
     labels: &BTreeMap<String, String>,
     class: Option<&str>,
-) -> Vec<String> {
+    labels_checked: bool,
+) -> bool {
     let in_scope = |g: &&crate::inventory::DeviceGroup| {
         class.is_none_or(|c| crate::inventory::dra_device_class_of(g) == Some(c))
     };
-    let mut foreign: Vec<String> = index
-        .select(labels)
-        .into_iter()
-        .map(|i| index.nodes[i])
-        .filter(|n| class.is_none() || n.groups.iter().any(|g| in_scope(&g)))
-        .filter(|n| {
-            !n.groups
-                .iter()
-                .filter(in_scope)
-                .any(|g| same_device_kind(&g.variant, variant))
-        })
-        .map(|n| n.name.clone())
-        .collect();
-    foreign.sort();
-    foreign
+    (labels_checked
+        || labels
+            .iter()
+            .all(|(k, v)| node.labels.get(k) == Some(v.as_str())))
+        && (class.is_none() || node.groups.iter().any(|g| in_scope(&g)))
+        && !node
+            .groups
+            .iter()
+            .filter(in_scope)
+            .any(|g| same_device_kind(&g.variant, variant))
+}
+
+/// The DeviceClass a flavor of `variant` is checked within: its resource, when
+/// that is a DeviceClass (a DRA-only flavor); None for a device-plugin flavor.
+fn class_scope(variant: &DeviceVariant) -> Option<&str> {
+    crate::inventory::is_dra_device_class(&variant.resource_name)
+        .then_some(variant.resource_name.as_str())
+}
+
+/// The purity verdicts of the last plan, and the nodes they were reached on, so
+/// that a re-plan after a few Nodes changed checks those Nodes, not the fleet.
+/// Whether a node makes a flavor impure follows from that node alone (its labels
+/// and devices, [`is_foreign`]): the last verdict less the nodes that changed,
+/// plus those of them that now make the flavor impure, is the verdict a full
+/// check reaches. A flavor the last plan did not check, or more than
+/// `recheck_limit` changed nodes, get the full check.
+#[derive(Debug)]
+pub(crate) struct Verdicts {
+    /// The inventory's nodes when the verdicts were reached, by inventory key.
+    /// Held, so an unchanged node is known by its address: a changed node is a
+    /// new `Arc`, and no other node can take an address while it is held.
+    nodes: BTreeMap<String, Arc<NodeInventory>>,
+    /// Each device flavor checked -> the inventory keys of the nodes that make it
+    /// impure (usually none).
+    foreign: HashMap<FlavorKey, Vec<String>>,
+    recheck_limit: usize,
+    /// Nodes the last plan checked one by one; None when it checked some flavor
+    /// against the fleet.
+    pub(crate) last_rechecked: Option<usize>,
+}
+
+impl Default for Verdicts {
+    fn default() -> Self {
+        Verdicts {
+            nodes: BTreeMap::new(),
+            foreign: HashMap::new(),
+            // Past this, building the label index and checking every flavor
+            // against it costs less than checking each changed node.
+            recheck_limit: 64,
+            last_rechecked: None,
+        }
+    }
+}
+
+impl Verdicts {
+    /// The keys of the nodes added, removed or changed since the verdicts were
+    /// reached, in key order; None when more than `recheck_limit` did.
+    fn changed_nodes(&self, now: &BTreeMap<String, Arc<NodeInventory>>) -> Option<Vec<String>> {
+        use std::cmp::Ordering;
+        let mut changed = Vec::new();
+        let mut last = self.nodes.iter().peekable();
+        let mut current = now.iter().peekable();
+        loop {
+            let key = match (last.peek(), current.peek()) {
+                (None, None) => break,
+                (Some((key, _)), None) => {
+                    let key = *key;
+                    last.next();
+                    key
+                }
+                (None, Some((key, _))) => {
+                    let key = *key;
+                    current.next();
+                    key
+                }
+                (Some((last_key, last_node)), Some((key, node))) => match last_key.cmp(key) {
+                    Ordering::Less => {
+                        let key = *last_key;
+                        last.next();
+                        key
+                    }
+                    Ordering::Greater => {
+                        let key = *key;
+                        current.next();
+                        key
+                    }
+                    Ordering::Equal => {
+                        let same = Arc::ptr_eq(last_node, node);
+                        let key = *key;
+                        last.next();
+                        current.next();
+                        if same {
+                            continue;
+                        }
+                        key
+                    }
+                },
+            };
+            changed.push(key.clone());
+            if changed.len() > self.recheck_limit {
+                return None;
+            }
+        }
+        Some(changed)
+    }
+
+    /// Holds `now`'s nodes for the next plan: the changed ones replaced, or all.
+    fn hold(&mut self, now: &BTreeMap<String, Arc<NodeInventory>>, changed: Option<&[String]>) {
+        match changed {
+            Some(changed) => {
+                for key in changed {
+                    match now.get(key) {
+                        Some(node) => {
+                            self.nodes.insert(key.clone(), node.clone());
+                        }
+                        None => {
+                            self.nodes.remove(key);
+                        }
+                    }
+                }
+            }
+            None => self.nodes = now.clone(),
+        }
+    }
 }
 
 /// Stage 3: removes the device flavors that fail the purity check, from the flavors
 /// and from every class's list, and reports each on the classes that would have
-/// used it (a `Conflict` condition, merged into one per class).
+/// used it (a `Conflict` condition, merged into one per class). `nodes` are the
+/// values of `inventory` in its order; `verdicts`, the last plan's, when kept.
 pub(super) fn refuse_impure(
     resolved: &mut ResolvedFlavors,
+    inventory: &BTreeMap<String, Arc<NodeInventory>>,
     nodes: &[&NodeInventory],
+    verdicts: Option<&mut Verdicts>,
     class_reports: &mut BTreeMap<String, ClassReport>,
 ) -> Vec<ImpureFlavor> {
-    let index = LabelIndex::new(
-        nodes,
-        resolved
-            .flavors
-            .keys()
-            .filter(|k| k.variant.is_some())
-            .flat_map(|k| k.pins.keys().chain(k.extra.keys()).map(String::as_str)),
-    );
+    let keys: Vec<&String> = inventory.keys().collect();
+    let changed = verdicts.as_deref().and_then(|v| v.changed_nodes(inventory));
+    // Built when some flavor needs the full check.
+    let mut index: Option<LabelIndex<'_>> = None;
+    let mut foreign_by_flavor: HashMap<FlavorKey, Vec<String>> = HashMap::new();
     let mut refused = Vec::new();
     for (key, acc) in &resolved.flavors {
         let Some(variant) = &key.variant else {
             continue;
         };
         let node_labels = key.node_labels();
-        let dra_only = crate::inventory::is_dra_device_class(&variant.resource_name);
-        // A DRA claim can only be given a device its DeviceClass selects, so a DRA-only
-        // flavor is checked against the nodes that publish devices of its class.
-        let foreign_nodes = if dra_only {
-            foreign_nodes_of_class(&index, variant, &node_labels)
-        } else {
-            foreign_nodes(&index, variant, &node_labels)
+        let class = class_scope(variant);
+        let last = verdicts.as_deref().and_then(|v| v.foreign.get(key));
+        let foreign_keys: Vec<String> = match (&changed, last) {
+            (Some(changed), Some(last)) => {
+                let mut foreign: Vec<String> = last
+                    .iter()
+                    .filter(|k| !changed.contains(k))
+                    .cloned()
+                    .collect();
+                foreign.extend(changed.iter().filter_map(|k| {
+                    let node = inventory.get(k)?;
+                    is_foreign(node, variant, &node_labels, class, false).then(|| k.clone())
+                }));
+                foreign.sort();
+                foreign
+            }
+            _ => {
+                let index = index.get_or_insert_with(|| {
+                    LabelIndex::new(
+                        nodes,
+                        resolved
+                            .flavors
+                            .keys()
+                            .filter(|k| k.variant.is_some())
+                            .flat_map(|k| k.pins.keys().chain(k.extra.keys()).map(String::as_str)),
+                    )
+                });
+                index
+                    .select(&node_labels)
+                    .into_iter()
+                    .filter(|&i| is_foreign(index.node(i), variant, &node_labels, class, true))
+                    .map(|i| keys[i].clone())
+                    .collect()
+            }
         };
+        let mut foreign_nodes: Vec<String> = foreign_keys
+            .iter()
+            .filter_map(|k| inventory.get(k).map(|n| n.name.clone()))
+            .collect();
+        foreign_nodes.sort();
+        if verdicts.is_some() {
+            foreign_by_flavor.insert(key.clone(), foreign_keys);
+        }
         // A device-plugin flavor pins at least its vendor's presence label: one
         // pinned by nothing (or by a class's selector alone) selects nodes that
         // join the fleet later, a CPU node included, whatever this fleet holds.
-        let unpinned = !dra_only && key.pins.is_empty();
+        let unpinned = class.is_none() && key.pins.is_empty();
         if foreign_nodes.is_empty() && !unpinned {
             continue;
         }
@@ -292,6 +422,11 @@ pub(super) fn refuse_impure(
             }
         }
         refused.push((key.clone(), impure));
+    }
+    if let Some(verdicts) = verdicts {
+        verdicts.last_rechecked = changed.as_ref().filter(|_| index.is_none()).map(Vec::len);
+        verdicts.hold(inventory, changed.as_deref());
+        verdicts.foreign = foreign_by_flavor;
     }
     refused
         .into_iter()
@@ -372,5 +507,221 @@ mod tests {
                 .collect();
             prop_assert_eq!(index.select(&wanted), expected);
         }
+    }
+
+    use crate::plan::flavors::{FlavorAcc, FlavorKey, ResolvedFlavors};
+    use crate::testkit::devices::{PRODUCT_LABEL, gpus, whole_gpu};
+    use std::collections::BTreeSet;
+
+    /// What a node of the purity fleet carries: a zone (or none) and some of
+    /// [`group`]'s kinds.
+    type NodeSpec = (Option<bool>, Vec<u8>);
+
+    /// Whole A100s, whole H100s, and A100 MIG slices pinned by the same product
+    /// label as whole A100s (so each A100 flavor selects the other's nodes).
+    fn group(kind: u8) -> crate::inventory::DeviceGroup {
+        match kind {
+            0 => gpus("A100", 8),
+            1 => gpus("H100", 8),
+            _ => {
+                let mut variant = whole_gpu("A100");
+                variant.sharing = SharingMode::Partition;
+                variant.partition_profile = Some("1g.10gb".into());
+                variant.resource_name = "nvidia.com/mig-1g.10gb".into();
+                let mut slices = crate::inventory::DeviceGroup::new(variant, 56, 56);
+                slices.pin_labels = BTreeMap::from([(PRODUCT_LABEL.to_string(), "A100".into())]);
+                slices
+            }
+        }
+    }
+
+    fn purity_node(name: &str, (zone, kinds): &NodeSpec) -> NodeInventory {
+        let zone = zone.map(|a| ("zone", if a { "a" } else { "b" }));
+        crate::testkit::devices::node(
+            name,
+            &zone.into_iter().collect::<Vec<_>>(),
+            kinds.iter().map(|&k| group(k)).collect(),
+        )
+    }
+
+    /// The flavors a step may plan: `mask` picks some of them.
+    fn purity_flavors(mask: u8) -> ResolvedFlavors {
+        let pinned = |model: &str| BTreeMap::from([(PRODUCT_LABEL.to_string(), model.to_string())]);
+        let keys = [
+            (Some(whole_gpu("A100")), pinned("A100"), BTreeMap::new()),
+            (Some(whole_gpu("H100")), pinned("H100"), BTreeMap::new()),
+            (Some(group(2).variant), pinned("A100"), BTreeMap::new()),
+            (
+                Some(whole_gpu("A100")),
+                pinned("A100"),
+                BTreeMap::from([("zone".to_string(), "a".to_string())]),
+            ),
+            // Pinned by nothing: refused whatever the fleet.
+            (Some(whole_gpu("H100")), BTreeMap::new(), BTreeMap::new()),
+        ];
+        let mut resolved = ResolvedFlavors::default();
+        for (i, (variant, pins, extra)) in keys.into_iter().enumerate() {
+            if mask & (1 << i) == 0 {
+                continue;
+            }
+            let key = FlavorKey {
+                variant,
+                pins,
+                extra,
+            };
+            let acc = FlavorAcc {
+                classes: BTreeSet::from([format!("class-{}", i % 2)]),
+                ..FlavorAcc::default()
+            };
+            resolved.flavors.insert(key.clone(), acc);
+            resolved
+                .class_flavors
+                .entry(format!("class-{}", i % 2))
+                .or_default()
+                .insert(key);
+        }
+        resolved
+    }
+
+    type Outcome = (
+        Vec<ImpureFlavor>,
+        Vec<FlavorKey>,
+        BTreeMap<String, BTreeSet<FlavorKey>>,
+        BTreeMap<String, ClassReport>,
+    );
+
+    fn check(
+        mask: u8,
+        inventory: &BTreeMap<String, Arc<NodeInventory>>,
+        verdicts: Option<&mut Verdicts>,
+    ) -> Outcome {
+        let nodes: Vec<&NodeInventory> = inventory.values().map(|n| &**n).collect();
+        let mut resolved = purity_flavors(mask);
+        let mut reports: BTreeMap<String, ClassReport> = ["class-0", "class-1"]
+            .into_iter()
+            .map(|c| (c.to_string(), ClassReport::default()))
+            .collect();
+        let refused = refuse_impure(&mut resolved, inventory, &nodes, verdicts, &mut reports);
+        (
+            refused,
+            resolved.flavors.into_keys().collect(),
+            resolved.class_flavors,
+            reports,
+        )
+    }
+
+    fn node_spec() -> impl Strategy<Value = Option<NodeSpec>> {
+        proptest::option::of((
+            proptest::option::of(any::<bool>()),
+            proptest::collection::vec(0u8..3, 0..3),
+        ))
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+        /// Carrying the last plan's verdicts never changes what the purity
+        /// check refuses or reports, whichever nodes changed, appeared or went
+        /// (a changed node is a new `Arc`; so is one re-read unchanged), and
+        /// whichever flavors the plans ask about.
+        #[test]
+        fn carried_verdicts_reach_the_full_check(
+            first in proptest::collection::vec(node_spec(), 12),
+            steps in proptest::collection::vec(
+                (
+                    proptest::collection::vec((0usize..12, node_spec()), 0..4),
+                    proptest::collection::vec(0usize..12, 0..2),
+                    0u8..32,
+                ),
+                1..6,
+            ),
+            first_mask in 0u8..32,
+            recheck_limit in 1usize..6,
+        ) {
+            let mut specs = first;
+            let arc = |i: usize, spec: &Option<NodeSpec>| {
+                spec.as_ref().map(|s| Arc::new(purity_node(&format!("node-{i}"), s)))
+            };
+            let mut held: Vec<Option<Arc<NodeInventory>>> =
+                specs.iter().enumerate().map(|(i, s)| arc(i, s)).collect();
+            let inventory_of = |held: &[Option<Arc<NodeInventory>>]| -> BTreeMap<String, Arc<NodeInventory>> {
+                held.iter()
+                    .enumerate()
+                    .filter_map(|(i, n)| Some((format!("node-{i}"), n.clone()?)))
+                    .collect()
+            };
+            let mut verdicts = Verdicts { recheck_limit, ..Verdicts::default() };
+            let inventory = inventory_of(&held);
+            prop_assert_eq!(
+                check(first_mask, &inventory, Some(&mut verdicts)),
+                check(first_mask, &inventory, None)
+            );
+            let mut last_mask = first_mask;
+            for (changes, rereads, mask) in steps {
+                let mut touched = BTreeSet::new();
+                for (i, spec) in changes {
+                    specs[i] = spec;
+                    held[i] = arc(i, &specs[i]);
+                    touched.insert(i);
+                }
+                // Read again, the same: a new Arc, nothing else changed.
+                for i in rereads {
+                    held[i] = arc(i, &specs[i]);
+                    touched.insert(i);
+                }
+                let inventory = inventory_of(&held);
+                prop_assert_eq!(
+                    check(mask, &inventory, Some(&mut verdicts)),
+                    check(mask, &inventory, None)
+                );
+                // The changed nodes alone were checked, when few enough and
+                // the last plan checked every flavor asked about.
+                if touched.len() <= recheck_limit && mask & !last_mask == 0 {
+                    prop_assert!(verdicts.last_rechecked.is_some_and(|n| n <= touched.len()));
+                }
+                last_mask = mask;
+            }
+        }
+    }
+
+    /// One node turned from whole A100s to MIG slices: only it is checked, and
+    /// the whole-A100 flavor is refused for it; turned back, the flavor returns.
+    #[test]
+    fn one_changed_node_is_checked_alone() {
+        let whole: NodeSpec = (None, vec![0]);
+        let sliced: NodeSpec = (None, vec![2]);
+        let mut held: BTreeMap<String, Arc<NodeInventory>> = (0..20)
+            .map(|i| {
+                let name = format!("node-{i:02}");
+                let node = Arc::new(purity_node(&name, &whole));
+                (name, node)
+            })
+            .collect();
+        let mut verdicts = Verdicts::default();
+        let (refused, ..) = check(0b1, &held, Some(&mut verdicts));
+        assert!(refused.is_empty());
+        assert_eq!(
+            verdicts.last_rechecked, None,
+            "the first plan checks the fleet"
+        );
+
+        held.insert("node-07".into(), Arc::new(purity_node("node-07", &sliced)));
+        let (refused, flavors, ..) = check(0b1, &held, Some(&mut verdicts));
+        assert_eq!(verdicts.last_rechecked, Some(1));
+        assert_eq!(refused.len(), 1);
+        assert_eq!(refused[0].foreign_nodes, ["node-07"]);
+        assert!(flavors.is_empty());
+
+        // Another node re-read unchanged: node-07 is still foreign.
+        held.insert("node-03".into(), Arc::new(purity_node("node-03", &whole)));
+        let (refused, ..) = check(0b1, &held, Some(&mut verdicts));
+        assert_eq!(verdicts.last_rechecked, Some(1));
+        assert_eq!(refused[0].foreign_nodes, ["node-07"]);
+
+        held.insert("node-07".into(), Arc::new(purity_node("node-07", &whole)));
+        let (refused, flavors, ..) = check(0b1, &held, Some(&mut verdicts));
+        assert_eq!(verdicts.last_rechecked, Some(1));
+        assert!(refused.is_empty());
+        assert_eq!(flavors.len(), 1);
     }
 }

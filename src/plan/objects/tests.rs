@@ -180,7 +180,30 @@ fn plan_of(
     nodes: &[k8s_openapi::api::core::v1::Node],
     kept: Option<&LocalQueues>,
 ) -> Plan {
-    crate::plan::plan_reusing(
+    let input = PlanInput {
+        classes,
+        budgets,
+        inventory: &Inventory::from_nodes(nodes),
+        health: &HealthSnapshot::default(),
+        options: &PlanOptions::default(),
+    };
+    match kept {
+        Some(kept) => crate::plan::plan_carrying(
+            &input,
+            &mut crate::plan::Carried::with_local_queues(kept.clone()),
+        ),
+        None => crate::plan::plan(&input),
+    }
+}
+
+/// The plan of `classes`, `budgets` and `nodes`, given what the last plan left.
+fn plan_carried(
+    classes: &[AcceleratorClass],
+    budgets: &[CreditBudget],
+    nodes: &[k8s_openapi::api::core::v1::Node],
+    carried: &mut crate::plan::Carried,
+) -> Plan {
+    crate::plan::plan_carrying(
         &PlanInput {
             classes,
             budgets,
@@ -188,7 +211,7 @@ fn plan_of(
             health: &HealthSnapshot::default(),
             options: &PlanOptions::default(),
         },
-        kept,
+        carried,
     )
 }
 
@@ -259,11 +282,11 @@ fn a_node_change_reuses_the_local_queues_a_budget_change_builds_them() {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
-    /// Reusing the last plan's LocalQueues never changes a plan, whatever changed
-    /// since; and with the budgets and classes unchanged they are reused whenever
-    /// the same queues are called for.
+    /// Carrying what the last plan left (its LocalQueues, its purity verdicts)
+    /// never changes a plan, whatever changed since; and with the budgets and
+    /// classes unchanged the queues are reused whenever the same are called for.
     #[test]
-    fn reused_local_queues_never_change_the_plan(
+    fn what_a_plan_carries_never_changes_the_next(
         (classes, budgets) in arb_classes().prop_flat_map(|c| { let n = c.len(); (Just(c), arb_budgets(n)) }),
         fleet_size in 5usize..30,
         (seed_before, seed_after) in (any::<u64>(), any::<u64>()),
@@ -277,7 +300,8 @@ proptest! {
                 b.metadata.uid = Some(format!("uid-{i}"));
             }
         }
-        let before = plan_of(&classes, &budgets, &generate_fleet(fleet_size, seed_before), None);
+        let mut carried = crate::plan::Carried::default();
+        let before = plan_carried(&classes, &budgets, &generate_fleet(fleet_size, seed_before), &mut carried);
         let (mut classes_after, mut budgets_after) = (classes.clone(), budgets.clone());
         let b = which.index(budgets_after.len());
         match edit {
@@ -294,9 +318,11 @@ proptest! {
             _ => {}
         }
         let nodes_after = generate_fleet(fleet_size, seed_after);
-        let reused = plan_of(&classes_after, &budgets_after, &nodes_after, Some(&before.local_queues));
+        let reused = plan_carried(&classes_after, &budgets_after, &nodes_after, &mut carried);
         let fresh = plan_of(&classes_after, &budgets_after, &nodes_after, None);
         prop_assert_eq!(json_of(&reused), json_of(&fresh));
+        prop_assert_eq!(&reused.impure_flavors, &fresh.impure_flavors);
+        prop_assert_eq!(&reused.classes, &fresh.classes);
         if edit == 0 && serde_json::to_value(&*fresh.local_queues).ok()
             == serde_json::to_value(&*before.local_queues).ok()
         {
