@@ -190,27 +190,24 @@ pub(crate) fn same_device_kind(a: &DeviceVariant, b: &DeviceVariant) -> bool {
         && a.partition_profile == b.partition_profile
 }
 
-/// Whether `node` would make a flavor of `variant` with `labels` impure: the
-/// labels select it and it carries no device of the variant's kind. `class`: a
-/// DRA-only flavor's DeviceClass, for which only nodes publishing devices of that
-/// class count (a node without such devices cannot satisfy the flavor's claims,
-/// whatever its labels: the scheduler places a claim by ResourceSlice, on top of
-/// the flavor's nodeLabels), and only the devices a claim of it can be given.
-fn is_foreign(
-    node: &NodeInventory,
-    variant: &DeviceVariant,
-    labels: &BTreeMap<String, String>,
-    class: Option<&str>,
-    labels_checked: bool,
-) -> bool {
+/// Whether `labels` select `node` (it carries every one of them).
+fn selects(labels: &BTreeMap<String, String>, node: &NodeInventory) -> bool {
+    labels
+        .iter()
+        .all(|(k, v)| node.labels.get(k) == Some(v.as_str()))
+}
+
+/// Whether a node the flavor's labels select makes a flavor of `variant` impure:
+/// it carries no device of the variant's kind. `class`: a DRA-only flavor's
+/// DeviceClass, for which only nodes publishing devices of that class count (a
+/// node without such devices cannot satisfy the flavor's claims, whatever its
+/// labels: the scheduler places a claim by ResourceSlice, on top of the flavor's
+/// nodeLabels), and only the devices a claim of it can be given.
+fn lacks_variant(node: &NodeInventory, variant: &DeviceVariant, class: Option<&str>) -> bool {
     let in_scope = |g: &&crate::inventory::DeviceGroup| {
         class.is_none_or(|c| crate::inventory::dra_device_class_of(g) == Some(c))
     };
-    (labels_checked
-        || labels
-            .iter()
-            .all(|(k, v)| node.labels.get(k) == Some(v.as_str())))
-        && (class.is_none() || node.groups.iter().any(|g| in_scope(&g)))
+    (class.is_none() || node.groups.iter().any(|g| in_scope(&g)))
         && !node
             .groups
             .iter()
@@ -228,7 +225,7 @@ fn class_scope(variant: &DeviceVariant) -> Option<&str> {
 /// The purity verdicts of the last plan, and the nodes they were reached on, so
 /// that a re-plan after a few Nodes changed checks those Nodes, not the fleet.
 /// Whether a node makes a flavor impure follows from that node alone (its labels
-/// and devices, [`is_foreign`]): the last verdict less the nodes that changed,
+/// and devices: [`selects`], [`lacks_variant`]): the last verdict less the nodes that changed,
 /// plus those of them that now make the flavor impure, is the verdict a full
 /// check reaches. A flavor the last plan did not check, or more than
 /// `recheck_limit` changed nodes, get the full check.
@@ -365,7 +362,8 @@ pub(super) fn refuse_impure(
                     .collect();
                 foreign.extend(changed.iter().filter_map(|k| {
                     let node = inventory.get(k)?;
-                    is_foreign(node, variant, &node_labels, class, false).then(|| k.clone())
+                    (selects(&node_labels, node) && lacks_variant(node, variant, class))
+                        .then(|| k.clone())
                 }));
                 foreign.sort();
                 foreign
@@ -384,7 +382,7 @@ pub(super) fn refuse_impure(
                 index
                     .select(&node_labels)
                     .into_iter()
-                    .filter(|&i| is_foreign(index.node(i), variant, &node_labels, class, true))
+                    .filter(|&i| lacks_variant(index.node(i), variant, class))
                     .map(|i| keys[i].clone())
                     .collect()
             }
