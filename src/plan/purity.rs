@@ -224,11 +224,12 @@ fn class_scope(variant: &DeviceVariant) -> Option<&str> {
 
 /// The purity verdicts of the last plan, and the nodes they were reached on, so
 /// that a re-plan after a few Nodes changed checks those Nodes, not the fleet.
-/// Whether a node makes a flavor impure follows from that node alone (its labels
-/// and devices: [`selects`], [`lacks_variant`]): the last verdict less the nodes that changed,
-/// plus those of them that now make the flavor impure, is the verdict a full
-/// check reaches. A flavor the last plan did not check, or more than
-/// `recheck_limit` changed nodes, get the full check.
+/// Whether a node makes a flavor impure follows from that node alone (its
+/// labels and devices: [`selects`], [`lacks_variant`]): the last verdict less
+/// the nodes that changed, plus those of them that now make the flavor impure,
+/// is the verdict a full check reaches. A flavor the last plan did not check,
+/// or more than `recheck_limit` changed nodes, get the full check. Holding the
+/// nodes costs a map of their keys and shared pointers, not copies of them.
 #[derive(Debug)]
 pub(crate) struct Verdicts {
     /// The inventory's nodes when the verdicts were reached, by inventory key.
