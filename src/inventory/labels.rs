@@ -47,6 +47,14 @@ impl Labels {
         Some(self.at(i).1)
     }
 
+    /// Whether these labels carry every label of `selector` (a flavor's
+    /// nodeLabels, a class's node selector): what selecting a Node by labels means.
+    pub fn carries_all(&self, selector: &BTreeMap<String, String>) -> bool {
+        selector
+            .iter()
+            .all(|(k, v)| self.get(k) == Some(v.as_str()))
+    }
+
     pub fn contains_key(&self, key: &str) -> bool {
         self.position(key).is_ok()
     }

@@ -381,11 +381,7 @@ fn firmware_mismatch(
         let Some(group) = gi.map(|g| &node.groups[g]) else {
             continue;
         };
-        if !sel
-            .node_labels
-            .iter()
-            .all(|(k, v)| node.labels.get(k) == Some(v.as_str()))
-        {
+        if !node.labels.carries_all(&sel.node_labels) {
             continue;
         }
         let reported = health.firmware_of(&node.name, &group.variant.resource_name);
@@ -500,12 +496,7 @@ fn pool_members<'a>(
             let idx = match whole_signature {
                 Some(idx) => idx,
                 None => {
-                    if !spec
-                        .selector
-                        .node_labels
-                        .iter()
-                        .all(|(k, v)| node.labels.get(k) == Some(v.as_str()))
-                    {
+                    if !node.labels.carries_all(&spec.selector.node_labels) {
                         continue;
                     }
                     let mut extra = spec.selector.node_labels.clone();

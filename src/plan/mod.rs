@@ -322,14 +322,6 @@ pub struct Carried {
 }
 
 impl Carried {
-    /// Carrying `local_queues` (the last plan's) and nothing else.
-    pub fn with_local_queues(local_queues: LocalQueues) -> Self {
-        Carried {
-            local_queues,
-            ..Carried::default()
-        }
-    }
-
     /// The Nodes the last plan's purity check looked at one by one (those
     /// that changed since the plan before); None when it checked the fleet.
     pub fn nodes_rechecked(&self) -> Option<usize> {

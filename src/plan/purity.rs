@@ -190,13 +190,6 @@ pub(crate) fn same_device_kind(a: &DeviceVariant, b: &DeviceVariant) -> bool {
         && a.partition_profile == b.partition_profile
 }
 
-/// Whether `labels` select `node` (it carries every one of them).
-fn selects(labels: &BTreeMap<String, String>, node: &NodeInventory) -> bool {
-    labels
-        .iter()
-        .all(|(k, v)| node.labels.get(k) == Some(v.as_str()))
-}
-
 /// Whether a node the flavor's labels select makes a flavor of `variant` impure:
 /// it carries no device of the variant's kind. `class`: a DRA-only flavor's
 /// DeviceClass, for which only nodes publishing devices of that class count (a
@@ -225,7 +218,7 @@ fn class_scope(variant: &DeviceVariant) -> Option<&str> {
 /// The purity verdicts of the last plan, and the nodes they were reached on, so
 /// that a re-plan after a few Nodes changed checks those Nodes, not the fleet.
 /// Whether a node makes a flavor impure follows from that node alone (its
-/// labels and devices: [`selects`], [`lacks_variant`]): the last verdict less
+/// labels and devices: `Labels::carries_all`, [`lacks_variant`]): the last verdict less
 /// the nodes that changed, plus those of them that now make the flavor impure,
 /// is the verdict a full check reaches. A flavor the last plan did not check,
 /// or more than `recheck_limit` changed nodes, get the full check. Holding the
@@ -341,10 +334,10 @@ pub(super) fn refuse_impure(
     verdicts: Option<&mut Verdicts>,
     class_reports: &mut BTreeMap<String, ClassReport>,
 ) -> Vec<ImpureFlavor> {
-    let keys: Vec<&String> = inventory.keys().collect();
     let changed = verdicts.as_deref().and_then(|v| v.changed_nodes(inventory));
-    // Built when some flavor needs the full check.
-    let mut index: Option<LabelIndex<'_>> = None;
+    // Built when some flavor needs the full check: the label index, and the
+    // inventory keys of the nodes it numbers.
+    let mut index: Option<(LabelIndex<'_>, Vec<&String>)> = None;
     let mut foreign_by_flavor: HashMap<FlavorKey, Vec<String>> = HashMap::new();
     let mut refused = Vec::new();
     for (key, acc) in &resolved.flavors {
@@ -363,22 +356,23 @@ pub(super) fn refuse_impure(
                     .collect();
                 foreign.extend(changed.iter().filter_map(|k| {
                     let node = inventory.get(k)?;
-                    (selects(&node_labels, node) && lacks_variant(node, variant, class))
+                    (node.labels.carries_all(&node_labels) && lacks_variant(node, variant, class))
                         .then(|| k.clone())
                 }));
                 foreign.sort();
                 foreign
             }
             _ => {
-                let index = index.get_or_insert_with(|| {
-                    LabelIndex::new(
+                let (index, keys) = index.get_or_insert_with(|| {
+                    let index = LabelIndex::new(
                         nodes,
                         resolved
                             .flavors
                             .keys()
                             .filter(|k| k.variant.is_some())
                             .flat_map(|k| k.pins.keys().chain(k.extra.keys()).map(String::as_str)),
-                    )
+                    );
+                    (index, inventory.keys().collect())
                 });
                 index
                     .select(&node_labels)

@@ -158,11 +158,7 @@ pub(super) fn device_quota(plan: &Plan) -> BTreeMap<(String, String), u64> {
 
 /// The flavor's nodeLabels select the node.
 pub(super) fn selects(flavor: &ResourceFlavor, node: &NodeInventory) -> bool {
-    flavor
-        .spec
-        .node_labels
-        .iter()
-        .all(|(k, v)| node.labels.get(k) == Some(v))
+    node.labels.carries_all(&flavor.spec.node_labels)
 }
 
 /// New pods of the flavor could land on the node: Ready, not cordoned, and no

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::inventory::{DeviceVariant, Inventory, NodeInventory};
+use crate::inventory::{DeviceVariant, Inventory};
 use crate::k8s::quantity::parse_count;
 use crate::kueue::workload::Workload;
 
@@ -120,7 +120,7 @@ pub fn allocation(inventory: &Inventory, kueue: &KueueObjects) -> Allocation {
             for (node, group) in inventory.groups() {
                 let counted = group.variant.resource_name == resource
                     || (dra && crate::inventory::is_dra_device_class(&group.variant.resource_name));
-                if counted && selects(selector, node) {
+                if counted && node.labels.carries_all(selector) {
                     variants.insert(group.variant.clone());
                     nodes.insert(node.name.as_str());
                     row.capacity += u64::from(group.capacity);
@@ -221,10 +221,4 @@ pub fn allocation(inventory: &Inventory, kueue: &KueueObjects) -> Allocation {
         flavors: rows.into_values().collect(),
         warnings,
     }
-}
-
-fn selects(selector: &BTreeMap<String, String>, node: &NodeInventory) -> bool {
-    selector
-        .iter()
-        .all(|(k, v)| node.labels.get(k).is_some_and(|l| l == v))
 }

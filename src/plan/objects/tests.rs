@@ -173,12 +173,13 @@ proptest::proptest! {
     }
 }
 
-/// The plan of `classes`, `budgets` and `nodes`, given `kept` LocalQueues.
-fn plan_of(
+/// The plan of `classes`, `budgets` and `nodes`, given what the last plan left
+/// (a fresh [`crate::plan::plan`] without it).
+fn plan_carried(
     classes: &[AcceleratorClass],
     budgets: &[CreditBudget],
     nodes: &[k8s_openapi::api::core::v1::Node],
-    kept: Option<&LocalQueues>,
+    carried: Option<&mut crate::plan::Carried>,
 ) -> Plan {
     let input = PlanInput {
         classes,
@@ -187,32 +188,24 @@ fn plan_of(
         health: &HealthSnapshot::default(),
         options: &PlanOptions::default(),
     };
-    match kept {
-        Some(kept) => crate::plan::plan_carrying(
-            &input,
-            &mut crate::plan::Carried::with_local_queues(kept.clone()),
-        ),
+    match carried {
+        Some(carried) => crate::plan::plan_carrying(&input, carried),
         None => crate::plan::plan(&input),
     }
 }
 
-/// The plan of `classes`, `budgets` and `nodes`, given what the last plan left.
-fn plan_carried(
+/// The plan of `classes`, `budgets` and `nodes`, given `kept` LocalQueues.
+fn plan_of(
     classes: &[AcceleratorClass],
     budgets: &[CreditBudget],
     nodes: &[k8s_openapi::api::core::v1::Node],
-    carried: &mut crate::plan::Carried,
+    kept: Option<&LocalQueues>,
 ) -> Plan {
-    crate::plan::plan_carrying(
-        &PlanInput {
-            classes,
-            budgets,
-            inventory: &Inventory::from_nodes(nodes),
-            health: &HealthSnapshot::default(),
-            options: &PlanOptions::default(),
-        },
-        carried,
-    )
+    let mut carried = kept.map(|kept| crate::plan::Carried {
+        local_queues: kept.clone(),
+        ..Default::default()
+    });
+    plan_carried(classes, budgets, nodes, carried.as_mut())
 }
 
 fn json_of(planned: &Plan) -> serde_json::Value {
@@ -301,7 +294,7 @@ proptest! {
             }
         }
         let mut carried = crate::plan::Carried::default();
-        let before = plan_carried(&classes, &budgets, &generate_fleet(fleet_size, seed_before), &mut carried);
+        let before = plan_carried(&classes, &budgets, &generate_fleet(fleet_size, seed_before), Some(&mut carried));
         let (mut classes_after, mut budgets_after) = (classes.clone(), budgets.clone());
         let b = which.index(budgets_after.len());
         match edit {
@@ -318,7 +311,7 @@ proptest! {
             _ => {}
         }
         let nodes_after = generate_fleet(fleet_size, seed_after);
-        let reused = plan_carried(&classes_after, &budgets_after, &nodes_after, &mut carried);
+        let reused = plan_carried(&classes_after, &budgets_after, &nodes_after, Some(&mut carried));
         let fresh = plan_of(&classes_after, &budgets_after, &nodes_after, None);
         prop_assert_eq!(json_of(&reused), json_of(&fresh));
         prop_assert_eq!(&reused.impure_flavors, &fresh.impure_flavors);
