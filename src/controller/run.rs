@@ -13,7 +13,7 @@ use tokio::sync::watch;
 use super::diff::Kind;
 use super::metrics::{Metrics, ReasonLabel, StageLabel};
 use super::reconcile::{LedgerParts, Reconciler};
-use super::watches::{Caches, Events, start_watches};
+use super::watches::{Caches, Events, driven, start_watches};
 use super::{Config, Error, allocator, credits, health_poller, http, pod_webhook};
 
 /// Run the controller until SIGTERM / Ctrl-C.
@@ -128,7 +128,7 @@ pub async fn run(config: Config) -> Result<(), Error> {
         ));
     }
     let health_events = tokio_stream_from(wake_rx);
-    let events: Events = stream::select(watch_events, health_events).boxed();
+    let events = driven(stream::select(watch_events, health_events).boxed());
     let identity = std::env::var("POD_NAME")
         .ok()
         .or_else(|| std::env::var("HOSTNAME").ok())
@@ -237,21 +237,6 @@ async fn lead_then_reconcile(
         caches_for_ready.wait_until_ready().await;
         cache_ready.store(true, Ordering::Relaxed);
     });
-    // The watch streams must be polled to fill the caches even while following.
-    let (events_tx, events_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
-    let mut events = events;
-    tokio::spawn(async move {
-        while let Some(e) = events.next().await {
-            match e {
-                Ok(()) => {
-                    if events_tx.send(()).is_err() {
-                        break;
-                    }
-                }
-                Err(err) => tracing::warn!(error = %err, "watch error (retrying)"),
-            }
-        }
-    });
     // A Lease kaccel may not create or read (a namespace its Role does not cover)
     // is an operator's mistake to fix, not a reason to exit: exiting would only
     // crash-loop. It is logged with the fix, counted, and retried with backoff
@@ -319,7 +304,6 @@ async fn lead_then_reconcile(
     }
     tracing::info!(%identity, "became leader");
     reconciler.metrics.leader.set(1);
-    let events = tokio_stream_from(events_rx);
     let deadline = renew_deadline(
         client.clone(),
         namespace.clone(),
@@ -484,15 +468,11 @@ async fn reconcile_loop(
     mut shutdown: watch::Receiver<bool>,
     mut lost_leadership: Option<std::pin::Pin<Box<dyn Future<Output = ()> + Send>>>,
 ) -> Result<(), Error> {
-    // Poll events while the caches sync (they fill from these streams).
-    let sync = caches.wait_until_ready();
-    tokio::pin!(sync);
-    loop {
-        tokio::select! {
-            _ = &mut sync => break,
-            e = events.next() => if let Some(Err(err)) = e { tracing::warn!(error = %err, "watch error (retrying)") },
-            _ = shutdown.wait_for(|s| *s) => return Ok(()),
-        }
+    // The caches fill on their own (`driven`); a wake-up left from the sync is
+    // one, and the first plan follows it anyway.
+    tokio::select! {
+        _ = caches.wait_until_ready() => {}
+        _ = shutdown.wait_for(|s| *s) => return Ok(()),
     }
     ready.store(true, Ordering::Relaxed);
     tracing::info!("caches synced");
