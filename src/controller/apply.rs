@@ -134,12 +134,10 @@ impl Reconciler {
                     });
                 }
                 let verb = if *create { "create" } else { "update" };
-                let written = api
-                    .patch(&target.name, &ssa, &Patch::Apply(object))
-                    .await
-                    .map_err(api_err(format!("applying {target}")))?;
-                self.own_writes
-                    .record(target, written.metadata.resource_version.as_deref());
+                self.own_writes.begin(target);
+                let written = api.patch(&target.name, &ssa, &Patch::Apply(object)).await;
+                self.own_writes.record(target, resource_version(&written));
+                written.map_err(api_err(format!("applying {target}")))?;
                 self.metrics.write(target.kind.as_str(), verb);
                 tracing::info!(%target, verb, "applied");
                 if target.kind == Kind::ResourceFlavor && *create {
@@ -175,12 +173,10 @@ impl Reconciler {
                     .await
                     .map_err(api_err(format!("deleting {target} to recreate it")))?;
                 self.metrics.write(target.kind.as_str(), "delete");
-                let written = api
-                    .patch(&target.name, &ssa, &Patch::Apply(object))
-                    .await
-                    .map_err(api_err(format!("recreating {target}")))?;
-                self.own_writes
-                    .record(target, written.metadata.resource_version.as_deref());
+                self.own_writes.begin(target);
+                let written = api.patch(&target.name, &ssa, &Patch::Apply(object)).await;
+                self.own_writes.record(target, resource_version(&written));
+                written.map_err(api_err(format!("recreating {target}")))?;
                 self.metrics.write(target.kind.as_str(), "create");
             }
             Action::Refused { target, reason } => {
@@ -247,6 +243,11 @@ fn device_quota(cq: &Value) -> u64 {
         .filter_map(|q| crate::k8s::quantity::parse_count(q).ok())
         .map(u64::from)
         .sum()
+}
+
+/// The resourceVersion a write's answer carries (none when it failed).
+fn resource_version<E>(written: &Result<DynamicObject, E>) -> Option<&str> {
+    written.as_ref().ok()?.metadata.resource_version.as_deref()
 }
 
 #[cfg(test)]

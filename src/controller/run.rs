@@ -554,6 +554,12 @@ async fn reconcile_loop(
                 }
                 reconciler.metrics.reconcile_duration.observe(started.elapsed().as_secs_f64());
                 reconciler.trim.request();
+                if reconciler.own_writes.take_missed() {
+                    // A change held back while kaccel's own write of that object
+                    // was in flight was someone else's.
+                    last_event = Instant::now();
+                    dirty_since.get_or_insert(last_event);
+                }
                 if dirty_since.is_none()
                     && (reconciler.namespaces_missing.load(Ordering::Relaxed)
                         || reconciler.names_taken.load(Ordering::Relaxed))

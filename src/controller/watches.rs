@@ -137,50 +137,104 @@ impl WakeFilter {
     }
 }
 
-/// The resourceVersion each of kaccel's own writes returned, by object. The watch
-/// event that carries it back is kaccel's write, not news: waking on it cost a
-/// whole re-plan that found everything in sync, and a change arriving meanwhile
-/// waited for that re-plan. An event seen before the write returned still wakes
-/// (one re-plan too many, never one too few).
+/// kaccel's own writes, by object, so the watch events that carry them back wake
+/// nothing: waking on its own write cost a whole re-plan that found everything
+/// in sync, and a change arriving meanwhile waited for that re-plan. A write is
+/// marked before it is sent: the watch often delivers its echo before the API
+/// server's answer reaches the apply (with the watches read on a task of their
+/// own, the fleet bench's changes took 1.84 re-plans each instead of 1, the
+/// second finding nothing to do). Events seen while a write is in flight are
+/// held until its answer: the echo is dropped, anything else wakes the planner
+/// after the reconcile ([`OwnWrites::take_missed`]): one re-plan too many, never
+/// one too few.
 #[derive(Clone, Default)]
-pub(super) struct OwnWrites(Arc<Mutex<std::collections::HashMap<ObjectRef, String>>>);
+pub(super) struct OwnWrites(Arc<Mutex<OwnWritesState>>);
+
+#[derive(Default)]
+struct OwnWritesState {
+    by_object: std::collections::HashMap<ObjectRef, Own>,
+    /// An event held while a write was in flight was not its echo.
+    missed: bool,
+}
+
+enum Own {
+    /// Sent, not answered: the resourceVersions of the waking events seen since.
+    InFlight(Vec<String>),
+    /// Answered with this resourceVersion; its echo not seen yet.
+    Written(String),
+}
 
 impl OwnWrites {
-    /// kaccel wrote `target`; the API server answered with `resource_version`.
+    /// kaccel is about to write `target`.
+    pub(super) fn begin(&self, target: &ObjectRef) {
+        let mut state = self.0.lock().expect("own writes lock");
+        state
+            .by_object
+            .insert(target.clone(), Own::InFlight(Vec::new()));
+    }
+
+    /// kaccel wrote `target`; the API server answered with `resource_version`
+    /// (None: the write failed, or its answer carried none).
     pub(super) fn record(&self, target: &ObjectRef, resource_version: Option<&str>) {
-        let mut written = self.0.lock().expect("own writes lock");
-        match resource_version {
-            Some(version) => {
-                written.insert(target.clone(), version.to_string());
-            }
-            None => {
-                written.remove(target);
-            }
+        let mut state = self.0.lock().expect("own writes lock");
+        let held = match state.by_object.remove(target) {
+            Some(Own::InFlight(held)) => held,
+            _ => Vec::new(),
+        };
+        let echo_seen = match resource_version {
+            Some(ours) => held.iter().any(|seen| seen == ours),
+            None => false,
+        };
+        if held
+            .iter()
+            .any(|seen| Some(seen.as_str()) != resource_version)
+        {
+            state.missed = true;
+        }
+        if let (Some(ours), false) = (resource_version, echo_seen) {
+            state
+                .by_object
+                .insert(target.clone(), Own::Written(ours.to_string()));
         }
     }
 
-    /// Whether `object` as the watch shows it is the last write kaccel made of it
-    /// (then forgotten: the next event of it is someone else's).
-    fn is_echo(&self, kind: Kind, object: &DynamicObject) -> bool {
+    /// Whether an event held while a write was in flight turned out to be
+    /// someone else's (then the planner must look again); cleared.
+    pub(super) fn take_missed(&self) -> bool {
+        std::mem::take(&mut self.0.lock().expect("own writes lock").missed)
+    }
+
+    /// Whether `object`, as the watch shows it, wakes the planner, given that the
+    /// wake filter found it `moved`: not the echo of kaccel's last write of it
+    /// (then forgotten: the next event of it is someone else's), and not while a
+    /// write of it is in flight (held until the answer says whose it was).
+    fn wakes(&self, kind: Kind, object: &DynamicObject, moved: bool) -> bool {
         let target = Self::target(kind, object);
-        let mut written = self.0.lock().expect("own writes lock");
-        match (
-            written.get(&target),
-            object.metadata.resource_version.as_deref(),
-        ) {
-            (Some(ours), Some(seen)) if ours == seen => {
-                written.remove(&target);
-                true
+        let seen = object.metadata.resource_version.as_deref();
+        let mut state = self.0.lock().expect("own writes lock");
+        match state.by_object.get_mut(&target) {
+            Some(Own::InFlight(held)) => {
+                if moved {
+                    held.push(seen.unwrap_or_default().to_string());
+                }
+                false
             }
-            _ => false,
+            Some(Own::Written(ours)) if Some(ours.as_str()) == seen => {
+                state.by_object.remove(&target);
+                false
+            }
+            _ => moved,
         }
     }
 
-    /// The object is gone: a version recorded for it (an echo that arrived before
-    /// its write's answer) would otherwise stay for as long as kaccel runs.
+    /// The object is gone: a version recorded for it (an echo that never came)
+    /// would otherwise stay for as long as kaccel runs.
     fn forget(&self, kind: Kind, object: &DynamicObject) {
         let target = Self::target(kind, object);
-        self.0.lock().expect("own writes lock").remove(&target);
+        let mut state = self.0.lock().expect("own writes lock");
+        if let Some(Own::Written(_)) = state.by_object.get(&target) {
+            state.by_object.remove(&target);
+        }
     }
 
     fn target(kind: Kind, object: &DynamicObject) -> ObjectRef {
@@ -193,7 +247,7 @@ impl OwnWrites {
 
     #[cfg(test)]
     fn len(&self) -> usize {
-        self.0.lock().expect("own writes lock").len()
+        self.0.lock().expect("own writes lock").by_object.len()
     }
 }
 
@@ -548,7 +602,7 @@ fn managed_object_wakes(
     // next status write of the object would look like a change.
     let moved = seen.wakes(event, spec_and_metadata);
     match event {
-        watcher::Event::Apply(object) => moved && !own_writes.is_echo(kind, object),
+        watcher::Event::Apply(object) => own_writes.wakes(kind, object, moved),
         watcher::Event::Delete(object) => {
             own_writes.forget(kind, object);
             moved
@@ -801,19 +855,52 @@ mod tests {
     }
 
     #[test]
-    fn an_echo_seen_before_the_write_returned_still_wakes() {
+    fn an_echo_seen_before_the_write_returned_wakes_nothing_a_change_meanwhile_does() {
         let mut seen = WakeFilter::default();
         let own = OwnWrites::default();
         let wakes = |seen: &mut WakeFilter, q: DynamicObject| {
             managed_object_wakes(seen, &own, Kind::ClusterQueue, &watcher::Event::Apply(q))
         };
         assert!(wakes(&mut seen, cluster_queue(1, "10")));
-        // The watch delivered version 11 before the apply's answer was recorded.
-        assert!(wakes(&mut seen, cluster_queue(2, "11")));
+        // The watch delivers version 11 before the apply's answer comes back.
+        own.begin(&target());
+        assert!(!wakes(&mut seen, cluster_queue(2, "11")), "held");
         own.record(&target(), Some("11"));
+        assert!(!own.take_missed(), "it was the echo");
+        assert_eq!(own.len(), 0, "and is not waited for again");
         // Someone else's write after it is not mistaken for the echo.
         assert!(wakes(&mut seen, cluster_queue(3, "12")));
-        // The stale record goes with the object.
+
+        // Someone else's spec change while kaccel's write is in flight: held,
+        // then news once the answer names another version.
+        own.begin(&target());
+        assert!(!wakes(&mut seen, cluster_queue(4, "13")));
+        own.record(&target(), Some("14"));
+        assert!(own.take_missed());
+        assert!(!own.take_missed(), "cleared once taken");
+        // kaccel's own echo, after its answer, is still its own.
+        assert!(!wakes(&mut seen, cluster_queue(5, "14")));
+
+        // A status write held in flight is no news (it would not have woken).
+        own.begin(&target());
+        assert!(!wakes(&mut seen, cluster_queue(5, "15")));
+        own.record(&target(), Some("16"));
+        assert!(!own.take_missed());
+        assert!(!wakes(&mut seen, cluster_queue(6, "16")));
+
+        // A write that failed: whatever came meanwhile was someone else's.
+        own.begin(&target());
+        assert!(!wakes(&mut seen, cluster_queue(7, "17")));
+        own.record(&target(), None);
+        assert!(own.take_missed());
+        assert_eq!(own.len(), 0);
+    }
+
+    #[test]
+    fn an_unanswered_echo_goes_with_its_object() {
+        let mut seen = WakeFilter::default();
+        let own = OwnWrites::default();
+        own.record(&target(), Some("11"));
         assert_eq!(own.len(), 1);
         assert!(managed_object_wakes(
             &mut seen,
