@@ -23,7 +23,8 @@ use crate::support::{self, Cleanup, kueue, percentile};
 #[derive(Clone, Debug, PartialEq)]
 pub enum Answer {
     Metrics(String),
-    /// The process is gone: connections are refused... or here, closed at once.
+    /// The process is gone: connections are refused... or here, closed at the
+    /// next request.
     Dead,
     Garbage,
     /// These metrics, after this many milliseconds (a loaded exporter).
@@ -53,38 +54,15 @@ impl FakeExporter {
         let (seen, served) = (requests.clone(), first_served.clone());
         tokio::spawn(async move {
             loop {
-                let Ok((mut conn, _)) = listener.accept().await else {
+                let Ok((conn, _)) = listener.accept().await else {
                     return;
                 };
-                let now = Instant::now();
-                seen.lock().unwrap().push(now);
-                // Under the answer's lock: `set` cannot come between the two.
-                let current = {
-                    let answer = shared.lock().unwrap();
-                    served.lock().unwrap().get_or_insert(now);
-                    answer.clone()
-                };
-                tokio::spawn(async move {
-                    let mut buf = [0u8; 4096];
-                    let _ = conn.read(&mut buf).await;
-                    let body = match current {
-                        Answer::Dead => return,
-                        Answer::Garbage => {
-                            "<html><body><h1>502 Bad Gateway</h1></body></html>\n".to_string()
-                        }
-                        Answer::Metrics(m) => m,
-                        Answer::Slow(m, millis) => {
-                            tokio::time::sleep(std::time::Duration::from_millis(millis)).await;
-                            m
-                        }
-                    };
-                    let head = format!(
-                        "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                        body.len()
-                    );
-                    let _ = conn.write_all(head.as_bytes()).await;
-                    let _ = conn.write_all(body.as_bytes()).await;
-                });
+                tokio::spawn(serve_connection(
+                    conn,
+                    shared.clone(),
+                    seen.clone(),
+                    served.clone(),
+                ));
             }
         });
         FakeExporter {
@@ -101,6 +79,58 @@ impl FakeExporter {
         let mut current = self.answer.lock().unwrap();
         *current = answer;
         *self.first_served.lock().unwrap() = None;
+    }
+}
+
+/// Answers the requests of one connection, kept open between them as
+/// dcgm-exporter's HTTP server (Go's net/http) keeps it: a poller's client
+/// reuses it, so a poll costs a request, not a TCP connection too.
+async fn serve_connection(
+    mut conn: tokio::net::TcpStream,
+    answer: Arc<Mutex<Answer>>,
+    seen: Arc<Mutex<Vec<Instant>>>,
+    served: Arc<Mutex<Option<Instant>>>,
+) {
+    let mut pending: Vec<u8> = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        // A GET's head, up to its blank line (it has no body).
+        let end = loop {
+            if let Some(at) = pending.windows(4).position(|w| w == b"\r\n\r\n") {
+                break at + 4;
+            }
+            match conn.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => pending.extend_from_slice(&buf[..n]),
+            }
+        };
+        pending.drain(..end);
+        let now = Instant::now();
+        seen.lock().unwrap().push(now);
+        // Under the answer's lock: `set` cannot come between the two.
+        let current = {
+            let answer = answer.lock().unwrap();
+            served.lock().unwrap().get_or_insert(now);
+            answer.clone()
+        };
+        let body = match current {
+            Answer::Dead => return,
+            Answer::Garbage => "<html><body><h1>502 Bad Gateway</h1></body></html>\n".to_string(),
+            Answer::Metrics(m) => m,
+            Answer::Slow(m, millis) => {
+                tokio::time::sleep(std::time::Duration::from_millis(millis)).await;
+                m
+            }
+        };
+        let head = format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        if conn.write_all(head.as_bytes()).await.is_err()
+            || conn.write_all(body.as_bytes()).await.is_err()
+        {
+            return;
+        }
     }
 }
 
