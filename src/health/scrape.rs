@@ -36,9 +36,19 @@ pub struct Scraper {
 }
 
 impl Default for Scraper {
+    /// No connection is kept between polls. An exporter polled every few seconds
+    /// would hold an idle connection and its buffers the whole time: against
+    /// fake exporters that keep connections open (as dcgm-exporter does), the
+    /// fleet bench's kaccel settled 11 MiB higher with 500 of them (95.8 against
+    /// 84.5-85.6 MiB) and reached 110.2 MiB during the changes, while its quiet
+    /// minute's CPU did not show the saved connects (3,740 ms against
+    /// 3,720-4,310 ms). A plain-HTTP connect every interval costs the exporter
+    /// and kaccel next to nothing.
     fn default() -> Self {
         Scraper {
-            client: Client::builder(TokioExecutor::new()).build_http(),
+            client: Client::builder(TokioExecutor::new())
+                .pool_max_idle_per_host(0)
+                .build_http(),
         }
     }
 }
@@ -96,5 +106,55 @@ impl Scraper {
         tokio::time::timeout(timeout, request)
             .await
             .map_err(|_| ScrapeError::Timeout(timeout))?
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// An exporter that keeps connections open (no `Connection: close`), as
+    /// dcgm-exporter does, still gets a connection per poll: none is held idle
+    /// between polls.
+    #[tokio::test]
+    async fn no_connection_is_held_between_polls() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/metrics", listener.local_addr().unwrap());
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counted = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                counted.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let mut buf = [0u8; 4096];
+                    // One answer per request head, the connection kept open.
+                    while let Ok(n) = conn.read(&mut buf).await {
+                        if n == 0 {
+                            return;
+                        }
+                        let body = "up 1\n";
+                        let answer = format!(
+                            "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{body}",
+                            body.len()
+                        );
+                        if conn.write_all(answer.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        let scraper = Scraper::default();
+        for _ in 0..3 {
+            let body = scraper
+                .fetch(&url, Duration::from_secs(5), 1024)
+                .await
+                .unwrap();
+            assert_eq!(body, "up 1\n");
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 3);
     }
 }
