@@ -39,10 +39,10 @@ impl Default for Scraper {
     /// No connection is kept between polls. An exporter polled every few seconds
     /// would hold an idle connection and its buffers the whole time: against
     /// fake exporters that keep connections open (as dcgm-exporter does), the
-    /// fleet bench's kaccel settled 11 MiB higher with 500 of them (95.8 against
-    /// 84.5-85.6 MiB) and reached 110.2 MiB during the changes, while its quiet
+    /// fleet bench's kaccel held 110.2 MiB during the changes with 500 of them
+    /// pooled, against 96.8-98.5 MiB in four runs without, while its quiet
     /// minute's CPU did not show the saved connects (3,740 ms against
-    /// 3,720-4,310 ms). A plain-HTTP connect every interval costs the exporter
+    /// 3,720-4,940 ms). A plain-HTTP connect every interval costs the exporter
     /// and kaccel next to nothing.
     fn default() -> Self {
         Scraper {
