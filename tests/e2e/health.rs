@@ -83,8 +83,8 @@ impl FakeExporter {
 }
 
 /// Answers the requests of one connection, kept open between them as
-/// dcgm-exporter's HTTP server (Go's net/http) keeps it: a poller's client
-/// reuses it, so a poll costs a request, not a TCP connection too.
+/// dcgm-exporter's HTTP server (Go's net/http) keeps it, for as long as the
+/// client keeps it (kaccel's scraper closes it after each poll: `Scraper`).
 async fn serve_connection(
     mut conn: tokio::net::TcpStream,
     answer: Arc<Mutex<Answer>>,
