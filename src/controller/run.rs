@@ -13,7 +13,7 @@ use tokio::sync::watch;
 use super::diff::Kind;
 use super::metrics::{Metrics, ReasonLabel, StageLabel};
 use super::reconcile::{LedgerParts, Reconciler};
-use super::watches::{Caches, Events, driven, start_watches};
+use super::watches::{Caches, Events, WakeUps, driven, start_watches};
 use super::{Config, Error, allocator, credits, health_poller, http, pod_webhook};
 
 /// Run the controller until SIGTERM / Ctrl-C.
@@ -128,7 +128,7 @@ pub async fn run(config: Config) -> Result<(), Error> {
         ));
     }
     let health_events = tokio_stream_from(wake_rx);
-    let events = driven(stream::select(watch_events, health_events).boxed());
+    let wake_ups = driven(stream::select(watch_events, health_events).boxed());
     let identity = std::env::var("POD_NAME")
         .ok()
         .or_else(|| std::env::var("HOSTNAME").ok())
@@ -182,14 +182,22 @@ pub async fn run(config: Config) -> Result<(), Error> {
             &identity,
             reconciler,
             caches,
-            events,
+            wake_ups,
             ready,
             shutdown_rx.clone(),
         )
         .await
     } else {
         metrics.leader.set(1);
-        reconcile_loop(reconciler, caches, events, ready, shutdown_rx.clone(), None).await
+        reconcile_loop(
+            reconciler,
+            caches,
+            wake_ups,
+            ready,
+            shutdown_rx.clone(),
+            None,
+        )
+        .await
     };
     // Stop the HTTP server too, whatever ended the loop.
     http_task.abort();
@@ -223,7 +231,7 @@ async fn lead_then_reconcile(
     identity: &str,
     reconciler: Reconciler,
     caches: Caches,
-    events: Events,
+    wake_ups: WakeUps,
     ready: Arc<AtomicBool>,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), Error> {
@@ -321,7 +329,7 @@ async fn lead_then_reconcile(
     let result = reconcile_loop(
         reconciler,
         caches,
-        events,
+        wake_ups,
         ready,
         shutdown.clone(),
         Some(Box::pin(lost)),
@@ -463,7 +471,7 @@ impl Pace {
 async fn reconcile_loop(
     reconciler: Reconciler,
     caches: Caches,
-    mut events: Events,
+    mut wake_ups: WakeUps,
     ready: Arc<AtomicBool>,
     mut shutdown: watch::Receiver<bool>,
     mut lost_leadership: Option<std::pin::Pin<Box<dyn Future<Output = ()> + Send>>>,
@@ -523,12 +531,11 @@ async fn reconcile_loop(
                 reconciler.metrics.leader.set(0);
                 return Err(Error::LeaderElection("lost the Lease".into()));
             }
-            e = events.next() => match e {
-                Some(Ok(())) => {
+            woken = wake_ups.next() => match woken {
+                Some(()) => {
                     last_event = Instant::now();
                     dirty_since.get_or_insert(last_event);
                 }
-                Some(Err(err)) => tracing::warn!(error = %err, "watch error (retrying)"),
                 None => return Err(Error::Connect("watch streams ended".into())),
             },
             _ = resync.tick() => { dirty_since.get_or_insert(Instant::now()); }
