@@ -150,15 +150,10 @@ status:
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
 
     use crate::inventory::tests::{group, pins};
     use crate::inventory::vendor_fleet_other::{fleet, node};
-    use crate::inventory::{Inventory, NodeInventory, Vendor, read_node};
-
-    fn selects(pins: &BTreeMap<String, String>, n: &NodeInventory) -> bool {
-        pins.iter().all(|(k, v)| n.labels.get(k) == Some(v))
-    }
+    use crate::inventory::{Inventory, Vendor, read_node};
 
     /// Ascend: the plugin's servertype names the card where no accelerator-type
     /// does, and pins it, so first-generation 910, 910B and A3 flavors select only
@@ -203,7 +198,7 @@ mod tests {
                     continue;
                 }
                 for other in inv.nodes.values() {
-                    if selects(&g.pin_labels, other) {
+                    if other.labels.carries_all(&g.pin_labels) {
                         assert!(
                             other
                                 .groups

@@ -495,7 +495,7 @@ mod tests {
             let expected: Vec<usize> = refs
                 .iter()
                 .enumerate()
-                .filter(|(_, n)| wanted.iter().all(|(k, v)| n.labels.get(k) == Some(v)))
+                .filter(|(_, n)| n.labels.carries_all(&wanted))
                 .map(|(i, _)| i)
                 .collect();
             prop_assert_eq!(index.select(&wanted), expected);

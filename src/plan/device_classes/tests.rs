@@ -569,7 +569,7 @@ proptest! {
                 })
             };
             let selected_nodes = inventory.nodes.values().filter(|n| {
-                flavor.node_labels.iter().all(|(k, v)| n.labels.get(k) == Some(v))
+                n.labels.carries_all(&flavor.node_labels)
             });
             for inv in selected_nodes {
                 let node_name = &inv.name;

@@ -42,7 +42,7 @@ proptest! {
             // device group on a node the flavor selects, with the flavor's resource,
             // has the flavor's sharing mode.
             for node in inventory.nodes.values() {
-                if !flavor.spec.node_labels.iter().all(|(k, v)| node.labels.get(k) == Some(v)) { continue; }
+                if !node.labels.carries_all(&flavor.spec.node_labels) { continue; }
                 for g in node.groups.iter().filter(|g| g.variant.resource_name == report.device_resource_name) {
                     prop_assert_eq!(g.variant.sharing, report.sharing, "flavor {} mixes sharing modes", name);
                     prop_assert_eq!(&g.variant.model, &report.model, "flavor {} mixes models", name);

@@ -70,10 +70,7 @@ fn the_cpx_node_is_never_in_a_whole_gpu_class() {
                 .unwrap();
             let cpx = &inventory.nodes["amd-mi300x-cpx-single"];
             assert!(
-                !rf.spec
-                    .node_labels
-                    .iter()
-                    .all(|(k, v)| cpx.labels.get(k) == Some(v)),
+                !cpx.labels.carries_all(&rf.spec.node_labels),
                 "{whole}: {} selects the CPX node",
                 f.name
             );
