@@ -10,7 +10,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::admission::{FlavorUsage, RateInfo, ReservationLine};
+use super::admission::{FlavorUsage, RateInfo, ReservationLine, admission_number};
 use super::charge::{Charge, ChargeOwner};
 use super::entry::{Entry, EntryKind};
 use super::pricing::Rate;
@@ -307,6 +307,50 @@ pub fn deletion_time(workload: &Workload) -> Option<i64> {
         .map(|t| t.0.as_second())
 }
 
+/// When Kueue stamped the recorded admission's quota reservation again, later,
+/// without ending it: QuotaReserved True at a later time, while Kueue counted no
+/// eviction since the record (the admission number is the record's) and shows
+/// none in between (no Evicted condition since the record, no reset of kaccel's
+/// check `check`). Kueue does this when its reservation write failed on the way
+/// back (an API server going down mid-answer): the write landed, Kueue saw an
+/// error, forgot the reservation and wrote it again with a new time (the ledger
+/// crash test's w026). The same admission goes on: ending it there left the
+/// rest of the run uncharged, as nothing else answers an admission number twice.
+pub fn restamped_at(workload: &Workload, record: &ReservationRecord, check: &str) -> Option<i64> {
+    let Some((true, Some(at), _)) = condition(workload, "QuotaReserved") else {
+        return None;
+    };
+    let evicted_since = matches!(
+        condition(workload, "Evicted"),
+        Some((_, Some(e), _)) if e >= record.admitted_at
+    );
+    (at > record.admitted_at
+        && admission_number(workload).ok() == Some(record.admission)
+        && !evicted_since
+        && eviction_reset(workload, check).is_none())
+    .then_some(at)
+}
+
+/// The record to charge from when Kueue stamped its admission again (see
+/// [`restamped_at`]) before kaccel posted any usage or reserved past the first
+/// term (`state`, what the store holds for it): the charge starts at Kueue's new
+/// time, the one its Admitted Workload shows. The first term's Reserve stays (it
+/// holds the same credits; the settlement voids what is left). Once usage is
+/// posted or a later term reserved, their keys follow from the first time, so
+/// the charge keeps it: a few seconds of an outage charged, none lost.
+pub fn rebased(
+    record: &ReservationRecord,
+    state: &super::charge::ChargeState,
+    workload: &Workload,
+    check: &str,
+) -> Option<ReservationRecord> {
+    let at = restamped_at(workload, record, check)?;
+    (state.terms == 1 && state.posted.is_empty() && !state.voided).then(|| ReservationRecord {
+        admitted_at: at,
+        ..record.clone()
+    })
+}
+
 /// How a recorded admission ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Ended {
@@ -321,7 +365,8 @@ pub struct Ended {
 /// - finished: the Finished condition's time;
 /// - quota released (evicted, deactivated, Retry/Rejected): the QuotaReserved
 ///   condition's False time;
-/// - quota reserved again after the recorded admission (kaccel did not see the
+/// - quota reserved again after the recorded admission, with an eviction in
+///   between (not a re-stamp, [`restamped_at`]; kaccel did not see the
 ///   eviction: down, or its watch not delivering while the API server's cache
 ///   re-initialised): the eviction time Kueue wrote on kaccel's own check
 ///   (`check`) when it reset it to Pending, which nothing rewrites until kaccel
@@ -382,7 +427,9 @@ pub fn ended_at(
                 reason: reason("quota released"),
             });
         }
-        Some((true, Some(t), _)) if t > record.admitted_at => {
+        Some((true, Some(t), _))
+            if t > record.admitted_at && restamped_at(workload, record, check).is_none() =>
+        {
             let in_between = |e: &i64| *e >= record.admitted_at && *e <= t;
             // Only after deactivations: Kueue stops counting a deactivated
             // Workload at its eviction, but another (a preemption) keeps its
@@ -588,6 +635,118 @@ mod tests {
         let err = record_of(&typed(&w)).unwrap_err();
         assert!(err.contains(RESERVATION_ANNOTATION), "{err}");
         assert_eq!(record_of(&typed(&wl(json!([])))).unwrap(), None);
+    }
+
+    /// Kueue's reservation write landed while its answer was lost to an API
+    /// server restart; Kueue wrote it again with a later time and admitted the
+    /// Workload (the ledger crash test's w026, reserved at 80, stamped again at
+    /// 82, deactivated at 93, charged [80, 82) and nothing after). The same
+    /// admission goes on, charged from Kueue's new time.
+    #[test]
+    fn a_reservation_kueue_stamped_again_is_the_same_admission_from_the_new_time() {
+        let rec = record(2);
+        let restamped = wl(json!([
+            {"type": "QuotaReserved", "status": "True", "lastTransitionTime": time(1_002)},
+            {"type": "Admitted", "status": "True", "lastTransitionTime": time(1_011)}
+        ]));
+        assert_eq!(
+            restamped_at(&typed(&restamped), &rec, "kaccel-credits"),
+            Some(1_002)
+        );
+        assert_eq!(end_of(&restamped, &rec, "x"), None, "not an end");
+
+        // Nothing but the first term written: charged from the new time.
+        let (c, state) = charge(&rec);
+        let moved = rebased(&rec, &state, &typed(&restamped), "kaccel-credits").unwrap();
+        assert_eq!(moved.admitted_at, 1_002);
+        assert_eq!(
+            ReservationRecord {
+                admitted_at: rec.admitted_at,
+                ..moved.clone()
+            },
+            rec
+        );
+        // The first term's Reserve (written at 1_000) still counts as reserved;
+        // deactivated at 1_013 the admission is charged [1_002, 1_013) exactly
+        // and what it reserved balances.
+        let reserve = c.reserve_terms(0, 1, "reserve", 1_000);
+        let c2 = moved.charge("ns", "w", "uid-1");
+        let state2 = ChargeState::of(&c2, &reserve);
+        assert_eq!(state2.terms, 1);
+        let end = Ended {
+            at: 1_013,
+            platform_preempted: false,
+            reason: "deactivated".into(),
+        };
+        let settled = c2.settle(&state2, &end, 1_020);
+        let sum = |kind: EntryKind| -> i64 {
+            reserve
+                .iter()
+                .chain(&settled)
+                .filter(|e| e.kind == kind)
+                .map(|e| e.credits)
+                .sum()
+        };
+        // 2 devices x 11 s x 1 credit.
+        assert_eq!(sum(EntryKind::Post), 22_000_000);
+        assert_eq!(
+            sum(EntryKind::Reserve),
+            sum(EntryKind::Post) + sum(EntryKind::Void)
+        );
+        let mut keys: Vec<&str> = reserve
+            .iter()
+            .chain(&settled)
+            .map(|e| e.key.as_str())
+            .collect();
+        keys.sort();
+        let n = keys.len();
+        keys.dedup();
+        assert_eq!(keys.len(), n, "no key written twice");
+
+        // Usage posted (or a later term reserved) from the first time: the
+        // charge keeps it (their keys follow from it), still not ended.
+        let posted = c.posts(1_000, 1_002, "usage");
+        let mut with_posts = state.clone();
+        with_posts.apply(&c, &posted);
+        assert_eq!(
+            rebased(&rec, &with_posts, &typed(&restamped), "kaccel-credits"),
+            None
+        );
+        let mut renewed = state.clone();
+        renewed.apply(&c, &c.reserve_terms(1, 2, "renewal", 1_001));
+        assert_eq!(
+            rebased(&rec, &renewed, &typed(&restamped), "kaccel-credits"),
+            None
+        );
+
+        // An eviction in between is no re-stamp: Kueue counted it (a new
+        // admission number), or its Evicted condition or its reset of kaccel's
+        // check lies after the record.
+        let mut counted = restamped.clone();
+        counted["status"]["schedulingStats"] = json!({"evictions": [
+            {"reason": "Preempted", "underlyingCause": "", "count": 1}]});
+        assert_eq!(restamped_at(&typed(&counted), &rec, "kaccel-credits"), None);
+        assert!(end_of(&counted, &rec, "x").is_some());
+        let mut evicted = restamped.clone();
+        evicted["status"]["conditions"].as_array_mut().unwrap().push(
+            json!({"type": "Evicted", "status": "False", "reason": "QuotaReserved", "lastTransitionTime": time(1_001)}),
+        );
+        assert_eq!(restamped_at(&typed(&evicted), &rec, "kaccel-credits"), None);
+        assert_eq!(end_of(&evicted, &rec, "x").unwrap().at, 1_001);
+        let mut reset = restamped.clone();
+        reset["status"]["admissionChecks"] = json!([
+            {"name": "kaccel-credits", "state": "Pending", "message": "Reset to Pending after eviction. Previously: Ready", "lastTransitionTime": time(1_001)}
+        ]);
+        assert_eq!(restamped_at(&typed(&reset), &rec, "kaccel-credits"), None);
+        // An Evicted condition of an earlier admission is no eviction of this one.
+        let mut earlier = restamped.clone();
+        earlier["status"]["conditions"].as_array_mut().unwrap().push(
+            json!({"type": "Evicted", "status": "False", "reason": "QuotaReserved", "lastTransitionTime": time(900)}),
+        );
+        assert_eq!(
+            restamped_at(&typed(&earlier), &rec, "kaccel-credits"),
+            Some(1_002)
+        );
     }
 
     #[test]

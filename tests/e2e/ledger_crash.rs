@@ -514,7 +514,7 @@ async fn crash(client: &Client, cleanup: &mut Cleanup, id: &str, faults: Faults)
 
     // The expected figures, from Kueue's conditions, before the Workloads go.
     // Per admission: the price, and another the test cannot rule out (below).
-    let mut expected: HashMap<String, Vec<(i64, Option<i64>)>> = HashMap::new();
+    let mut expected: HashMap<String, Vec<(i64, Option<i64>, i64)>> = HashMap::new();
     let mut mismatched_eviction_times = 0;
     for t in &mut tracked {
         let obj = support::get_json(&wls, &t.name).await?;
@@ -563,7 +563,7 @@ async fn crash(client: &Client, cleanup: &mut Cleanup, id: &str, faults: Faults)
                 (Some(d), Some(e)) if i + 1 == n && d == e && end < d => Some(price_until(d)?),
                 _ => None,
             };
-            prices.push((price_until(end)?, also));
+            prices.push((price_until(end)?, also, end));
         }
         expected.insert(t.uid.clone(), prices);
     }
@@ -600,6 +600,7 @@ async fn crash(client: &Client, cleanup: &mut Cleanup, id: &str, faults: Faults)
     let mut errors = Vec::new();
     let mut unseen_evictions = 0u32;
     let mut raced_finishes = 0u32;
+    let mut restamped = 0u32;
     for t in &tracked {
         let entries = store.entries_for_workload(&t.uid).await?;
         entries_total += entries.len();
@@ -643,7 +644,7 @@ async fn crash(client: &Client, cleanup: &mut Cleanup, id: &str, faults: Faults)
             ));
             continue;
         }
-        for (a, (price, also)) in want.iter().zip(prices) {
+        for (a, (price, also, end)) in want.iter().zip(prices) {
             let (reserves, voids, posted, posts) = per[a];
             // An eviction kaccel never saw (its watch down, or the API server's
             // watch cache re-initialising after an etcd or API server restart,
@@ -662,8 +663,27 @@ async fn crash(client: &Client, cleanup: &mut Cleanup, id: &str, faults: Faults)
             }
             // One Reserve per reservation term (an admission held past its
             // horizon has its overrun reserved), one Void for its one line.
+            // Kueue wrote this admission's reservation again, later, after kaccel
+            // had posted usage from the time it first showed (Kueue's write
+            // landed, its answer lost to an API server restart): the charge keeps
+            // that first time (`kaccel::ledger::lifecycle::rebased`); before any
+            // post it moves to Kueue's new time, the one priced above.
+            let from_first_stamp = entries
+                .iter()
+                .filter(|s| s.entry.admission == *a && s.entry.kind == EntryKind::Post)
+                .map(|s| s.entry.start)
+                .min()
+                .filter(|first| *first < t.admissions[*a as usize - 1].start)
+                .map(|first| -> Result<i64> {
+                    let seconds = u64::try_from((*end - first).max(0))?;
+                    Ok(i64::try_from(cumulative(RATE, 1, seconds)?.0)?)
+                })
+                .transpose()?;
             let price = if also == &Some(posted) {
                 raced_finishes += 1;
+                posted
+            } else if from_first_stamp == Some(posted) {
+                restamped += 1;
                 posted
             } else {
                 *price
@@ -708,6 +728,7 @@ async fn crash(client: &Client, cleanup: &mut Cleanup, id: &str, faults: Faults)
          {admissions_total} admissions, {entries_total} Workload entries ({} in the store), \
          {} credits spent (expected {}), quota released in another second than the eviction on {mismatched_eviction_times} admission(s), \
          {raced_finishes} settled at a deactivation the test's Finished landed after; \
+         {restamped} charged from a reservation time Kueue wrote again; \
          driven in {:.1} s, total {:.1} s",
         restarts.load(Ordering::Relaxed),
         tracked.len(),

@@ -24,7 +24,7 @@ impl LedgerRuntime {
         }
         let mut stored: Option<Vec<StoredEntry>> = None;
         let mut rebuilt = false;
-        let record = match record_of(v).map_err(|message| LedgerError::BadWorkload {
+        let mut record = match record_of(v).map_err(|message| LedgerError::BadWorkload {
             workload: shown.clone(),
             message: format!("{message}; remove the annotation to let kaccel charge it again"),
         })? {
@@ -51,11 +51,24 @@ impl LedgerRuntime {
         // 1. The recorded admission: renewals and periodic posts while it runs, or
         // the settlement once it ended.
         let mut recorded: Option<(Charge, ChargeState)> = None;
-        if let Some(rec) = &record {
+        if let Some(rec) = record.as_mut() {
             let entries = match stored.take() {
                 Some(entries) => entries,
                 None => self.store().entries_for_workload(&uid).await?,
             };
+            // Kueue stamped this admission's reservation again: charged from its
+            // new time while nothing but the first term is written, the record
+            // rewritten first so every later read agrees.
+            let before = ChargeState::of(
+                &rec.charge(&namespace, &name, &uid),
+                entries.iter().map(|s| &s.entry),
+            );
+            if let Some(rebased) = rebased(rec, &before, v, &self.config.admission_check_name) {
+                self.set_record(v, &rebased).await?;
+                tracing::info!(workload = %shown, admission = rec.admission, from = rec.admitted_at, to = rebased.admitted_at, "Kueue stamped the quota reservation again; charging from its new time");
+                *rec = rebased;
+                rebuilt = false;
+            }
             let mut charge = rec.charge(&namespace, &name, &uid);
             // The worker MultiKueue dispatched it to, named on every entry from here on.
             charge.cluster = v.cluster_name().to_string();

@@ -66,7 +66,7 @@ use crate::ledger::entry::{Balances, Entry, EntryKind, format_micros, void_key};
 use crate::ledger::lifecycle::{
     Ended, RESERVATION_ANNOTATION, RESERVATION_ANNOTATION_POINTER, ReservationRecord,
     STOPPED_ANNOTATION, check_state, condition, deletion_time, ended_at, evicted_since_admission,
-    holds_quota, is_finished, record_of,
+    holds_quota, is_finished, rebased, record_of,
 };
 use crate::ledger::store::{LedgerStore, OpenReservation, Store, StoreError, StoredEntry};
 
