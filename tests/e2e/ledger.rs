@@ -1674,6 +1674,114 @@ async fn renewal_short(env: &mut Env, store: &str) -> Result<()> {
 // ---------------------------------------------------------------------------
 // An eviction kaccel never saw.
 
+/// Kueue's reservation write landed while an API server restart lost its
+/// answer, and Kueue wrote the reservation again, stamped later, with no
+/// eviction (the crash test's w026: kaccel read it as a re-admission, settled
+/// the first 2 s and charged nothing after). The test writes the second stamp
+/// as Kueue did: the admission goes on, once, charged from Kueue's new time.
+#[tokio::test]
+async fn a_reservation_kueue_stamps_again_is_one_admission_from_the_new_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("ledger.db").display());
+    with_env!("restamp", |env| restamped(&mut env, &store).await);
+}
+
+async fn restamped(env: &mut Env, store: &str) -> Result<()> {
+    let id = env.id.clone();
+    let class = format!("h100-{id}");
+    let (budget, ns) = (format!("rb-{id}"), format!("rs-{id}"));
+    env.class(&class).await?;
+    env.budget(&budget, "team-r", &ns, &class, "1000000")
+        .await?;
+    env.start(store);
+    let name = format!("w-{id}");
+    let wl = env.workload(&ns, &name, &class, 3600).await?;
+    let uid = uid_of(&wl);
+    let wls = env.workloads(&ns);
+    let first = crate::controller::wait_obj(&wls, &name, "admitted", admitted).await?;
+    let start = transition(&first, "QuotaReserved")?;
+    // Later than the first stamp, well before the first post (60 s).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let restamp = start + 2;
+    let stamp = jiff::Timestamp::from_second(restamp)?
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    wait_for("QuotaReserved stamped again", WAIT, || async {
+        let mut w = support::get_json(&wls, &name).await?;
+        let conditions = w["status"]["conditions"]
+            .as_array_mut()
+            .context("conditions")?;
+        for c in conditions
+            .iter_mut()
+            .filter(|c| c["type"] == "QuotaReserved")
+        {
+            c["lastTransitionTime"] = json!(stamp);
+        }
+        match wls
+            .replace_status(&name, &Default::default(), &support::object(w))
+            .await
+        {
+            Ok(_) => Ok(Some(())),
+            Err(kube::Error::Api(e)) if e.code == 409 => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    })
+    .await?;
+    // kaccel moves its record to the new time; nothing is settled.
+    let record_at = |w: &Value| {
+        w["metadata"]["annotations"]["kaccel.io/credit-reservation"]
+            .as_str()
+            .and_then(|r| serde_json::from_str::<Value>(r).ok())
+            .and_then(|r| r["admittedAt"].as_i64())
+    };
+    let moved = crate::controller::wait_obj(&wls, &name, "the record at the new time", |w| {
+        record_at(w) == Some(restamp)
+    })
+    .await?;
+    ensure!(
+        admitted(&moved) && has_finalizer(&moved),
+        "still admitted and charged: {moved}"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let finished_at = finish(&wls, &name).await?;
+    support::wait_until(&wls, &name, "settled (finalizer removed)", WAIT, |o| {
+        !has_finalizer(o)
+    })
+    .await?;
+
+    let entries = export(store, Some(&budget))?;
+    let mine: Vec<&Value> = entries
+        .iter()
+        .filter(|e| e["workloadUid"] == uid.as_str())
+        .collect();
+    ensure!(
+        !mine.is_empty() && mine.iter().all(|e| e["admission"] == 1),
+        "one admission: {mine:#?}"
+    );
+    let posts = entries_of(&entries, &uid, "Post");
+    let reserves = entries_of(&entries, &uid, "Reserve");
+    let voids = entries_of(&entries, &uid, "Void");
+    eprintln!(
+        "MEASURE reserved at {start}, stamped again at {restamp}, finished {finished_at}: posted {} credits",
+        sum_credits(&posts) / MICROS
+    );
+    ensure!(
+        sum_credits(&posts) == (finished_at - restamp) * MICROS,
+        "posted {} µcredits; Kueue's stamp says {} s, the first {} s: {posts:#?}",
+        sum_credits(&posts),
+        finished_at - restamp,
+        finished_at - start
+    );
+    ensure!(voids.len() == 1, "{voids:#?}");
+    ensure!(
+        sum_credits(&reserves) == sum_credits(&posts) + sum_credits(&voids),
+        "{reserves:#?} {posts:#?} {voids:#?}"
+    );
+    let (ok, report) = verify(store)?;
+    ensure!(ok, "{report}");
+    Ok(())
+}
+
 /// kaccel is down while Kueue evicts a charged Workload (a deactivation), the
 /// quota is released and the Workload is admitted again: Kueue rewrites the
 /// Evicted condition at the re-admission, but it wrote the eviction's time on
