@@ -1686,20 +1686,46 @@ async fn a_reservation_kueue_stamps_again_is_one_admission_from_the_new_time() {
     with_env!("restamp", |env| restamped(&mut env, &store).await);
 }
 
-async fn restamped(env: &mut Env, store: &str) -> Result<()> {
+/// One Workload of one H100 class on a budget of 1,000,000 credits, kaccel
+/// running on `store`, admitted.
+struct OneAdmitted {
+    budget: String,
+    name: String,
+    uid: String,
+    wls: Api<DynamicObject>,
+    /// When Kueue reserved its quota.
+    start: i64,
+}
+
+async fn one_admitted(env: &mut Env, store: &str, tag: &str) -> Result<OneAdmitted> {
     let id = env.id.clone();
     let class = format!("h100-{id}");
-    let (budget, ns) = (format!("rb-{id}"), format!("rs-{id}"));
+    let (budget, ns) = (format!("{tag}b-{id}"), format!("{tag}n-{id}"));
     env.class(&class).await?;
-    env.budget(&budget, "team-r", &ns, &class, "1000000")
+    env.budget(&budget, &format!("team-{tag}"), &ns, &class, "1000000")
         .await?;
     env.start(store);
     let name = format!("w-{id}");
     let wl = env.workload(&ns, &name, &class, 3600).await?;
-    let uid = uid_of(&wl);
     let wls = env.workloads(&ns);
     let first = crate::controller::wait_obj(&wls, &name, "admitted", admitted).await?;
-    let start = transition(&first, "QuotaReserved")?;
+    Ok(OneAdmitted {
+        budget,
+        uid: uid_of(&wl),
+        start: transition(&first, "QuotaReserved")?,
+        name,
+        wls,
+    })
+}
+
+async fn restamped(env: &mut Env, store: &str) -> Result<()> {
+    let OneAdmitted {
+        budget,
+        name,
+        uid,
+        wls,
+        start,
+    } = one_admitted(env, store, "r").await?;
     // Later than the first stamp, well before the first post (60 s).
     tokio::time::sleep(Duration::from_secs(3)).await;
     let restamp = start + 2;
@@ -1795,19 +1821,13 @@ async fn an_eviction_kaccel_did_not_see_is_charged_to_the_eviction() {
 }
 
 async fn unseen_eviction(env: &mut Env, store: &str) -> Result<()> {
-    let id = env.id.clone();
-    let class = format!("h100-{id}");
-    let (budget, ns) = (format!("ub-{id}"), format!("un-{id}"));
-    env.class(&class).await?;
-    env.budget(&budget, "team-u", &ns, &class, "1000000")
-        .await?;
-    env.start(store);
-    let name = format!("w-{id}");
-    let wl = env.workload(&ns, &name, &class, 3600).await?;
-    let uid = uid_of(&wl);
-    let wls = env.workloads(&ns);
-    let first = crate::controller::wait_obj(&wls, &name, "admitted", admitted).await?;
-    let start = transition(&first, "QuotaReserved")?;
+    let OneAdmitted {
+        name,
+        uid,
+        wls,
+        start,
+        ..
+    } = one_admitted(env, store, "u").await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     // kaccel goes away; the Workload is deactivated, evicted, its quota
