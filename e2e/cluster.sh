@@ -103,9 +103,13 @@ start() { # start <name> <binary> <args...>: detached, own session, log in $RUN
   # Until the forked shell has exec'd the binary, /proc/<pid>/cmdline still
   # shows this script, and pid_of (which checks the binary to guard against a
   # recycled pid) would report the component as exited. On a busy machine that
-  # window is long enough to lose the race, so wait for the exec here.
+  # window is long enough to lose the race, so wait for the exec here: of the
+  # binary itself, first on the command line. A wrapper names it too (`env
+  # KUBECONFIG=... kueue`), and while the wrapper execs it the command line
+  # reads empty for a moment: CI's Kueue v0.16.6 pass was reported exited
+  # there, and stopped, before it had logged a line.
   for ((i = 0; i < 200; i++)); do
-    tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "/$name " && return 0
+    [[ "$(tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | head -n 1)" == */"$name" ]] && return 0
     [[ -d "/proc/$pid" ]] || return 0 # exited already: wait_for shows its log
     sleep 0.05
   done
@@ -135,7 +139,8 @@ wait_for() { # wait_for <what> <component> <cmd...>: poll until cmd succeeds
   local what=$1 comp=$2 deadline=$(($(date +%s) + TIMEOUT))
   shift 2
   until "$@" >/dev/null 2>&1; do
-    if ! pid_of "$comp" >/dev/null; then
+    # Asked twice: a process between two execs shows no command line briefly.
+    if ! pid_of "$comp" >/dev/null && ! { sleep 0.2 && pid_of "$comp" >/dev/null; }; then
       tail -n 40 "$RUN/$comp.log" >&2 || true
       die "$comp exited while waiting for $what (log: $RUN/$comp.log)"
     fi
