@@ -333,18 +333,21 @@ pub fn restamped_at(workload: &Workload, record: &ReservationRecord, check: &str
 
 /// The record to charge from when Kueue stamped its admission again (see
 /// [`restamped_at`]) before kaccel posted any usage or reserved past the first
-/// term (`state`, what the store holds for it): the charge starts at Kueue's new
-/// time, the one its Admitted Workload shows. The first term's Reserve stays (it
-/// holds the same credits; the settlement voids what is left). Once usage is
+/// term (`entries`, the Workload's in the store): the charge starts at Kueue's
+/// new time, the one its Admitted Workload shows. The first term's Reserve stays
+/// (it holds the same credits; the settlement voids what is left). Once usage is
 /// posted or a later term reserved, their keys follow from the first time, so
-/// the charge keeps it: a few seconds of an outage charged, none lost.
-pub fn rebased(
+/// the charge keeps it: a few seconds of an outage charged, none lost. The
+/// entries are read only once a re-stamp is seen (every reconcile asks).
+pub fn rebased<'a>(
     record: &ReservationRecord,
-    state: &super::charge::ChargeState,
     workload: &Workload,
     check: &str,
+    entries: impl IntoIterator<Item = &'a Entry>,
 ) -> Option<ReservationRecord> {
     let at = restamped_at(workload, record, check)?;
+    // Which entries are this admission's does not depend on the Workload's names.
+    let state = super::charge::ChargeState::of(&record.charge("", "", ""), entries);
     (state.terms == 1 && state.posted.is_empty() && !state.voided).then(|| ReservationRecord {
         admitted_at: at,
         ..record.clone()
@@ -656,8 +659,9 @@ mod tests {
         assert_eq!(end_of(&restamped, &rec, "x"), None, "not an end");
 
         // Nothing but the first term written: charged from the new time.
-        let (c, state) = charge(&rec);
-        let moved = rebased(&rec, &state, &typed(&restamped), "kaccel-credits").unwrap();
+        let c = rec.charge("ns", "w", "uid-1");
+        let reserve = c.reserve_terms(0, 1, "reserve", 1_000);
+        let moved = rebased(&rec, &typed(&restamped), "kaccel-credits", &reserve).unwrap();
         assert_eq!(moved.admitted_at, 1_002);
         assert_eq!(
             ReservationRecord {
@@ -669,7 +673,6 @@ mod tests {
         // The first term's Reserve (written at 1_000) still counts as reserved;
         // deactivated at 1_013 the admission is charged [1_002, 1_013) exactly
         // and what it reserved balances.
-        let reserve = c.reserve_terms(0, 1, "reserve", 1_000);
         let c2 = moved.charge("ns", "w", "uid-1");
         let state2 = ChargeState::of(&c2, &reserve);
         assert_eq!(state2.terms, 1);
@@ -706,16 +709,15 @@ mod tests {
         // Usage posted (or a later term reserved) from the first time: the
         // charge keeps it (their keys follow from it), still not ended.
         let posted = c.posts(1_000, 1_002, "usage");
-        let mut with_posts = state.clone();
-        with_posts.apply(&c, &posted);
+        let with_posts = reserve.iter().chain(&posted);
         assert_eq!(
-            rebased(&rec, &with_posts, &typed(&restamped), "kaccel-credits"),
+            rebased(&rec, &typed(&restamped), "kaccel-credits", with_posts),
             None
         );
-        let mut renewed = state.clone();
-        renewed.apply(&c, &c.reserve_terms(1, 2, "renewal", 1_001));
+        let renewal = c.reserve_terms(1, 2, "renewal", 1_001);
+        let renewed = reserve.iter().chain(&renewal);
         assert_eq!(
-            rebased(&rec, &renewed, &typed(&restamped), "kaccel-credits"),
+            rebased(&rec, &typed(&restamped), "kaccel-credits", renewed),
             None
         );
 

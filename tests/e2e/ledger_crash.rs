@@ -250,6 +250,13 @@ async fn faulted_run(prefix: &str, faults: Faults) {
     result.unwrap();
 }
 
+/// The test's price of `[from, to)`: every admitted second at [`RATE`] for one
+/// device, however long past the horizon (no clip).
+fn price_of(from: i64, to: i64) -> Result<i64> {
+    let seconds = u64::try_from((to - from).max(0))?;
+    Ok(i64::try_from(cumulative(RATE, 1, seconds)?.0)?)
+}
+
 async fn crash(client: &Client, cleanup: &mut Cleanup, id: &str, faults: Faults) -> Result<()> {
     let began = Instant::now();
     let seed: u64 = std::env::var("KACCEL_E2E_CRASH_SEED")
@@ -549,11 +556,7 @@ async fn crash(client: &Client, cleanup: &mut Cleanup, id: &str, faults: Faults)
             if a.evicted.is_some_and(|e| Some(e) != a.released) {
                 mismatched_eviction_times += 1;
             }
-            // Every admitted second, however long past the horizon (no clip).
-            let price_until = |end: i64| -> Result<i64> {
-                let seconds = u64::try_from((end - a.start).max(0))?;
-                Ok(i64::try_from(cumulative(RATE, 1, seconds)?.0)?)
-            };
+            let price_until = |end: i64| price_of(a.start, end);
             // The test's Finished landed after Kueue's deactivation but reads a
             // second earlier (it is stamped when the write is prepared): kaccel
             // that settled at the eviction it saw first charged until the
@@ -661,8 +664,6 @@ async fn crash(client: &Client, cleanup: &mut Cleanup, id: &str, faults: Faults)
             }) {
                 unseen_evictions += 1;
             }
-            // One Reserve per reservation term (an admission held past its
-            // horizon has its overrun reserved), one Void for its one line.
             // Kueue wrote this admission's reservation again, later, after kaccel
             // had posted usage from the time it first showed (Kueue's write
             // landed, its answer lost to an API server restart): the charge keeps
@@ -674,11 +675,10 @@ async fn crash(client: &Client, cleanup: &mut Cleanup, id: &str, faults: Faults)
                 .map(|s| s.entry.start)
                 .min()
                 .filter(|first| *first < t.admissions[*a as usize - 1].start)
-                .map(|first| -> Result<i64> {
-                    let seconds = u64::try_from((*end - first).max(0))?;
-                    Ok(i64::try_from(cumulative(RATE, 1, seconds)?.0)?)
-                })
+                .map(|first| price_of(first, *end))
                 .transpose()?;
+            // One Reserve per reservation term (an admission held past its
+            // horizon has its overrun reserved), one Void for its one line.
             let price = if also == &Some(posted) {
                 raced_finishes += 1;
                 posted

@@ -59,11 +59,12 @@ impl LedgerRuntime {
             // Kueue stamped this admission's reservation again: charged from its
             // new time while nothing but the first term is written, the record
             // rewritten first so every later read agrees.
-            let before = ChargeState::of(
-                &rec.charge(&namespace, &name, &uid),
+            if let Some(rebased) = rebased(
+                rec,
+                v,
+                &self.config.admission_check_name,
                 entries.iter().map(|s| &s.entry),
-            );
-            if let Some(rebased) = rebased(rec, &before, v, &self.config.admission_check_name) {
+            ) {
                 self.set_record(v, &rebased).await?;
                 tracing::info!(workload = %shown, admission = rec.admission, from = rec.admitted_at, to = rebased.admitted_at, "Kueue stamped the quota reservation again; charging from its new time");
                 *rec = rebased;
